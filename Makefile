@@ -1,0 +1,45 @@
+# The whole set-up on a fresh machine: `make demo` runs the main job, `make test` passes the tests.
+# Each creates .venv, installs the project, and (unless DATABASE_URL is set) starts an embedded
+# PostgreSQL whose data lives in .pgdata/.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-slow lint typecheck bench db-url db-stop clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m scheduler.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(VENV)/bin/pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) bench/queue.py
+	$(PY) bench/next_run.py
+
+db-url: $(STAMP)
+	@$(PY) -m jobs.devdb url
+
+db-stop: $(STAMP)
+	$(PY) -m jobs.devdb stop
+
+clean: db-stop
+	rm -rf $(VENV) .pgdata .pgdata-run .mypy_cache .ruff_cache .pytest_cache

