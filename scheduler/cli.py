@@ -12,15 +12,12 @@ import sys
 from collections.abc import Callable, Sequence
 
 from scheduler import cli_preview
+from scheduler.cli_common import InputError, SubParsers
 
 # Each entry adds its sub-commands to the parser.
-_MODULES: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+_MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     cli_preview.register,
 ]
-
-
-class InputError(Exception):
-    """A command's input is invalid; the CLI prints the message and exits with code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
