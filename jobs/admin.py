@@ -1,0 +1,154 @@
+"""What an operator does with jobs: inspect, requeue the dead, cancel, read queue figures.
+
+Every function runs in the caller's transaction and validates its filters first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from jobs import validate
+from jobs.errors import InvalidJob, JobNotFound
+from jobs.model import Attempt, JobRecord, JobStatus, QueueStats
+from jobs.queries import query
+
+
+def _ids(ids: Iterable[int] | None) -> list[int] | None:
+    if ids is None:
+        return None
+    result = list(ids)
+    for value in result:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidJob("ids", value, "job ids are positive integers")
+    return result
+
+
+def _statuses(statuses: Iterable[str], allowed: set[JobStatus], field: str) -> list[str]:
+    result = []
+    for s in statuses:
+        try:
+            status = JobStatus(s)
+        except ValueError:
+            raise InvalidJob(field, s, f"must be one of {sorted(allowed)}") from None
+        if status not in allowed:
+            raise InvalidJob(field, s, f"must be one of {sorted(allowed)}")
+        result.append(str(status))
+    return result
+
+
+def _filters(
+    ids: Iterable[int] | None,
+    queue: str | None,
+    job_type: str | None,
+    error_code: str | None,
+) -> dict[str, Any]:
+    if ids is None and queue is None and job_type is None and error_code is None:
+        raise InvalidJob("filter", None, "give ids or at least one of queue, job_type, error_code")
+    return {
+        "ids": _ids(ids),
+        "queue": None if queue is None else validate.queue_name(queue),
+        "job_type": None if job_type is None else validate.job_type(job_type),
+        "error_code": error_code,
+    }
+
+
+def requeue(
+    conn: psycopg.Connection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    statuses: Sequence[str] = ("dead",),
+    now: datetime | None = None,
+) -> list[int]:
+    """Put dead (or cancelled) jobs back to pending with a fresh set of attempts.
+
+    Select them by ``ids`` or by a filter (queue, job type, last error code, and the time they
+    died in ``[since, until)``). Their payload and history are kept. Returns the requeued ids.
+    """
+    params = _filters(ids, queue, job_type, error_code)
+    params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
+    params["since"] = validate.aware(since, "since")
+    params["until"] = validate.aware(until, "until")
+    params["now"] = validate.aware(now, "now")
+    rows = conn.execute(query("requeue"), params).fetchall()
+    return [row[0] for row in rows]
+
+
+def cancel(
+    conn: psycopg.Connection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    statuses: Sequence[str] = ("pending", "retrying"),
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
+    params = _filters(ids, queue, job_type, error_code)
+    params["statuses"] = _statuses(
+        statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
+    )
+    params["reason"] = reason
+    params["now"] = validate.aware(now, "now")
+    rows = conn.execute(query("cancel"), params).fetchall()
+    return [row[0] for row in rows]
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    values = list(row)
+    values[6] = JobStatus(values[6])
+    return JobRecord(*values)
+
+
+def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
+    """One job by id; raises :class:`jobs.JobNotFound`."""
+    _ids([job_id])
+    row = conn.execute(query("get_job"), {"id": job_id}).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    return _record(row)
+
+
+def job_attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
+    """A job's execution history, oldest first."""
+    _ids([job_id])
+    rows = conn.execute(query("job_attempts"), {"id": job_id}).fetchall()
+    return [Attempt(*row) for row in rows]
+
+
+def list_jobs(
+    conn: psycopg.Connection[Any],
+    *,
+    statuses: Sequence[str] = ("dead",),
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    limit: int = 100,
+) -> list[JobRecord]:
+    """Jobs in the given statuses (dead by default), oldest id first."""
+    params: dict[str, Any] = {
+        "statuses": _statuses(statuses, set(JobStatus), "statuses"),
+        "queue": None if queue is None else validate.queue_name(queue),
+        "job_type": None if job_type is None else validate.job_type(job_type),
+        "error_code": error_code,
+        "limit": limit,
+    }
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise InvalidJob("limit", limit, "must be from 1 to 100000")
+    return [_record(row) for row in conn.execute(query("list_jobs"), params).fetchall()]
+
+
+def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> list[QueueStats]:
+    """Per queue: ready count, oldest ready age (seconds), leased, retrying, dead, scheduled."""
+    rows = conn.execute(query("queue_stats"), {"now": validate.aware(now, "now")}).fetchall()
+    return [QueueStats(*row) for row in rows]

@@ -1,0 +1,85 @@
+"""LISTEN on a dedicated connection: a wake-up signal, never the truth.
+
+A notification only says "work may exist on queue Q"; the worker's poll always runs as well, so
+a lost notification adds latency and never loses work. When LISTEN is unavailable (for example
+behind PgBouncer in transaction mode, or the connection drops), the listener says so once,
+the worker keeps polling, and the listener reconnects in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+CHANNEL = "tockwork_jobs"
+
+log = logging.getLogger("tockwork.listener")
+
+
+class Listener:
+    def __init__(
+        self,
+        conninfo: str,
+        on_wake: Callable[[str], None],
+        *,
+        channel: str = CHANNEL,
+        retry_every: float = 5.0,
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.conninfo = conninfo
+        self.on_wake = on_wake
+        self.channel = channel
+        self.retry_every = retry_every
+        self.connect_kwargs = connect_kwargs or {}
+        self.alive = threading.Event()  # set while LISTEN is active
+        self.wakeups = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tockwork-listener", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self.alive.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=3.0)
+
+    def _run(self) -> None:
+        warned = False
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True, **self.connect_kwargs) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    self.alive.set()
+                    if warned:
+                        log.info("LISTEN %s restored; wake-ups resume", self.channel)
+                        warned = False
+                    # Anything committed while we were not listening is found by the poll.
+                    self.on_wake("*")
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            self.wakeups += 1
+                            self.on_wake(note.payload)
+            except psycopg.Error as exc:
+                self.alive.clear()
+                self.failures += 1
+                if not warned:
+                    log.warning(
+                        "LISTEN %s unavailable (%s); running poll-only until it returns",
+                        self.channel,
+                        exc,
+                    )
+                    warned = True
+                self._stop.wait(self.retry_every)
+        self.alive.clear()

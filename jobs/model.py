@@ -1,0 +1,120 @@
+"""Values the jobs component hands out: jobs, enqueue results, specs and statuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+
+class JobStatus(StrEnum):
+    """The job state machine (docs/jobs.md has the diagram).
+
+    pending -> leased -> succeeded | retrying | dead | cancelled | pending (snoozed);
+    retrying -> leased; dead/cancelled -> pending (requeue); leased -> retrying | dead (lease
+    expired, recovered by the reaper).
+    """
+
+    PENDING = "pending"
+    LEASED = "leased"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """The result of an enqueue: the job's id, and whether this call created it.
+
+    ``created`` is False when a job with the same (organization, job type, idempotency key)
+    already existed; ``id`` is then that job's id.
+    """
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to insert with :func:`jobs.enqueue_many`."""
+
+    job_type: str
+    payload: Any = field(default_factory=dict)
+    queue: str = "default"
+    idempotency_key: str | None = None
+    organization_id: UUID | str | None = None
+    run_at: datetime | None = None
+    priority: int = 0
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as a handler sees it: leased to this worker for one attempt."""
+
+    id: int
+    queue: str
+    job_type: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    organization_id: UUID | None
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    lease_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job row as an operator sees it (``tockwork jobs show``)."""
+
+    id: int
+    organization_id: UUID | None
+    queue: str
+    job_type: str
+    payload: Any
+    idempotency_key: str | None
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    locked_by: str | None
+    locked_until: datetime | None
+    lease_token: int
+    last_error_code: str | None
+    last_error_summary: str | None
+    completed_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One row of a job's execution history."""
+
+    attempt: int
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: str
+    error_code: str | None
+    error_summary: str | None
+    duration_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Per-queue figures from :func:`jobs.queue_stats`."""
+
+    queue: str
+    ready: int
+    oldest_ready_age: float
+    leased: int
+    retrying: int
+    dead: int
+    scheduled: int

@@ -1,0 +1,307 @@
+-- Named queries of the jobs component, loaded by jobs/queries.py.
+-- Every time predicate takes %(now)s and falls back to the database clock, so production has one
+-- clock (the database's) and tests pin it.
+
+-- name: enqueue
+-- Insert one job; on an idempotency conflict insert nothing and return no row (the caller then
+-- looks the existing job up). Wakes the queue's workers only when the job is ready now; NOTIFY
+-- payloads are de-duplicated by PostgreSQL within a transaction, so a transaction that enqueues
+-- many jobs on one queue sends one notification.
+WITH ins AS (
+    INSERT INTO jobs (organization_id, queue, job_type, payload, idempotency_key, priority,
+                      run_at, max_attempts, created_at)
+    VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
+            %(idempotency_key)s::text, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
+            coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (organization_id, job_type, idempotency_key)
+        WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, run_at
+)
+SELECT id,
+       CASE WHEN run_at <= coalesce(%(now)s::timestamptz, now())
+            THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
+FROM ins;
+
+-- name: find_by_key
+SELECT id FROM jobs
+WHERE organization_id = %(organization_id)s::uuid
+  AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: find_by_key_no_org
+SELECT id FROM jobs
+WHERE organization_id IS NULL
+  AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: enqueue_many
+-- Insert many jobs in one statement. Ids are drawn up front so that every input row can be
+-- matched to its job: a row whose id comes back was created, the others hit an idempotency key
+-- (within the batch or in the table) and are looked up by the caller.
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, t.*
+    FROM unnest(%(organization_ids)s::uuid[], %(queues)s::text[], %(job_types)s::text[],
+                %(payloads)s::jsonb[], %(idempotency_keys)s::text[], %(priorities)s::int[],
+                %(run_ats)s::timestamptz[], %(max_attempts)s::int[])
+         WITH ORDINALITY
+         AS t(organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+              max_attempts, ord)
+),
+ins AS (
+    INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
+                      run_at, max_attempts, created_at)
+    SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority,
+           coalesce(run_at, %(now)s::timestamptz, now()), max_attempts,
+           coalesce(%(now)s::timestamptz, now())
+    FROM input
+    ORDER BY ord
+    ON CONFLICT (organization_id, job_type, idempotency_key)
+        WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, run_at
+),
+wake AS (
+    SELECT DISTINCT queue FROM ins WHERE run_at <= coalesce(%(now)s::timestamptz, now())
+)
+SELECT i.ord, i.id, (ins.id IS NOT NULL) AS created,
+       (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS notified
+FROM input AS i LEFT JOIN ins ON ins.id = i.id
+ORDER BY i.ord;
+
+-- name: find_many_by_key
+SELECT k.ord, j.id
+FROM unnest(%(organization_ids)s::uuid[], %(job_types)s::text[], %(idempotency_keys)s::text[])
+     WITH ORDINALITY AS k(organization_id, job_type, idempotency_key, ord)
+JOIN jobs AS j
+  ON j.organization_id IS NOT DISTINCT FROM k.organization_id
+ AND j.job_type = k.job_type AND j.idempotency_key = k.idempotency_key;
+
+-- name: claim
+-- Lease up to n ready jobs per queue in one short statement. SKIP LOCKED lets claimers pass
+-- each other; every claim bumps the fencing token, so only the current holder can write the
+-- outcome.
+WITH wanted AS (
+    SELECT * FROM unnest(%(queues)s::text[], %(limits)s::int[]) AS w(queue, n)
+),
+candidates AS (
+    SELECT c.id
+    FROM wanted AS w
+    CROSS JOIN LATERAL (
+        SELECT id FROM jobs
+        WHERE queue = w.queue
+          AND status IN ('pending', 'retrying')
+          AND run_at <= coalesce(%(now)s::timestamptz, now())
+        ORDER BY priority DESC, run_at, id
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+)
+UPDATE jobs AS j
+SET status = 'leased',
+    attempts = j.attempts + 1,
+    locked_at = coalesce(%(now)s::timestamptz, now()),
+    locked_by = %(worker)s,
+    locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    lease_token = j.lease_token + 1
+FROM candidates AS c
+WHERE j.id = c.id
+RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
+          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
+          j.created_at;
+
+-- name: complete
+-- Record the outcomes of a batch of attempts. A row is updated only while the caller still
+-- holds its lease (same fencing token, still leased); an outcome that lost its lease is kept in
+-- the history as 'fenced' and changes nothing else.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(attempts)s::int[],
+                %(queues)s::text[], %(job_types)s::text[], %(statuses)s::text[],
+                %(outcomes)s::text[], %(delays)s::interval[], %(attempt_deltas)s::int[],
+                %(codes)s::text[], %(summaries)s::text[], %(started)s::timestamptz[],
+                %(durations)s::float8[])
+         AS t(id, token, attempt, queue, job_type, status, outcome, delay, attempt_delta,
+              code, summary, started_at, duration_ms)
+),
+updated AS (
+    UPDATE jobs AS j
+    SET status = i.status,
+        run_at = CASE WHEN i.status IN ('pending', 'retrying')
+                      THEN coalesce(%(now)s::timestamptz, now()) + i.delay
+                      ELSE j.run_at END,
+        attempts = j.attempts + i.attempt_delta,
+        locked_at = NULL,
+        locked_by = NULL,
+        locked_until = NULL,
+        last_error_code = coalesce(i.code, j.last_error_code),
+        last_error_summary = coalesce(i.summary, j.last_error_summary),
+        completed_at = CASE WHEN i.status IN ('succeeded', 'dead', 'cancelled')
+                            THEN coalesce(%(now)s::timestamptz, now()) END
+    FROM input AS i
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    RETURNING j.id
+)
+INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
+                          outcome, error_code, error_summary, duration_ms)
+SELECT i.id, i.attempt, i.queue, i.job_type, %(worker)s, i.started_at,
+       coalesce(%(now)s::timestamptz, now()),
+       CASE WHEN u.id IS NULL THEN 'fenced' ELSE i.outcome END,
+       i.code, i.summary, i.duration_ms
+FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
+RETURNING job_id, outcome;
+
+-- name: heartbeat
+-- Extend the leases the caller still holds; the ids not returned were lost (taken over).
+UPDATE jobs AS j
+SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+WHERE j.id = t.id AND j.lease_token = t.token AND j.status = 'leased'
+RETURNING j.id;
+
+-- name: reap
+-- Return expired leases to the queue (or to dead when attempts are exhausted) and record a
+-- 'lease_expired' attempt. Bounded and SKIP LOCKED: any number of workers may run it at once.
+WITH expired AS (
+    SELECT id, locked_by, locked_at, locked_until
+    FROM jobs
+    WHERE status = 'leased' AND locked_until < coalesce(%(now)s::timestamptz, now())
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+updated AS (
+    UPDATE jobs AS j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
+        run_at = coalesce(%(now)s::timestamptz, now()),
+        locked_at = NULL,
+        locked_by = NULL,
+        locked_until = NULL,
+        last_error_code = 'lease_expired',
+        last_error_summary = left('lease of ' || coalesce(e.locked_by, '?') || ' expired at '
+                                  || e.locked_until::text, 1000),
+        completed_at = CASE WHEN j.attempts >= j.max_attempts
+                            THEN coalesce(%(now)s::timestamptz, now()) END
+    FROM expired AS e
+    WHERE j.id = e.id
+    RETURNING j.id, j.attempts, j.queue, j.job_type, j.status
+),
+history AS (
+    INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at,
+                              finished_at, outcome, error_code, error_summary)
+    SELECT u.id, u.attempts, u.queue, u.job_type, e.locked_by, e.locked_at,
+           coalesce(%(now)s::timestamptz, now()), 'lease_expired', 'lease_expired',
+           'lease expired at ' || e.locked_until::text
+    FROM updated AS u JOIN expired AS e ON e.id = u.id
+)
+SELECT u.id, u.queue, u.status FROM updated AS u;
+
+-- name: release
+-- Give leases back on shutdown: the jobs are ready again at once, and the interrupted attempt
+-- is recorded. The attempt still counts, so a job that never finishes within the grace period
+-- cannot loop forever.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+),
+updated AS (
+    UPDATE jobs AS j
+    SET status = 'retrying',
+        run_at = coalesce(%(now)s::timestamptz, now()),
+        locked_at = NULL,
+        locked_by = NULL,
+        locked_until = NULL,
+        last_error_code = 'interrupted',
+        last_error_summary = 'worker stopped before the handler finished'
+    FROM input AS i
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    RETURNING j.id, j.attempts, j.queue, j.job_type
+),
+history AS (
+    INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, finished_at, outcome,
+                              error_code, error_summary)
+    SELECT u.id, u.attempts, u.queue, u.job_type, %(worker)s,
+           coalesce(%(now)s::timestamptz, now()), 'interrupted', 'interrupted',
+           'worker stopped before the handler finished'
+    FROM updated AS u
+)
+SELECT id, queue FROM updated;
+
+-- name: requeue
+-- Dead (or cancelled) jobs back to pending with a fresh set of attempts. Their history stays.
+WITH updated AS (
+    UPDATE jobs
+    SET status = 'pending',
+        attempts = 0,
+        run_at = coalesce(%(now)s::timestamptz, now()),
+        completed_at = NULL
+    WHERE status = ANY(%(statuses)s::text[])
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
+      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+      AND (%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+    RETURNING id, queue
+),
+wake AS (SELECT DISTINCT queue FROM updated)
+SELECT u.id, (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS notified
+FROM updated AS u
+ORDER BY u.id;
+
+-- name: cancel
+-- Cancel waiting or dead jobs. A leased job is running right now and cannot be cancelled here;
+-- its handler decides (raise jobs.Cancel).
+UPDATE jobs
+SET status = 'cancelled',
+    completed_at = coalesce(%(now)s::timestamptz, now()),
+    last_error_code = coalesce(%(reason)s::text, last_error_code)
+WHERE status = ANY(%(statuses)s::text[])
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+RETURNING id;
+
+-- name: list_jobs
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
+       attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
+       last_error_summary, completed_at, created_at
+FROM jobs
+WHERE status = ANY(%(statuses)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: get_job
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
+       attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
+       last_error_summary, completed_at, created_at
+FROM jobs WHERE id = %(id)s;
+
+-- name: job_attempts
+SELECT attempt, worker, started_at, finished_at, outcome, error_code, error_summary, duration_ms
+FROM job_attempts WHERE job_id = %(id)s ORDER BY id;
+
+-- name: queue_stats
+-- One cheap pass over the unfinished rows (the partial indexes keep them few).
+SELECT queue,
+       count(*) FILTER (WHERE status IN ('pending', 'retrying')
+                          AND run_at <= coalesce(%(now)s::timestamptz, now())) AS ready,
+       coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                - min(run_at) FILTER (WHERE status IN ('pending', 'retrying')
+                    AND run_at <= coalesce(%(now)s::timestamptz, now()))), 0)::float8
+           AS oldest_ready_age,
+       count(*) FILTER (WHERE status = 'leased') AS leased,
+       count(*) FILTER (WHERE status = 'retrying') AS retrying,
+       count(*) FILTER (WHERE status = 'dead') AS dead,
+       count(*) FILTER (WHERE status IN ('pending', 'retrying')
+                          AND run_at > coalesce(%(now)s::timestamptz, now())) AS scheduled
+FROM jobs
+WHERE status IN ('pending', 'retrying', 'leased', 'dead')
+GROUP BY queue
+ORDER BY queue;
+
+-- name: record_effect
+INSERT INTO job_effects (effect_key, job_id, detail, recorded_at)
+VALUES (%(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (effect_key) DO NOTHING
+RETURNING effect_key;

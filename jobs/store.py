@@ -1,0 +1,188 @@
+"""The storage seam of the worker: a typed protocol and its PostgreSQL implementation.
+
+Every method is one short statement in its own transaction (the connection is in autocommit
+mode): a claim commits before any handler runs, and outcomes are written afterwards, guarded by
+the fencing token the claim handed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import psycopg
+
+from jobs.model import Job
+from jobs.queries import query
+from jobs.retry import Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One finished attempt, ready to be written."""
+
+    job: Job
+    decision: Decision
+    started_at: datetime
+    duration_ms: float
+
+
+class JobStore(Protocol):
+    def claim(
+        self, wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+    ) -> list[Job]:
+        """Lease up to ``wanted[queue]`` ready jobs of each queue.
+
+        Eligible: status pending or retrying and run_at <= now, in order of priority (highest
+        first), then run_at, then id. Each claimed row becomes leased with attempts + 1,
+        locked_by = worker, locked_until = now + lease and a new fencing token.
+        """
+        ...
+
+    def complete(
+        self, finished: Sequence[Finished], worker: str, now: datetime | None
+    ) -> dict[int, str]:
+        """Write outcomes; returns ``{job id: outcome}`` with 'fenced' for lost leases.
+
+        A job changes only while it is still leased under the same token. Every attempt gets a
+        job_attempts row either way.
+        """
+        ...
+
+    def heartbeat(
+        self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
+    ) -> set[int]:
+        """Extend leases still held (``(id, token)`` pairs); returns the ids extended."""
+        ...
+
+    def reap(self, limit: int, now: datetime | None) -> list[tuple[int, str, str]]:
+        """Recover up to ``limit`` expired leases: ``(id, queue, new status)``."""
+        ...
+
+    def release(
+        self, leases: Sequence[tuple[int, int]], worker: str, now: datetime | None
+    ) -> list[int]:
+        """Give leases back (shutdown): the jobs are ready again; returns the ids released."""
+        ...
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    (
+        job_id,
+        organization_id,
+        queue,
+        job_type,
+        payload,
+        idempotency_key,
+        priority,
+        run_at,
+        attempts,
+        max_attempts,
+        lease_token,
+        _locked_at,
+        created_at,
+    ) = row
+    return Job(
+        id=job_id,
+        queue=queue,
+        job_type=job_type,
+        payload=payload,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+        organization_id=organization_id,
+        priority=priority,
+        run_at=run_at,
+        created_at=created_at,
+        lease_token=lease_token,
+    )
+
+
+class PgJobStore:
+    """:class:`JobStore` on one psycopg connection in autocommit mode."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def claim(
+        self, wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+    ) -> list[Job]:
+        queues = [q for q, n in wanted.items() if n > 0]
+        if not queues:
+            return []
+        rows = self.conn.execute(
+            query("claim"),
+            {
+                "queues": queues,
+                "limits": [wanted[q] for q in queues],
+                "worker": worker,
+                "lease": lease,
+                "now": now,
+            },
+        ).fetchall()
+        return [_job(row) for row in rows]
+
+    def complete(
+        self, finished: Sequence[Finished], worker: str, now: datetime | None
+    ) -> dict[int, str]:
+        if not finished:
+            return {}
+        rows = self.conn.execute(
+            query("complete"),
+            {
+                "ids": [f.job.id for f in finished],
+                "tokens": [f.job.lease_token for f in finished],
+                "attempts": [f.job.attempt for f in finished],
+                "queues": [f.job.queue for f in finished],
+                "job_types": [f.job.job_type for f in finished],
+                "statuses": [str(f.decision.status) for f in finished],
+                "outcomes": [f.decision.outcome for f in finished],
+                "delays": [f.decision.delay for f in finished],
+                "attempt_deltas": [f.decision.attempt_delta for f in finished],
+                "codes": [f.decision.code for f in finished],
+                "summaries": [f.decision.summary for f in finished],
+                "started": [f.started_at for f in finished],
+                "durations": [f.duration_ms for f in finished],
+                "worker": worker,
+                "now": now,
+            },
+        ).fetchall()
+        return {job_id: outcome for job_id, outcome in rows}
+
+    def heartbeat(
+        self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
+    ) -> set[int]:
+        if not leases:
+            return set()
+        rows = self.conn.execute(
+            query("heartbeat"),
+            {
+                "ids": [i for i, _ in leases],
+                "tokens": [t for _, t in leases],
+                "lease": lease,
+                "now": now,
+            },
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def reap(self, limit: int, now: datetime | None) -> list[tuple[int, str, str]]:
+        rows = self.conn.execute(query("reap"), {"limit": limit, "now": now}).fetchall()
+        return [(job_id, queue, status) for job_id, queue, status in rows]
+
+    def release(
+        self, leases: Sequence[tuple[int, int]], worker: str, now: datetime | None
+    ) -> list[int]:
+        if not leases:
+            return []
+        rows = self.conn.execute(
+            query("release"),
+            {
+                "ids": [i for i, _ in leases],
+                "tokens": [t for _, t in leases],
+                "worker": worker,
+                "now": now,
+            },
+        ).fetchall()
+        return [row[0] for row in rows]

@@ -1,0 +1,116 @@
+"""Validation of what callers pass to the jobs API, before anything is written.
+
+Every failure raises :class:`jobs.InvalidJob` naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from jobs.errors import InvalidJob
+
+QUEUE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_IDEMPOTENCY_KEY = 512
+MAX_JOB_TYPE = 200
+PRIORITY_RANGE = (-1000, 1000)
+MAX_ATTEMPTS_LIMIT = 1000
+DEFAULT_MAX_ATTEMPTS = 10
+
+
+def queue_name(value: Any, field: str = "queue") -> str:
+    if not isinstance(value, str) or not QUEUE_PATTERN.match(value):
+        raise InvalidJob(
+            field,
+            value,
+            "a queue name is 1-63 characters of a-z, 0-9, '_', '.' or '-', "
+            "starting with a letter or digit",
+        )
+    return value
+
+
+def job_type(value: Any) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_JOB_TYPE or value != value.strip():
+        raise InvalidJob(
+            "job_type", value, f"must be a non-empty string of at most {MAX_JOB_TYPE} characters"
+        )
+    return value
+
+
+def payload(value: Any) -> str:
+    """The payload as JSON text; JSON-serialisable values only, at most 1 MiB."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob("payload", value, f"must be JSON-serialisable ({exc})") from None
+    if "\\u0000" in text:
+        raise InvalidJob("payload", value, "PostgreSQL jsonb cannot store the NUL character")
+    if len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob("payload", f"<{len(text)} characters>", "larger than 1 MiB")
+    return text
+
+
+def idempotency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidJob(
+            "idempotency_key",
+            value,
+            f"must be None or a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
+        )
+    return value
+
+
+def organization_id(value: Any) -> UUID | None:
+    if value is None or isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise InvalidJob("organization_id", value, "must be None or a UUID")
+
+
+def aware(value: Any, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidJob(field, value, "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJob(field, value, "must be timezone-aware (naive datetimes are ambiguous)")
+    return value
+
+
+def priority(value: Any) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJob("priority", value, f"must be an integer from {low} to {high}")
+    return value
+
+
+def max_attempts(value: Any) -> int:
+    if value is None:
+        return DEFAULT_MAX_ATTEMPTS
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob("max_attempts", value, "must be an integer")
+    if not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidJob("max_attempts", value, f"must be from 1 to {MAX_ATTEMPTS_LIMIT}")
+    return value
+
+
+def delay(value: Any, field: str) -> timedelta:
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = timedelta(seconds=value)
+    else:
+        raise InvalidJob(field, value, "must be a timedelta or a number of seconds")
+    if result < timedelta(0):
+        raise InvalidJob(field, value, "must not be negative")
+    return result

@@ -1,0 +1,397 @@
+"""The worker runtime: claim, run, record, with leases, heartbeats and isolated queues.
+
+One dispatcher thread owns the worker's database connection and loops:
+
+    write finished outcomes (one statement per batch, history included)
+    extend leases that are due (one statement)        -> heartbeat
+    recover expired leases of any worker (bounded)    -> reaper
+    claim up to the free slots of every queue (one statement, SKIP LOCKED)
+    hand each job to its queue's thread pool
+    sleep until a notification, a finished job, the next poll or the next deadline
+
+Each queue has its own pool of ``concurrency`` threads, so a flood of ``reports`` never takes a
+slot from ``critical_alerts``. Handlers run outside any transaction. A handler's outcome is
+written under the fencing token the claim handed out: a worker whose lease expired and was
+taken over cannot overwrite the new owner's result.
+
+Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, let running handlers finish within
+the grace period, then give the remaining leases back so nothing stays leased.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from jobs import validate
+from jobs.errors import InvalidJob
+from jobs.listener import Listener
+from jobs.model import Job, JobStatus
+from jobs.outcomes import TransientError
+from jobs.retry import Decision, RetryPolicies, decide
+from jobs.store import Finished, JobStore, PgJobStore
+from timezones.clock import Clock
+
+Handler = Callable[[Job], object]
+
+log = logging.getLogger("tockwork.worker")
+job_log = logging.getLogger("tockwork.jobs")
+
+NO_HANDLER = "no_handler"
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, for scripts, tests and the demo."""
+
+    claimed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    fenced: int = 0
+    reaped: int = 0
+    released: int = 0
+    lost_leases: int = 0
+    claim_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+def _default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+class Worker:
+    """Runs handlers for jobs of the given queues.
+
+    ``handlers`` maps a job type to a callable taking a :class:`jobs.Job`. ``queues`` maps a
+    queue to its concurrency (threads). ``clock`` pins time for tests (SQL then uses it as
+    ``now``); by default the database clock is the one clock.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        handlers: Mapping[str, Handler],
+        queues: Mapping[str, int] | None = None,
+        *,
+        name: str | None = None,
+        lease: timedelta = timedelta(seconds=30),
+        heartbeat: timedelta | None = None,
+        poll_interval: timedelta = timedelta(seconds=1),
+        reap_interval: timedelta = timedelta(seconds=5),
+        reap_limit: int = 500,
+        grace: timedelta = timedelta(seconds=20),
+        listen: bool = True,
+        prefetch: int = 0,
+        retry: RetryPolicies | None = None,
+        clock: Clock | None = None,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        on_outcome: Callable[[Job, Decision, float], None] | None = None,
+    ) -> None:
+        queues = dict(queues or {"default": 4})
+        if not queues:
+            raise InvalidJob("queues", queues, "name at least one queue")
+        for q, n in queues.items():
+            validate.queue_name(q, "queues")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise InvalidJob(f"queues[{q!r}]", n, "concurrency must be a positive integer")
+        if lease < timedelta(seconds=1):
+            raise InvalidJob("lease", lease, "must be at least one second")
+        self.conninfo = conninfo
+        self.handlers = dict(handlers)
+        self.queues = queues
+        self.name = name or _default_name()
+        self.lease = lease
+        self.heartbeat_every = heartbeat or lease / 3
+        self.poll_interval = poll_interval
+        self.reap_interval = reap_interval
+        self.reap_limit = reap_limit
+        self.grace = grace
+        self.listen = listen
+        self.prefetch = prefetch
+        self.retry = retry or RetryPolicies()
+        self.clock = clock
+        self.connect_kwargs: dict[str, Any] = dict(connect_kwargs or {})
+        self.on_outcome = on_outcome
+        self.stats = WorkerStats()
+
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done: queue_module.SimpleQueue[Finished] = queue_module.SimpleQueue()
+        self._inflight: dict[int, Job] = {}
+        self._inflight_by_queue: dict[str, int] = dict.fromkeys(queues, 0)
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._conn: psycopg.Connection[Any] | None = None
+        self._store: JobStore | None = None
+        self._listener: Listener | None = None
+
+    # -- public control ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to stop: no more claims, running handlers get the grace period."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> WorkerStats:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
+        with self._signals(install_signal_handlers), self._session():
+            self._loop(until_idle=False)
+        return self.stats
+
+    def run_until_idle(self) -> WorkerStats:
+        """Run until no job is ready and nothing is running, then return (scripts, tests)."""
+        with self._session():
+            self._loop(until_idle=True)
+        return self.stats
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None and self._listener.alive.is_set()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        if not install or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
+            self.stop()
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    @contextmanager
+    def _session(self) -> Iterator[None]:
+        self._stopping.clear()
+        self._connect()
+        self._pools = {
+            q: ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"tockwork-{q}")
+            for q, n in self.queues.items()
+        }
+        if self.listen:
+            self._listener = Listener(
+                self.conninfo, self._on_notify, connect_kwargs=self.connect_kwargs
+            )
+            self._listener.start()
+            self._listener.wait_ready(2.0)
+        log.info(
+            "worker %s started: queues %s, %s",
+            self.name,
+            ", ".join(f"{q}={n}" for q, n in self.queues.items()),
+            "listening" if self.listening else "poll-only",
+        )
+        try:
+            yield
+        finally:
+            self._shutdown()
+
+    def _connect(self) -> None:
+        self._conn = psycopg.connect(self.conninfo, autocommit=True, **self.connect_kwargs)
+        self._store = PgJobStore(self._conn)
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.grace.total_seconds()
+        while self._inflight and time.monotonic() < deadline:
+            self._flush()
+            self._maybe_heartbeat()
+            self._wake.wait(0.05)
+            self._wake.clear()
+        self._flush()
+        if self._inflight:
+            leases = [(j.id, j.lease_token) for j in self._inflight.values()]
+            released = self._db(lambda s: s.release(leases, self.name, self._now())) or []
+            self.stats.released += len(released)
+            log.warning(
+                "worker %s: %d handler(s) still running after the grace period; "
+                "their leases were given back: %s",
+                self.name,
+                len(released),
+                released,
+            )
+            self._inflight.clear()
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        log.info("worker %s stopped", self.name)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _now(self) -> datetime | None:
+        return self.clock.now() if self.clock is not None else None
+
+    def _on_notify(self, _payload: str) -> None:
+        self._wake.set()
+
+    def _loop(self, *, until_idle: bool) -> None:
+        self._next_heartbeat = time.monotonic() + self.heartbeat_every.total_seconds()
+        self._next_reap = 0.0
+        poll = self.poll_interval.total_seconds()
+        while not self._stopping.is_set():
+            self._wake.clear()
+            self._flush()
+            self._maybe_heartbeat()
+            self._maybe_reap()
+            claimed = self._claim()
+            if until_idle and not claimed and not self._inflight and self._done.empty():
+                return
+            if self._done.empty():
+                deadline = min(self._next_heartbeat, self._next_reap) - time.monotonic()
+                self._wake.wait(max(0.0, min(poll, deadline)))
+
+    def _db(self, op: Callable[[JobStore], Any]) -> Any:
+        """Run one store operation; on a lost connection, reconnect once and retry."""
+        assert self._store is not None
+        try:
+            return op(self._store)
+        except psycopg.OperationalError as exc:
+            log.warning("worker %s: database connection lost (%s); reconnecting", self.name, exc)
+            for delay in (0.1, 0.5, 1.0, 2.0, 5.0):
+                if self._conn is not None:
+                    self._conn.close()
+                try:
+                    self._connect()
+                    return op(self._store)
+                except psycopg.OperationalError:
+                    time.sleep(delay)
+            raise
+
+    def _claim(self) -> int:
+        wanted = {q: n + self.prefetch - self._inflight_by_queue[q] for q, n in self.queues.items()}
+        if not any(v > 0 for v in wanted.values()):
+            return 0
+        started = time.perf_counter()
+        claimed: list[Job] = self._db(lambda s: s.claim(wanted, self.name, self.lease, self._now()))
+        self.stats.claim_seconds += time.perf_counter() - started
+        for job in claimed:
+            self.stats.claimed += 1
+            self._inflight[job.id] = job
+            self._inflight_by_queue[job.queue] += 1
+            self._pools[job.queue].submit(self._execute, job)
+        return len(claimed)
+
+    def _execute(self, job: Job) -> None:
+        started_at = self.clock.now() if self.clock is not None else datetime.now(UTC)
+        t0 = time.perf_counter()
+        handler = self.handlers.get(job.job_type)
+        error: BaseException | None = None
+        try:
+            if handler is None:
+                raise TransientError(
+                    f"no handler for job type {job.job_type!r} in worker {self.name}",
+                    code=NO_HANDLER,
+                )
+            handler(job)
+        except Exception as exc:
+            error = exc
+        duration_ms = (time.perf_counter() - t0) * 1000.0
+        decision = decide(job, error, self.retry.for_job(job))
+        self._log_outcome(job, decision, duration_ms, error)
+        if self.on_outcome is not None:
+            self.on_outcome(job, decision, duration_ms)
+        self._done.put(Finished(job, decision, started_at, duration_ms))
+        self._wake.set()
+
+    def _log_outcome(
+        self, job: Job, decision: Decision, duration_ms: float, error: BaseException | None
+    ) -> None:
+        fields = {
+            "job_id": job.id,
+            "job_type": job.job_type,
+            "queue": job.queue,
+            "attempt": job.attempt,
+            "idempotency_key": job.idempotency_key,
+            "duration_ms": round(duration_ms, 3),
+            "outcome": decision.outcome,
+            "error_code": decision.code,
+        }
+        if error is None or decision.status is JobStatus.PENDING:
+            job_log.debug("job %s %s", job.id, decision.outcome, extra={"job": fields})
+        else:
+            job_log.warning(
+                "job %s %s: %s",
+                job.id,
+                decision.outcome,
+                decision.summary,
+                extra={"job": fields},
+                exc_info=(type(error), error, error.__traceback__) if error else None,
+            )
+
+    def _flush(self) -> None:
+        batch: list[Finished] = []
+        while True:
+            try:
+                batch.append(self._done.get_nowait())
+            except queue_module.Empty:
+                break
+        if not batch:
+            return
+        started = time.perf_counter()
+        written: dict[int, str] = self._db(lambda s: s.complete(batch, self.name, self._now()))
+        self.stats.write_seconds += time.perf_counter() - started
+        for item in batch:
+            outcome = written.get(item.job.id, "fenced")
+            if outcome == "fenced":
+                self.stats.fenced += 1
+                log.warning(
+                    "job %s: outcome %s rejected, the lease was lost to another worker",
+                    item.job.id,
+                    item.decision.outcome,
+                )
+            self.stats.count(outcome)
+            if self._inflight.pop(item.job.id, None) is not None:
+                self._inflight_by_queue[item.job.queue] -= 1
+
+    def _maybe_heartbeat(self) -> None:
+        if time.monotonic() < self._next_heartbeat:
+            return
+        self._next_heartbeat = time.monotonic() + self.heartbeat_every.total_seconds()
+        leases = [(j.id, j.lease_token) for j in self._inflight.values()]
+        if not leases:
+            return
+        kept: set[int] = self._db(lambda s: s.heartbeat(leases, self.lease, self._now()))
+        lost = [i for i, _ in leases if i not in kept and i in self._inflight]
+        if lost:
+            self.stats.lost_leases += len(lost)
+            log.warning("worker %s: leases lost for jobs %s", self.name, lost)
+
+    def _maybe_reap(self) -> None:
+        if time.monotonic() < self._next_reap:
+            return
+        self._next_reap = time.monotonic() + self.reap_interval.total_seconds()
+        reaped: list[tuple[int, str, str]] = self._db(
+            lambda s: s.reap(self.reap_limit, self._now())
+        )
+        if reaped:
+            self.stats.reaped += len(reaped)
+            log.warning(
+                "recovered %d expired lease(s): %s",
+                len(reaped),
+                ", ".join(f"{i}->{st}" for i, _, st in reaped[:20]),
+            )

@@ -1,0 +1,204 @@
+"""Transactional enqueue against a real PostgreSQL: rollback, commit, idempotency, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+from jobs import JobSpec
+
+T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
+
+
+def count(url: str, where: str = "true") -> int:
+    with psycopg.connect(url) as c:
+        row = c.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()  # noqa: S608
+        assert row is not None
+        return int(row[0])
+
+
+def test_rollback_means_no_job(db_url: str) -> None:
+    with psycopg.connect(db_url) as c:
+        with c.transaction(force_rollback=True):
+            result = jobs.enqueue(c, "send_push", {"user": 1})
+            assert result.created
+            assert count(db_url) == 0  # not visible to others before commit
+        assert c.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert count(db_url) == 0
+
+
+def test_commit_means_job(db_url: str) -> None:
+    with psycopg.connect(db_url) as c:
+        with c.transaction():
+            result = jobs.enqueue(
+                c, "send_push", {"user": 1}, queue="notifications", priority=5, now=T0
+            )
+            assert count(db_url) == 0
+        row = c.execute(
+            "SELECT queue, job_type, payload, status, priority, run_at, attempts, max_attempts"
+            " FROM jobs WHERE id = %s",
+            (result.id,),
+        ).fetchone()
+    assert row == ("notifications", "send_push", {"user": 1}, "pending", 5, T0, 0, 10)
+
+
+def test_run_at_delays_the_job(conn: psycopg.Connection[Any]) -> None:
+    later = T0 + timedelta(hours=3)
+    job_id = jobs.enqueue(conn, "report", run_at=later, now=T0).id
+    row = conn.execute("SELECT run_at, payload FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == (later, {})
+
+
+def test_same_key_yields_one_job_without_organization(conn: psycopg.Connection[Any]) -> None:
+    first = jobs.enqueue(conn, "remind", {"n": 1}, idempotency_key="r:42:2026-10-27")
+    again = jobs.enqueue(conn, "remind", {"n": 2}, idempotency_key="r:42:2026-10-27")
+    assert first.created and not again.created
+    assert again.id == first.id
+    assert conn.execute("SELECT count(*), min(payload->>'n') FROM jobs").fetchone() == (1, "1")
+
+
+def test_key_scope_is_organization_and_job_type(conn: psycopg.Connection[Any]) -> None:
+    org_a, org_b = uuid.uuid4(), uuid.uuid4()
+    ids = {
+        jobs.enqueue(conn, "remind", idempotency_key="k", organization_id=org_a).id,
+        jobs.enqueue(conn, "remind", idempotency_key="k", organization_id=org_b).id,
+        jobs.enqueue(conn, "remind", idempotency_key="k").id,
+        jobs.enqueue(conn, "other", idempotency_key="k", organization_id=org_a).id,
+    }
+    assert len(ids) == 4
+    again = jobs.enqueue(conn, "remind", idempotency_key="k", organization_id=str(org_a))
+    assert not again.created
+    assert again.id in ids
+
+
+def test_sixteen_concurrent_enqueuers_of_one_key_get_one_job(db_url: str) -> None:
+    barrier = threading.Barrier(16)
+    results: list[jobs.Enqueued] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def enqueuer(n: int) -> None:
+        try:
+            with psycopg.connect(db_url) as c:
+                with c.transaction():
+                    barrier.wait(timeout=10)
+                    r = jobs.enqueue(c, "remind", {"from": n}, idempotency_key="herd")
+                    # Hold the transaction open a little so that others wait on our row.
+                    c.execute("SELECT pg_sleep(0.02)")
+                with lock:
+                    results.append(r)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=enqueuer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 16
+    assert len({r.id for r in results}) == 1
+    assert sum(r.created for r in results) == 1
+    assert count(db_url) == 1
+
+
+def test_enqueue_many_in_one_statement_with_idempotency(conn: psycopg.Connection[Any]) -> None:
+    existing = jobs.enqueue(conn, "remind", idempotency_key="a").id
+    specs: list[JobSpec | dict[str, Any]] = [
+        JobSpec("remind", {"i": 0}, idempotency_key="a"),  # exists in the table
+        JobSpec("remind", {"i": 1}, idempotency_key="b"),
+        {"job_type": "remind", "payload": {"i": 2}, "idempotency_key": "b"},  # dup in batch
+        JobSpec("report", {"i": 3}, queue="reports"),
+        JobSpec("report", {"i": 4}, queue="reports"),
+    ]
+    out = jobs.enqueue_many(conn, specs)
+    assert [r.created for r in out] == [False, True, False, True, True]
+    assert out[0].id == existing
+    assert out[1].id == out[2].id
+    assert len({r.id for r in out}) == 4
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (4,)
+    assert jobs.enqueue_many(conn, []) == []
+
+
+def test_enqueue_many_thousands(conn: psycopg.Connection[Any]) -> None:
+    out = jobs.enqueue_many(
+        conn, (JobSpec("noop", {"i": i}, idempotency_key=f"k{i % 2500}") for i in range(5000))
+    )
+    assert len(out) == 5000
+    assert sum(r.created for r in out) == 2500
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (2500,)
+    assert out[0].id == out[2500].id
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"queue": "Bad Queue!"}, "queue"),
+        ({"queue": ""}, "queue"),
+        ({"payload": {"when": datetime(2026, 1, 1, tzinfo=UTC)}}, "payload"),
+        ({"payload": {"x": float("nan")}}, "payload"),
+        ({"payload": {"x": object()}}, "payload"),
+        ({"priority": 5000}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"run_at": datetime(2026, 1, 1, 8, 0)}, "run_at"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"organization_id": "not-a-uuid"}, "organization_id"),
+        ({"job_type": ""}, "job_type"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(
+    conn: psycopg.Connection[Any], kwargs: dict[str, Any], field: str
+) -> None:
+    args: dict[str, Any] = {"job_type": "send_push", "payload": {}, **kwargs}
+    job_type = args.pop("job_type")
+    payload = args.pop("payload")
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.enqueue(conn, job_type, payload, **args)
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+def test_enqueue_many_validates_every_spec_before_writing(conn: psycopg.Connection[Any]) -> None:
+    specs = [JobSpec("ok", {}), JobSpec("ok", {}, queue="NOPE")]
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.enqueue_many(conn, specs)
+    assert info.value.field == "specs[1].queue"
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+def test_one_notification_per_queue_per_transaction(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN tockwork_jobs")
+        with psycopg.connect(db_url) as c, c.transaction():
+            for i in range(50):
+                jobs.enqueue(c, "a", {"i": i}, queue="alpha")
+            jobs.enqueue_many(c, [JobSpec("b", {}, queue="beta") for _ in range(20)])
+            jobs.enqueue(c, "later", queue="gamma", run_at=datetime(2099, 1, 1, tzinfo=UTC))
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert sorted(notes) == ["alpha", "beta"]
+
+
+def test_enqueue_async_in_transaction(db_url: str) -> None:
+    async def scenario() -> tuple[jobs.Enqueued, jobs.Enqueued]:
+        async with await psycopg.AsyncConnection.connect(db_url) as c:
+            async with c.transaction():
+                first = await jobs.enqueue_async(c, "remind", {}, idempotency_key="x")
+            async with c.transaction(force_rollback=True):
+                await jobs.enqueue_async(c, "remind", {}, idempotency_key="rolled-back")
+            second = await jobs.enqueue_async(c, "remind", {}, idempotency_key="x")
+            await c.commit()
+            return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.created and not second.created and first.id == second.id
+    assert count(db_url) == 1
