@@ -11,13 +11,22 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from scheduler import cli_preview
+from scheduler import cli_jobs, cli_preview
 from scheduler.cli_common import InputError, SubParsers
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
+    cli_jobs.register,
     cli_preview.register,
 ]
+
+
+def _is_input_error(exc: Exception) -> bool:
+    """Bad input: our CLI's InputError, or a ValueError raised by one of our packages."""
+    if isinstance(exc, InputError):
+        return True
+    package = type(exc).__module__.split(".")[0]
+    return isinstance(exc, ValueError) and package in {"jobs", "timezones", "scheduler"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except InputError as exc:
+    except Exception as exc:
+        if not _is_input_error(exc):
+            raise
         print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

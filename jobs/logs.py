@@ -1,0 +1,54 @@
+"""Structured logs: one line per job outcome, as text or JSON.
+
+The worker logs each outcome on the ``tockwork.jobs`` logger with an ``extra={"job": {...}}``
+record (job id, type, queue, attempt, idempotency key, duration, outcome, error code). Full
+tracebacks go to the logs only; the jobs table keeps a bounded summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        job = getattr(record, "job", None)
+        if isinstance(job, dict):
+            data.update(job)
+        if record.exc_info:
+            data["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        job = getattr(record, "job", None)
+        if isinstance(job, dict):
+            text += " " + " ".join(f"{k}={v}" for k, v in job.items() if v is not None)
+        return text
+
+
+def configure(level: str = "info", *, json_lines: bool = False) -> None:
+    """Send tockwork's logs to stderr, as JSON lines when asked."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    root = logging.getLogger("tockwork")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

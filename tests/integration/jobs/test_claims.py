@@ -1,0 +1,172 @@
+"""Claims, leases, fencing and the reaper, with real concurrent connections."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+from jobs import JobSpec
+from jobs.model import Job
+from jobs.retry import SUCCEEDED
+from jobs.store import Finished, PgJobStore
+
+T0 = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def stores(db_url: str) -> Iterator[Callable[[], PgJobStore]]:
+    """Opens PgJobStores on autocommit connections and closes them after the test."""
+    opened: list[psycopg.Connection[Any]] = []
+
+    def make() -> PgJobStore:
+        opened.append(psycopg.connect(db_url, autocommit=True))
+        return PgJobStore(opened[-1])
+
+    yield make
+    for c in opened:
+        c.close()
+
+
+def status_of(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT status, attempts, lease_token, locked_by FROM jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def finished(job: Job) -> Finished:
+    return Finished(job, SUCCEEDED, T0, 1.0)
+
+
+def test_eight_concurrent_claimers_claim_each_job_once(
+    db_url: str, stores: Callable[[], PgJobStore]
+) -> None:
+    with psycopg.connect(db_url) as c:
+        jobs.enqueue_many(c, [JobSpec("noop", {"i": i}) for i in range(10_000)], now=T0)
+    claimed: list[list[int]] = [[] for _ in range(8)]
+    barrier = threading.Barrier(8)
+
+    def claimer(n: int) -> None:
+        s = PgJobStore(psycopg.connect(db_url, autocommit=True))
+        barrier.wait(timeout=10)
+        while True:
+            batch = s.claim({"default": 50}, f"w{n}", LEASE, T0)
+            if not batch:
+                break
+            claimed[n].extend(j.id for j in batch)
+        s.conn.close()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for part in claimed for i in part]
+    assert len(every) == 10_000
+    assert len(set(every)) == 10_000
+    assert sum(1 for part in claimed if part) >= 2  # the work really was shared
+    with psycopg.connect(db_url) as c:
+        assert c.execute(
+            "SELECT count(*) FROM jobs WHERE status = 'leased' AND attempts = 1"
+        ).fetchone() == (10_000,)
+
+
+def test_claim_order_priority_then_run_at_and_only_ready(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    low = jobs.enqueue(conn, "t", {}, priority=0, run_at=T0 - timedelta(minutes=5)).id
+    high = jobs.enqueue(conn, "t", {}, priority=10, run_at=T0).id
+    older = jobs.enqueue(conn, "t", {}, priority=0, run_at=T0 - timedelta(minutes=9)).id
+    jobs.enqueue(conn, "t", {}, priority=100, run_at=T0 + timedelta(seconds=1))
+    jobs.enqueue(conn, "t", {}, queue="other", run_at=T0)
+    conn.commit()
+    got = stores().claim({"default": 10}, "w", LEASE, T0)
+    assert [j.id for j in got] == [high, older, low]
+
+
+def test_stale_worker_completion_is_fenced(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    job_id = jobs.enqueue(conn, "t", {}, now=T0).id
+    conn.commit()
+    a, b = stores(), stores()
+    (job_a,) = a.claim({"default": 1}, "worker-a", LEASE, T0)
+    # worker-a stalls past its lease; the reaper hands the job back and worker-b takes it.
+    later = T0 + LEASE + timedelta(seconds=1)
+    assert a.reap(100, later) == [(job_id, "default", "retrying")]
+    (job_b,) = b.claim({"default": 1}, "worker-b", LEASE, later)
+    assert job_b.lease_token == job_a.lease_token + 1
+    assert job_b.attempt == 2
+    assert a.complete([finished(job_a)], "worker-a", later) == {job_id: "fenced"}
+    assert status_of(conn, job_id) == ("leased", 2, job_b.lease_token, "worker-b")
+    assert a.heartbeat([(job_id, job_a.lease_token)], LEASE, later) == set()
+    assert b.complete([finished(job_b)], "worker-b", later) == {job_id: "succeeded"}
+    assert status_of(conn, job_id) == ("succeeded", 2, job_b.lease_token, None)
+    history = [(x.attempt, x.worker, x.outcome) for x in jobs.job_attempts(conn, job_id)]
+    assert history == [
+        (1, "worker-a", "lease_expired"),
+        (1, "worker-a", "fenced"),
+        (2, "worker-b", "succeeded"),
+    ]
+
+
+def test_heartbeat_extends_the_lease(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    job_id = jobs.enqueue(conn, "t", {}, now=T0).id
+    conn.commit()
+    s = stores()
+    (job,) = s.claim({"default": 1}, "w", LEASE, T0)
+    t1 = T0 + timedelta(seconds=25)
+    assert s.heartbeat([(job.id, job.lease_token)], LEASE, t1) == {job_id}
+    assert s.reap(10, T0 + LEASE + timedelta(seconds=1)) == []  # not expired any more
+    row = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == (t1 + LEASE,)
+
+
+def test_reaper_sends_exhausted_jobs_to_dead(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    job_id = jobs.enqueue(conn, "t", {}, max_attempts=1, now=T0).id
+    conn.commit()
+    s = stores()
+    s.claim({"default": 1}, "w", LEASE, T0)
+    assert s.reap(10, T0 + timedelta(minutes=5)) == [(job_id, "default", "dead")]
+    record = jobs.get_job(conn, job_id)
+    assert record.status == "dead"
+    assert record.last_error_code == "lease_expired"
+    assert record.completed_at == T0 + timedelta(minutes=5)
+
+
+def test_release_gives_leases_back(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    job_id = jobs.enqueue(conn, "t", {}, now=T0).id
+    conn.commit()
+    s = stores()
+    (job,) = s.claim({"default": 1}, "w", LEASE, T0)
+    assert s.release([(job.id, job.lease_token)], "w", T0) == [job_id]
+    assert status_of(conn, job_id)[:1] == ("retrying",)
+    assert [a.outcome for a in jobs.job_attempts(conn, job_id)] == ["interrupted"]
+    (again,) = s.claim({"default": 1}, "w", LEASE, T0)
+    assert again.id == job_id
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_claim_respects_per_queue_limits(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore], limit: int
+) -> None:
+    jobs.enqueue_many(conn, [JobSpec("t", {}, queue="a") for _ in range(5)], now=T0)
+    jobs.enqueue_many(conn, [JobSpec("t", {}, queue="b") for _ in range(5)], now=T0)
+    conn.commit()
+    got = stores().claim({"a": limit, "b": 2}, "w", LEASE, T0)
+    assert sum(1 for j in got if j.queue == "a") == limit
+    assert sum(1 for j in got if j.queue == "b") == 2

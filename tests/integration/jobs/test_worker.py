@@ -1,0 +1,263 @@
+"""The worker runtime: every handler outcome, retries to dead and back, isolation, poll-only."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+from jobs import Job, JobSpec, RetryPolicies, RetryPolicy, Worker
+from timezones.clock import FrozenClock
+
+T0 = datetime(2026, 3, 8, 6, 0, tzinfo=UTC)
+POLICY = RetryPolicies(
+    default=RetryPolicy(base=timedelta(seconds=10), jitter=0.0, rate_limit_cap=timedelta(hours=1))
+)
+
+
+def row(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
+    r = conn.execute(
+        "SELECT status, attempts, run_at, last_error_code, completed_at, locked_by"
+        " FROM jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert r is not None
+    return tuple(r)
+
+
+def raiser(exc: BaseException) -> jobs.Handler:
+    def handler(_job: Job) -> None:
+        raise exc
+
+    return handler
+
+
+OUTCOMES: list[tuple[str, BaseException | None, tuple[Any, ...]]] = [
+    ("ok", None, ("succeeded", 1, T0, None, T0, None)),
+    (
+        "transient",
+        jobs.TransientError("timeout"),
+        ("retrying", 1, T0 + timedelta(seconds=10), "transient", None, None),
+    ),
+    (
+        "retry_after",
+        jobs.Retry(after=timedelta(minutes=1)),
+        ("retrying", 1, T0 + timedelta(minutes=1), "retry", None, None),
+    ),
+    (
+        "rate_limited",
+        jobs.RateLimited(120),
+        ("retrying", 1, T0 + timedelta(seconds=120), "rate_limited", None, None),
+    ),
+    (
+        "rate_limited_capped",
+        jobs.RateLimited(timedelta(hours=10)),
+        ("retrying", 1, T0 + timedelta(hours=1), "rate_limited", None, None),
+    ),
+    (
+        "permanent",
+        jobs.PermanentError("bad token", code="invalid_token"),
+        ("dead", 1, T0, "invalid_token", T0, None),
+    ),
+    ("cancel", jobs.Cancel("revoked"), ("cancelled", 1, T0, "cancelled", T0, None)),
+    ("snooze", jobs.Snooze(300), ("pending", 0, T0 + timedelta(seconds=300), None, None, None)),
+    (
+        "unknown",
+        ValueError("boom"),
+        ("retrying", 1, T0 + timedelta(seconds=10), "unknown.ValueError", None, None),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "exc", "expected"), OUTCOMES, ids=[o[0] for o in OUTCOMES])
+def test_each_handler_outcome(
+    conn: psycopg.Connection[Any],
+    db_url: str,
+    name: str,
+    exc: BaseException | None,
+    expected: tuple[Any, ...],
+) -> None:
+    handler: jobs.Handler = (lambda _job: None) if exc is None else raiser(exc)
+    job_id = jobs.enqueue(conn, name, {}, now=T0).id
+    conn.commit()
+    worker = Worker(db_url, {name: handler}, clock=FrozenClock(T0), retry=POLICY, listen=False)
+    stats = worker.run_until_idle()
+    assert stats.claimed == 1
+    assert row(conn, job_id) == expected
+    (attempt,) = jobs.job_attempts(conn, job_id)
+    assert attempt.outcome == (
+        "succeeded"
+        if exc is None
+        else {
+            "snooze": "snoozed",
+            "permanent": "dead",
+            "cancel": "cancelled",
+            "rate_limited": "rate_limited",
+            "rate_limited_capped": "rate_limited",
+        }.get(name, "retry")
+    )
+
+
+def test_unknown_errors_die_after_the_small_limit(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    clock = FrozenClock(T0)
+    job_id = jobs.enqueue(conn, "flaky", {}, max_attempts=10, now=T0).id
+    conn.commit()
+    worker = Worker(
+        db_url, {"flaky": raiser(KeyError("x"))}, clock=clock, retry=POLICY, listen=False
+    )
+    statuses = []
+    for _ in range(3):
+        worker.run_until_idle()
+        statuses.append(row(conn, job_id)[0])
+        clock.advance(timedelta(hours=2))
+    assert statuses == ["retrying", "retrying", "dead"]
+    assert row(conn, job_id)[3] == "unknown.KeyError"
+
+
+def test_exhausted_then_dead_then_requeued_then_succeeds(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    clock = FrozenClock(T0)
+    broken = threading.Event()
+    broken.set()
+    seen: list[int] = []
+
+    def handler(job: Job) -> None:
+        seen.append(job.attempt)
+        if broken.is_set():
+            raise jobs.TransientError("provider down")
+
+    job_id = jobs.enqueue(conn, "push", {"u": 1}, max_attempts=3, now=T0).id
+    conn.commit()
+    worker = Worker(db_url, {"push": handler}, clock=clock, retry=POLICY, listen=False)
+    for _ in range(3):
+        worker.run_until_idle()
+        clock.advance(timedelta(hours=1))
+    record = jobs.get_job(conn, job_id)
+    assert (record.status, record.attempts, record.last_error_code) == ("dead", 3, "transient")
+    assert record.payload == {"u": 1}
+    assert [j.id for j in jobs.list_jobs(conn)] == [job_id]
+    conn.commit()
+
+    broken.clear()
+    assert jobs.requeue(conn, queue="default", error_code="transient", now=clock.now()) == [job_id]
+    conn.commit()
+    worker.run_until_idle()
+    record = jobs.get_job(conn, job_id)
+    assert (record.status, record.attempts) == ("succeeded", 1)
+    assert seen == [1, 2, 3, 1]
+    outcomes = [a.outcome for a in jobs.job_attempts(conn, job_id)]
+    assert outcomes == ["retry", "retry", "dead", "succeeded"]
+
+
+def test_requeue_and_cancel_need_a_filter(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.requeue(conn)
+    assert info.value.field == "filter"
+    with pytest.raises(jobs.InvalidJob):
+        jobs.cancel(conn, queue="Not Valid")
+
+
+def test_cancel_waiting_jobs(conn: psycopg.Connection[Any]) -> None:
+    a = jobs.enqueue(conn, "t", {}).id
+    b = jobs.enqueue(conn, "t", {}, queue="other").id
+    assert jobs.cancel(conn, ids=[a], reason="user_deleted") == [a]
+    assert jobs.get_job(conn, a).status == "cancelled"
+    assert jobs.get_job(conn, b).status == "pending"
+
+
+def test_poll_only_processes_everything(conn: psycopg.Connection[Any], db_url: str) -> None:
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        with lock:
+            done.append(job.payload["i"])
+
+    jobs.enqueue_many(
+        conn,
+        [JobSpec("t", {"i": i}, queue="a" if i % 2 else "b") for i in range(500)],
+        now=T0,
+    )
+    conn.commit()
+    worker = Worker(db_url, {"t": handler}, {"a": 4, "b": 2}, clock=FrozenClock(T0), listen=False)
+    stats = worker.run_until_idle()
+    assert sorted(done) == list(range(500))
+    assert stats.outcomes == {"succeeded": 500}
+    assert conn.execute("SELECT count(*) FROM job_attempts").fetchone() == (500,)
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status <> 'succeeded'").fetchone() == (0,)
+
+
+def test_a_flood_of_reports_never_delays_critical_alerts(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    release_reports = threading.Event()
+    alert_done = threading.Event()
+    reports_started = threading.Event()
+
+    def report(_job: Job) -> None:
+        reports_started.set()
+        release_reports.wait(30)
+
+    def alert(_job: Job) -> None:
+        alert_done.set()
+
+    jobs.enqueue_many(conn, [JobSpec("report", {}, queue="reports") for _ in range(2000)])
+    conn.commit()
+    worker = Worker(
+        db_url,
+        {"report": report, "alert": alert},
+        {"critical_alerts": 2, "reports": 1},
+        poll_interval=timedelta(seconds=5),
+    )
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        assert reports_started.wait(10)
+        with psycopg.connect(db_url) as c:
+            jobs.enqueue(c, "alert", {}, queue="critical_alerts")
+        # The notification wakes the worker; the alert does not wait behind 2,000 reports.
+        assert alert_done.wait(10)
+        stats = jobs.queue_stats(conn)
+        reports = next(s for s in stats if s.queue == "reports")
+        assert reports.leased == 1
+        assert reports.ready == 1999
+    finally:
+        worker.stop()
+        release_reports.set()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone() == (0,)
+
+
+def test_stop_gives_back_leases_of_handlers_that_overrun_the_grace(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow(_job: Job) -> None:
+        started.set()
+        release.wait(30)
+
+    job_id = jobs.enqueue(conn, "slow", {}).id
+    conn.commit()
+    worker = Worker(db_url, {"slow": slow}, grace=timedelta(seconds=0.2), listen=False)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        assert started.wait(10)
+        worker.stop()
+        runner.join(10)
+        assert not runner.is_alive()
+        assert row(conn, job_id)[0] == "retrying"
+        assert worker.stats.released == 1
+    finally:
+        release.set()
+    assert [a.outcome for a in jobs.job_attempts(conn, job_id)] == ["interrupted"]
