@@ -1,5 +1,7 @@
 """The durable jobs queue: transactional enqueue, leased claims, retries, dead letters."""
 
+import logging
+
 from jobs import effects
 from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue
 from jobs.enqueue import enqueue, enqueue_async, enqueue_many
@@ -17,6 +19,9 @@ from jobs.outcomes import (
 )
 from jobs.retry import RetryPolicies, RetryPolicy
 from jobs.worker import Handler, Worker, WorkerStats
+
+# A library does not print: an application configures logging (or `tockwork worker` does).
+logging.getLogger("tockwork").addHandler(logging.NullHandler())
 
 __all__ = [
     "Attempt",

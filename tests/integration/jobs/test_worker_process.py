@@ -1,0 +1,115 @@
+"""Worker processes under SIGKILL and SIGTERM: nothing is lost, nothing stays leased."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+from jobs import Worker
+from jobs.store import PgJobStore
+from timezones.clock import FrozenClock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+def start_worker(db_url: str, *extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TOCKWORK_TEST_DB": db_url, "PYTHONPATH": ROOT}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "worker",
+            "--database-url",
+            db_url,
+            "--app",
+            "tests.integration.jobs.apps:handlers",
+            "--poll",
+            "0.05",
+            *extra,
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(conn: psycopg.Connection[Any], sql_text: str, timeout: float = 20.0) -> None:
+    """Wait for a database condition (an event another process causes), not for time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(sql_text).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for: {sql_text}")
+
+
+@pytest.fixture
+def auto(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("CREATE TABLE runs (job_id bigint, attempt int, at timestamptz DEFAULT now())")
+        yield c
+
+
+def test_sigkill_mid_job_runs_again_after_lease_expiry(
+    db_url: str, auto: psycopg.Connection[Any]
+) -> None:
+    job_id = jobs.enqueue(auto, "hang", {}).id
+    proc = start_worker(db_url, "--lease", "30", "--no-listen")
+    try:
+        wait_for(auto, "SELECT count(*) FROM runs")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    record = jobs.get_job(auto, job_id)
+    assert (record.status, record.attempts) == ("leased", 1)
+    assert record.locked_until is not None
+
+    # Pin time past the lease instead of waiting for it.
+    later = record.locked_until + timedelta(seconds=1)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert PgJobStore(c).reap(100, later) == [(job_id, "default", "retrying")]
+    from tests.integration.jobs.apps import handlers
+
+    os.environ["TOCKWORK_TEST_DB"] = db_url
+    Worker(db_url, handlers, clock=FrozenClock(later), listen=False).run_until_idle()
+    record = jobs.get_job(auto, job_id)
+    assert (record.status, record.attempts) == ("succeeded", 2)
+    history = [(a.attempt, a.outcome) for a in jobs.job_attempts(auto, job_id)]
+    assert history == [(1, "lease_expired"), (2, "succeeded")]
+    assert auto.execute("SELECT count(*) FROM runs").fetchone() == (2,)
+
+
+def test_sigterm_leaves_no_job_leased(db_url: str, auto: psycopg.Connection[Any]) -> None:
+    hang_id = jobs.enqueue(auto, "hang", {}, queue="slow").id
+    quick_ids = [jobs.enqueue(auto, "quick", {"i": i}).id for i in range(20)]
+    proc = start_worker(db_url, "--queue", "slow=1", "--queue", "default=2", "--grace", "0.5")
+    try:
+        wait_for(auto, f"SELECT count(*) FROM runs WHERE job_id = {hang_id}")  # noqa: S608
+        wait_for(auto, "SELECT count(*) = 20 FROM jobs WHERE status = 'succeeded'")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _out, err = proc.communicate()
+    assert auto.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone() == (0,)
+    assert jobs.get_job(auto, hang_id).status == "retrying"
+    assert [a.outcome for a in jobs.job_attempts(auto, hang_id)] == ["interrupted"]
+    assert all(jobs.get_job(auto, i).status == "succeeded" for i in quick_ids)
+    assert b"SIGTERM received" in err
