@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -116,12 +117,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
         listen=not args.no_listen,
     )
     stats = worker.run()
-    print(
-        json.dumps(
-            {"claimed": stats.claimed, "outcomes": stats.outcomes, "released": stats.released}
-        ),
-        file=sys.stderr,
-    )
+    summary = {"claimed": stats.claimed, "outcomes": stats.outcomes, "released": stats.released}
+    print(json.dumps(summary), file=sys.stderr)
+    if stats.released:
+        # Handlers that overran the grace period still run in their threads, and their leases
+        # were given back: end the process now rather than let them finish unowned.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
