@@ -152,3 +152,36 @@ def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -
     """Per queue: ready count, oldest ready age (seconds), leased, retrying, dead, scheduled."""
     rows = conn.execute(query("queue_stats"), {"now": validate.aware(now, "now")}).fetchall()
     return [QueueStats(*row) for row in rows]
+
+
+def supersede(
+    conn: psycopg.Connection[Any],
+    *,
+    job_type: str,
+    idempotency_keys: Sequence[str],
+    organization_id: Any = None,
+    reason: str = "superseded",
+    suffix: str,
+    now: datetime | None = None,
+) -> list[int]:
+    """Cancel the waiting jobs holding ``idempotency_keys`` and free their keys.
+
+    Each key is renamed with ``suffix`` (the cancelled job stays, for the record), so a
+    replacement job can be enqueued under the original key. Leased (running) jobs are not
+    touched. Returns the ids cancelled.
+    """
+    keys = [validate.idempotency_key(k) for k in idempotency_keys]
+    if not keys:
+        return []
+    org = validate.organization_id(organization_id)
+    params = {
+        "job_type": validate.job_type(job_type),
+        "keys": keys,
+        "organization_id": org,
+        "reason": reason,
+        "summary": f"superseded: {reason}",
+        "suffix": suffix,
+        "now": validate.aware(now, "now"),
+    }
+    name = "supersede_by_keys" if org is not None else "supersede_by_keys_no_org"
+    return [row[0] for row in conn.execute(query(name), params).fetchall()]

@@ -1,0 +1,36 @@
+"""The replicated scheduler, user reminders and cron definitions; the CLI lives here too."""
+
+from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound, SchedulerError
+from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule, TickResult
+from scheduler.schedules import (
+    create_schedule,
+    delete,
+    get_schedule,
+    list_schedules,
+    occurrence_idempotency_key,
+    pause,
+    resume,
+    update_schedule,
+)
+from scheduler.tick import Scheduler
+
+__all__ = [
+    "CatchUp",
+    "InvalidSchedule",
+    "QuietAction",
+    "QuietHours",
+    "Schedule",
+    "ScheduleExists",
+    "ScheduleNotFound",
+    "Scheduler",
+    "SchedulerError",
+    "TickResult",
+    "create_schedule",
+    "delete",
+    "get_schedule",
+    "list_schedules",
+    "occurrence_idempotency_key",
+    "pause",
+    "resume",
+    "update_schedule",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jobs.devdb import database_url
 
 # Migrations are applied component by component, in this order (dependencies first).
-COMPONENTS: tuple[str, ...] = ("jobs",)
+COMPONENTS: tuple[str, ...] = ("jobs", "scheduler")
 
 
 def resolve_url(flag: str | None) -> str:

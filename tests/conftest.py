@@ -19,8 +19,8 @@ from psycopg.conninfo import make_conninfo
 
 from jobs.devdb import database_url
 from jobs.migrate import migrate
+from scheduler.db import COMPONENTS
 
-COMPONENTS: tuple[str, ...] = ("jobs",)
 _counter = itertools.count()
 
 

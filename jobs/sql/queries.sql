@@ -305,3 +305,31 @@ INSERT INTO job_effects (effect_key, job_id, detail, recorded_at)
 VALUES (%(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (effect_key) DO NOTHING
 RETURNING effect_key;
+
+-- name: supersede_by_keys
+-- Cancel the waiting jobs that hold these idempotency keys and free the keys (renamed with a
+-- suffix), so a replacement can be enqueued under the same key. Running jobs are left alone.
+UPDATE jobs
+SET status = 'cancelled',
+    idempotency_key = idempotency_key || %(suffix)s,
+    last_error_code = %(reason)s,
+    last_error_summary = %(summary)s,
+    completed_at = coalesce(%(now)s::timestamptz, now())
+WHERE organization_id = %(organization_id)s::uuid
+  AND job_type = %(job_type)s
+  AND idempotency_key = ANY(%(keys)s::text[])
+  AND status IN ('pending', 'retrying')
+RETURNING id, idempotency_key;
+
+-- name: supersede_by_keys_no_org
+UPDATE jobs
+SET status = 'cancelled',
+    idempotency_key = idempotency_key || %(suffix)s,
+    last_error_code = %(reason)s,
+    last_error_summary = %(summary)s,
+    completed_at = coalesce(%(now)s::timestamptz, now())
+WHERE organization_id IS NULL
+  AND job_type = %(job_type)s
+  AND idempotency_key = ANY(%(keys)s::text[])
+  AND status IN ('pending', 'retrying')
+RETURNING id, idempotency_key;

@@ -11,6 +11,7 @@ import pytest
 
 from jobs.errors import MigrationError
 from jobs.migrate import Migration, available, migrate, pending, schema_sql
+from scheduler.db import COMPONENTS
 
 # Everything about a table that matters: columns, constraints, indexes and storage options.
 CATALOG = """
@@ -50,12 +51,10 @@ def catalog(url: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in c.execute(CATALOG).fetchall()]
 
 
-@pytest.mark.parametrize("component", ["jobs"])
-def test_migrations_produce_schema_sql_exactly(
-    server_url: str, empty_db_url: str, db_url: str, component: str
-) -> None:
+def test_migrations_produce_schema_sql_exactly(empty_db_url: str, db_url: str) -> None:
     with psycopg.connect(empty_db_url) as c:
-        c.execute(schema_sql(component))
+        for component in COMPONENTS:
+            c.execute(schema_sql(component))
     from_schema = catalog(empty_db_url)
     from_migrations = catalog(db_url)  # the migrated template
     assert from_schema, "the catalog query found nothing: the comparison would be vacuous"
@@ -65,10 +64,12 @@ def test_migrations_produce_schema_sql_exactly(
 
 def test_migrate_is_idempotent(db_url: str) -> None:
     with psycopg.connect(db_url) as c:
-        assert migrate(c) == []
-        assert pending(c) == []
-        rows = c.execute("SELECT component, version FROM tockwork_migrations").fetchall()
-    assert rows == [("jobs", m.version) for m in available("jobs")]
+        assert migrate(c, COMPONENTS) == []
+        assert pending(c, COMPONENTS) == []
+        rows = c.execute(
+            "SELECT component, version FROM tockwork_migrations ORDER BY applied_at, component"
+        ).fetchall()
+    assert rows == [(comp, m.version) for comp in COMPONENTS for m in available(comp)]
 
 
 def test_concurrent_migrators_apply_once(empty_db_url: str) -> None:
@@ -80,7 +81,7 @@ def test_concurrent_migrators_apply_once(empty_db_url: str) -> None:
         try:
             with psycopg.connect(empty_db_url) as c:
                 barrier.wait(timeout=10)
-                results.append(migrate(c))
+                results.append(migrate(c, COMPONENTS))
         except BaseException as exc:
             errors.append(exc)
 
@@ -90,7 +91,8 @@ def test_concurrent_migrators_apply_once(empty_db_url: str) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert sorted(len(r) for r in results) == [0, 0, 0, len(available("jobs"))]
+    total = sum(len(available(comp)) for comp in COMPONENTS)
+    assert sorted(len(r) for r in results) == [0, 0, 0, total]
 
 
 def test_an_edited_applied_migration_is_refused(
@@ -102,4 +104,4 @@ def test_an_edited_applied_migration_is_refused(
     module = importlib.import_module("jobs.migrate")
     monkeypatch.setattr(module, "available", lambda component: edited)
     with psycopg.connect(db_url) as c, pytest.raises(MigrationError, match="changed after"):
-        migrate(c)
+        migrate(c, COMPONENTS)

@@ -1,0 +1,173 @@
+"""Values of the scheduler: schedules, quiet hours, catch-up policies, tick results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from timezones import Rule, get_zone, parse_rule
+
+
+class CatchUp(StrEnum):
+    """What a schedule does with occurrences that fell due while no scheduler ran.
+
+    ``skip``: deliver none that are later than the grace (default 60 s) ; ``latest``: deliver the
+    latest missed one if it is within the grace (default 1 h), record the rest as missed (the
+    default for reminders); ``all``: deliver every missed occurrence, the newest
+    ``catch_up_max`` of them, record older ones as missed (the default for definitions).
+    """
+
+    SKIP = "skip"
+    LATEST = "latest"
+    ALL = "all"
+
+
+DEFAULT_GRACE: dict[CatchUp, timedelta | None] = {
+    CatchUp.SKIP: timedelta(seconds=60),
+    CatchUp.LATEST: timedelta(hours=1),
+    CatchUp.ALL: None,
+}
+
+
+class QuietAction(StrEnum):
+    DEFER = "defer"  # deliver at the end of the quiet window
+    SKIP = "skip"  # do not deliver this occurrence
+
+
+@dataclass(frozen=True)
+class QuietHours:
+    """A local window (e.g. 22:00-07:00) in the schedule's zone in which nothing is delivered."""
+
+    start: time
+    end: time
+    action: QuietAction = QuietAction.DEFER
+
+    def contains(self, local: datetime) -> bool:
+        t = local.time().replace(tzinfo=None)
+        if self.start <= self.end:
+            return self.start <= t < self.end
+        return t >= self.start or t < self.end
+
+    def end_after(self, local: datetime, zone: ZoneInfo) -> datetime:
+        """The instant (UTC) the window containing ``local`` ends.
+
+        A window end that falls in a DST gap is shifted forward by the gap (PEP 495 fold=0).
+        """
+        day = local.date()
+        if self.start > self.end and local.time().replace(tzinfo=None) >= self.start:
+            day += timedelta(days=1)
+        end = datetime.combine(day, self.end, tzinfo=zone)
+        return end.astimezone(UTC)
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "start": self.start.strftime("%H:%M"),
+            "end": self.end.strftime("%H:%M"),
+            "action": str(self.action),
+        }
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule row."""
+
+    id: int
+    organization_id: UUID | None
+    key: str | None
+    subject: str | None
+    job_type: str
+    queue: str
+    payload: dict[str, Any]
+    rule_json: dict[str, Any]
+    zone: str
+    gap: str | None
+    fold: str | None
+    jitter_seconds: int
+    catch_up: CatchUp
+    catch_up_grace_seconds: int | None
+    catch_up_max: int
+    quiet_hours: QuietHours | None
+    paused: bool
+    cursor_at: datetime
+    next_run_at: datetime | None
+    next_occurrence_key: str | None
+    last_occurrence_key: str | None
+    last_occurrence_at: datetime | None
+    last_job_id: int | None
+    enqueued_count: int
+    missed_count: int
+    skipped_count: int
+    tzdb_version: str
+    version: int
+    source: str
+    created_at: datetime
+    updated_at: datetime
+    _rule: list[Rule] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def rule(self) -> Rule:
+        if not self._rule:
+            self._rule.append(parse_rule(self.rule_json))
+        return self._rule[0]
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return get_zone(self.zone)
+
+    @property
+    def grace(self) -> timedelta | None:
+        if self.catch_up_grace_seconds is not None:
+            return timedelta(seconds=self.catch_up_grace_seconds)
+        return DEFAULT_GRACE[self.catch_up]
+
+
+COLUMNS = (
+    "id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,"
+    " fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max, quiet_start,"
+    " quiet_end, quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,"
+    " last_occurrence_key, last_occurrence_at, last_job_id, enqueued_count, missed_count,"
+    " skipped_count, tzdb_version, version, source, created_at, updated_at"
+)
+
+
+def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
+    """Build a :class:`Schedule` from a row selected with the columns in ``COLUMNS`` order."""
+    (
+        sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
+        catch_up, grace, catch_up_max, q_start, q_end, q_action, paused, cursor_at, next_run_at,
+        next_key, last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source,
+        created_at, updated_at,
+    ) = row  # fmt: skip
+    quiet = QuietHours(q_start, q_end, QuietAction(q_action)) if q_start is not None else None
+    return Schedule(
+        sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
+        CatchUp(catch_up), grace, catch_up_max, quiet, paused, cursor_at, next_run_at, next_key,
+        last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source, created_at,
+        updated_at,
+    )  # fmt: skip
+
+
+@dataclass
+class TickResult:
+    """What one tick did."""
+
+    enqueued: int = 0
+    duplicates: int = 0  # occurrences whose job already existed (another replica, a crash)
+    missed: int = 0
+    skipped: int = 0
+    locked_elsewhere: int = 0
+    schedules: int = 0
+    batches: int = 0
+
+    def add(self, other: TickResult) -> None:
+        self.enqueued += other.enqueued
+        self.duplicates += other.duplicates
+        self.missed += other.missed
+        self.skipped += other.skipped
+        self.locked_elsewhere += other.locked_elsewhere
+        self.schedules += other.schedules
+        self.batches += other.batches

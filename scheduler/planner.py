@@ -1,0 +1,119 @@
+"""What a tick does with one due schedule: pure computation, no I/O, no clock.
+
+Given a schedule, the tick's ``now`` and its lookahead horizon, :func:`plan` lists the
+occurrences after the schedule's cursor up to the horizon and decides for each one: enqueue it
+(with its run_at: the occurrence plus deterministic jitter, or the end of the quiet window), or
+record it as missed (downtime beyond the catch-up grace) or skipped (quiet hours). It returns the
+new cursor (the instant of the last occurrence decided) and the next occurrence after it.
+
+The next occurrence is always computed from the previous *scheduled* occurrence, never from
+"now + period", so nothing drifts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from scheduler.model import CatchUp, QuietAction, Schedule
+from timezones import Occurrence, next_after
+
+# At most this many occurrences are decided per schedule per tick; a schedule with more overdue
+# occurrences (an every-minute rule after a week down) continues at the next tick.
+MAX_PER_TICK = 2000
+SCHEDULE_PAYLOAD_KEY = "tockwork_schedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    occurrence: Occurrence
+    run_at: datetime | None  # None: not enqueued
+    kind: str  # "enqueue", "missed", "skipped"
+    reason: str | None = None
+
+
+@dataclass
+class Plan:
+    schedule: Schedule
+    decisions: list[Decision] = field(default_factory=list)
+    cursor_at: datetime | None = None  # None: unchanged
+    next: Occurrence | None = None
+
+    @property
+    def enqueue(self) -> list[Decision]:
+        return [d for d in self.decisions if d.kind == "enqueue"]
+
+
+def jitter_offset(schedule_id: int, occurrence_key: str, jitter_seconds: int) -> timedelta:
+    """A deterministic offset in [0, jitter): every replica computes the same one."""
+    if jitter_seconds <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(f"{schedule_id}:{occurrence_key}".encode(), digest_size=8).digest()
+    millis = int.from_bytes(digest, "big") % (jitter_seconds * 1000)
+    return timedelta(milliseconds=millis)
+
+
+def run_at_for(schedule: Schedule, occ: Occurrence, following: Occurrence | None) -> datetime:
+    """The occurrence's instant plus jitter, capped so the job never passes the next one."""
+    offset = jitter_offset(schedule.id, occ.key, schedule.jitter_seconds)
+    if following is not None and offset:
+        room = following.at - occ.at - timedelta(seconds=1)
+        offset = max(timedelta(0), min(offset, room))
+    return occ.at + offset
+
+
+def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
+    return next_after(schedule.rule, schedule.zone, after, gap=schedule.gap, fold=schedule.fold)
+
+
+def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
+    """Decide the occurrences of ``schedule`` after its cursor and up to ``horizon``."""
+    result = Plan(schedule)
+    occs: list[Occurrence] = []
+    occ = next_occurrence(schedule, schedule.cursor_at)
+    while occ is not None and occ.at <= horizon and len(occs) < MAX_PER_TICK:
+        occs.append(occ)
+        occ = next_occurrence(schedule, occ.at)
+    result.next = occ
+    if not occs:
+        return result
+    result.cursor_at = occs[-1].at
+
+    past = [o for o in occs if o.at <= now]
+    deliver_past: set[int] = set()
+    grace = schedule.grace
+    if past:
+        if schedule.catch_up is CatchUp.LATEST:
+            last = len(past) - 1
+            if grace is None or now - past[last].at <= grace:
+                deliver_past.add(last)
+        elif schedule.catch_up is CatchUp.SKIP:
+            deliver_past = {
+                i for i, o in enumerate(past) if grace is not None and now - o.at <= grace
+            }
+        else:  # ALL: the newest catch_up_max, within the grace when one is set
+            start = max(0, len(past) - schedule.catch_up_max)
+            deliver_past = {
+                i for i in range(start, len(past)) if grace is None or now - past[i].at <= grace
+            }
+
+    quiet = schedule.quiet_hours
+    for i, o in enumerate(occs):
+        following = occs[i + 1] if i + 1 < len(occs) else result.next
+        if o.at <= now and i not in deliver_past:
+            late = now - o.at
+            result.decisions.append(
+                Decision(o, None, "missed", f"{schedule.catch_up} catch-up, {late} late")
+            )
+            continue
+        if quiet is not None and quiet.contains(o.local):
+            if quiet.action is QuietAction.SKIP:
+                result.decisions.append(Decision(o, None, "skipped", "quiet_hours"))
+                continue
+            end = quiet.end_after(o.local, schedule.tz)
+            run_at = end + jitter_offset(schedule.id, o.key, schedule.jitter_seconds)
+            result.decisions.append(Decision(o, run_at, "enqueue", "deferred_quiet_hours"))
+            continue
+        result.decisions.append(Decision(o, run_at_for(schedule, o, following), "enqueue"))
+    return result

@@ -1,0 +1,111 @@
+-- Named queries of the scheduler component, loaded by scheduler/queries.py.
+
+-- name: insert_schedule
+INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
+                       gap_policy, fold_policy, jitter_seconds, catch_up,
+                       catch_up_grace_seconds, catch_up_max, quiet_start, quiet_end,
+                       quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
+                       tzdb_version, source, created_at, updated_at)
+VALUES (%(organization_id)s::uuid, %(key)s::text, %(subject)s::text, %(job_type)s, %(queue)s,
+        %(payload)s::jsonb, %(rule)s::jsonb, %(zone)s, %(gap)s::text, %(fold)s::text,
+        %(jitter)s, %(catch_up)s, %(grace)s::int, %(catch_up_max)s, %(quiet_start)s::time,
+        %(quiet_end)s::time, %(quiet_action)s::text, %(paused)s, %(cursor_at)s,
+        %(next_run_at)s::timestamptz, %(next_key)s::text, %(tzdb)s, %(source)s,
+        %(now)s, %(now)s)
+ON CONFLICT (organization_id, key) WHERE key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: update_schedule
+UPDATE schedules
+SET subject = %(subject)s::text, job_type = %(job_type)s, queue = %(queue)s,
+    payload = %(payload)s::jsonb, rule = %(rule)s::jsonb, zone = %(zone)s,
+    gap_policy = %(gap)s::text, fold_policy = %(fold)s::text, jitter_seconds = %(jitter)s,
+    catch_up = %(catch_up)s, catch_up_grace_seconds = %(grace)s::int,
+    catch_up_max = %(catch_up_max)s, quiet_start = %(quiet_start)s::time,
+    quiet_end = %(quiet_end)s::time, quiet_action = %(quiet_action)s::text,
+    paused = %(paused)s, cursor_at = %(cursor_at)s, next_run_at = %(next_run_at)s::timestamptz,
+    next_occurrence_key = %(next_key)s::text, tzdb_version = %(tzdb)s,
+    skipped_count = skipped_count + %(superseded)s,
+    version = version + %(version_step)s, updated_at = %(now)s
+WHERE id = %(id)s;
+
+-- name: now
+SELECT now();
+
+-- name: lock_due
+-- One tick batch: lease due schedules with row locks (SKIP LOCKED, so replicas split the work
+-- instead of queueing behind each other), then take each one's transaction-scoped advisory lock
+-- (our own class id) without waiting. A row locked here was re-read after any concurrent commit
+-- (READ COMMITTED re-checks the due condition on the newest version).
+WITH due AS MATERIALIZED (
+    SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+           fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+           quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+           next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+           enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+           created_at, updated_at
+    FROM schedules
+    WHERE NOT paused AND next_run_at <= %(horizon)s
+    ORDER BY next_run_at
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+SELECT due.*, pg_try_advisory_xact_lock(%(lock_class)s, (due.id %% 2147483647)::int) AS locked
+FROM due;
+
+-- name: advance
+UPDATE schedules AS s
+SET cursor_at = coalesce(u.cursor_at, s.cursor_at),
+    next_run_at = u.next_run_at,
+    next_occurrence_key = u.next_key,
+    last_occurrence_key = coalesce(u.last_key, s.last_occurrence_key),
+    last_occurrence_at = coalesce(u.last_at, s.last_occurrence_at),
+    last_job_id = coalesce(u.last_job_id, s.last_job_id),
+    enqueued_count = s.enqueued_count + u.enqueued,
+    missed_count = s.missed_count + u.missed,
+    skipped_count = s.skipped_count + u.skipped,
+    tzdb_version = u.tzdb,
+    updated_at = %(now)s
+FROM unnest(%(ids)s::bigint[], %(cursor_ats)s::timestamptz[], %(next_run_ats)s::timestamptz[],
+            %(next_keys)s::text[], %(last_keys)s::text[], %(last_ats)s::timestamptz[],
+            %(last_job_ids)s::bigint[], %(enqueued)s::int[], %(missed)s::int[],
+            %(skipped)s::int[], %(tzdbs)s::text[])
+     AS u(id, cursor_at, next_run_at, next_key, last_key, last_at, last_job_id, enqueued,
+          missed, skipped, tzdb)
+WHERE s.id = u.id;
+
+-- name: record_skips
+INSERT INTO schedule_skips (schedule_id, occurrence_key, occurrence_at, kind, reason,
+                            recorded_at)
+SELECT * , %(now)s::timestamptz
+FROM unnest(%(ids)s::bigint[], %(keys)s::text[], %(ats)s::timestamptz[], %(kinds)s::text[],
+            %(reasons)s::text[]);
+
+-- name: count_skip
+UPDATE schedules SET skipped_count = skipped_count + 1 WHERE id = %(id)s;
+
+-- name: stale_tzdb
+SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+       created_at, updated_at
+FROM schedules
+WHERE tzdb_version <> %(tzdb)s
+ORDER BY id
+LIMIT %(limit)s
+FOR NO KEY UPDATE SKIP LOCKED;
+
+-- name: set_next
+UPDATE schedules AS s
+SET next_run_at = u.next_run_at, next_occurrence_key = u.next_key, tzdb_version = %(tzdb)s,
+    updated_at = %(now)s
+FROM unnest(%(ids)s::bigint[], %(next_run_ats)s::timestamptz[], %(next_keys)s::text[])
+     AS u(id, next_run_at, next_key)
+WHERE s.id = u.id;
+
+-- name: due_lag
+-- How far overdue the most overdue active schedule is (seconds; 0 when none is).
+SELECT coalesce(extract(epoch FROM %(now)s::timestamptz - min(next_run_at)), 0)::float8
+FROM schedules WHERE NOT paused AND next_run_at <= %(now)s::timestamptz;

@@ -1,0 +1,295 @@
+"""The replicated scheduler: any number of replicas, no leader, each occurrence enqueued once.
+
+One tick works through the due schedules (``next_run_at <= now + lookahead``) in batches. A batch
+is one short transaction:
+
+1. lease up to ``batch_size`` due schedules with ``FOR NO KEY UPDATE SKIP LOCKED`` (replicas
+   split the work instead of waiting on each other) and take each one's
+   ``pg_try_advisory_xact_lock(class, id)`` without waiting (our own class id, so no other
+   application's advisory locks collide); a schedule whose lock is held elsewhere is skipped;
+2. plan each schedule (pure: :mod:`scheduler.planner`): the occurrences after its cursor up to
+   the horizon, each enqueued, missed or skipped by the catch-up and quiet-hours policies;
+3. enqueue every planned occurrence with one ``jobs.enqueue_many`` under the idempotency key
+   ``schedule:<id>:<occurrence key>``;
+4. advance each cursor to its last decided occurrence and ``next_run_at`` to the one after it;
+5. commit.
+
+Exactly once: the cursor and the jobs commit together, so after a commit the occurrence is never
+planned again, and before it nothing happened. A replica that crashes at any point before the
+commit leaves nothing behind: the transaction rolls back, the locks go with the session, and the
+next replica plans the same occurrences. Should two replicas ever plan the same occurrence (a
+stale read), the idempotency key makes the second enqueue a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+import jobs
+from jobs import JobSpec
+from scheduler.model import Schedule, TickResult, schedule_from_row
+from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
+from scheduler.queries import query
+from scheduler.schedules import occurrence_idempotency_key
+from timezones import Clock, tzdb_version
+
+# pg_try_advisory_xact_lock(class, object): 'tocs' as an int4, our own class id.
+SCHEDULE_LOCK_CLASS = 0x746F6373
+
+log = logging.getLogger("tockwork.scheduler")
+
+
+class Scheduler:
+    """One scheduler replica. Run as many as you like."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        clock: Clock | None = None,
+        lookahead: timedelta = timedelta(seconds=60),
+        batch_size: int = 500,
+        interval: timedelta = timedelta(seconds=1),
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"invalid batch_size {batch_size!r}: must be >= 1")
+        if lookahead < timedelta(0):
+            raise ValueError(f"invalid lookahead {lookahead!r}: must not be negative")
+        self.conninfo = conninfo
+        self.clock = clock
+        self.lookahead = lookahead
+        self.batch_size = batch_size
+        self.interval = interval
+        self.connect_kwargs = connect_kwargs or {}
+        self.tzdb = tzdb_version()
+        self.totals = TickResult()
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.conninfo, **self.connect_kwargs)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
+        if self.clock is not None:
+            return self.clock.now()
+        row = conn.execute(query("now")).fetchone()
+        conn.commit()
+        assert row is not None
+        value: datetime = row[0]
+        return value
+
+    @contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        if not install or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("scheduler: %s received, stopping", signal.Signals(signum).name)
+            self.stop()
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    def run(self, *, install_signal_handlers: bool = True) -> TickResult:
+        """Tick until stopped; recompute schedules of an older tz database first."""
+        with self._signals(install_signal_handlers):
+            try:
+                self.recompute_stale_tzdb()
+                while not self._stop.is_set():
+                    try:
+                        result = self.tick()
+                    except psycopg.OperationalError as exc:
+                        log.warning("scheduler: database error (%s); retrying", exc)
+                        self.close()
+                        self._stop.wait(1.0)
+                        continue
+                    self.totals.add(result)
+                    if result.batches and result.schedules >= self.batch_size:
+                        continue  # a herd: keep going
+                    self._stop.wait(self.interval.total_seconds())
+            finally:
+                self.close()
+        return self.totals
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self, now: datetime | None = None) -> TickResult:
+        """One pass over the due schedules, in batches; returns what it did."""
+        conn = self._connection()
+        at = now or self._now(conn)
+        horizon = at + self.lookahead
+        result = TickResult()
+        while True:
+            batch = self._batch(conn, at, horizon)
+            result.add(batch)
+            if batch.schedules + batch.locked_elsewhere < self.batch_size:
+                break
+        if result.enqueued or result.missed or result.skipped:
+            log.info(
+                "tick: enqueued %d, missed %d, skipped %d, locked elsewhere %d",
+                result.enqueued,
+                result.missed,
+                result.skipped,
+                result.locked_elsewhere,
+            )
+        return result
+
+    def _batch(self, conn: psycopg.Connection[Any], now: datetime, horizon: datetime) -> TickResult:
+        result = TickResult(batches=1)
+        with conn.transaction():
+            rows = conn.execute(
+                query("lock_due"),
+                {"horizon": horizon, "limit": self.batch_size, "lock_class": SCHEDULE_LOCK_CLASS},
+            ).fetchall()
+            schedules: list[Schedule] = []
+            for row in rows:
+                if row[-1]:
+                    schedules.append(schedule_from_row(tuple(row[:-1])))
+                else:
+                    result.locked_elsewhere += 1
+            if not schedules:
+                return result
+            plans = [plan(s, now, horizon) for s in schedules]
+            self._write(conn, plans, now, result)
+        result.schedules = len(schedules)
+        return result
+
+    def _write(
+        self, conn: psycopg.Connection[Any], plans: list[Plan], now: datetime, result: TickResult
+    ) -> None:
+        specs: list[JobSpec] = []
+        owners: list[tuple[int, int]] = []  # (plan index, decision index) per spec
+        skips: dict[str, list[Any]] = {"ids": [], "keys": [], "ats": [], "kinds": [], "reasons": []}
+        for p_index, p in enumerate(plans):
+            s = p.schedule
+            for d_index, d in enumerate(p.decisions):
+                if d.kind == "enqueue":
+                    assert d.run_at is not None
+                    payload = dict(s.payload)
+                    payload[SCHEDULE_PAYLOAD_KEY] = {
+                        "id": s.id,
+                        "occurrence": d.occurrence.key,
+                        "at": d.occurrence.at.isoformat(),
+                        "version": s.version,
+                    }
+                    specs.append(
+                        JobSpec(
+                            s.job_type,
+                            payload,
+                            queue=s.queue,
+                            idempotency_key=occurrence_idempotency_key(s.id, d.occurrence.key),
+                            organization_id=s.organization_id,
+                            run_at=d.run_at,
+                        )
+                    )
+                    owners.append((p_index, d_index))
+                else:
+                    skips["ids"].append(s.id)
+                    skips["keys"].append(d.occurrence.key)
+                    skips["ats"].append(d.occurrence.at)
+                    skips["kinds"].append(d.kind)
+                    skips["reasons"].append(d.reason)
+        enqueued = jobs.enqueue_many(conn, specs, now=self.clock.now() if self.clock else None)
+        created = [0] * len(plans)
+        last_job: list[int | None] = [None] * len(plans)
+        for (p_index, _d), outcome in zip(owners, enqueued, strict=True):
+            last_job[p_index] = outcome.id
+            if outcome.created:
+                created[p_index] += 1
+            else:
+                result.duplicates += 1
+        if skips["ids"]:
+            conn.execute(query("record_skips"), {**skips, "now": now})
+        update: dict[str, list[Any]] = {
+            "ids": [], "cursor_ats": [], "next_run_ats": [], "next_keys": [], "last_keys": [],
+            "last_ats": [], "last_job_ids": [], "enqueued": [], "missed": [], "skipped": [],
+            "tzdbs": [],
+        }  # fmt: skip
+        for i, p in enumerate(plans):
+            sent = p.enqueue
+            missed = sum(1 for d in p.decisions if d.kind == "missed")
+            skipped = sum(1 for d in p.decisions if d.kind == "skipped")
+            update["ids"].append(p.schedule.id)
+            update["cursor_ats"].append(p.cursor_at)
+            update["next_run_ats"].append(p.next.at if p.next else None)
+            update["next_keys"].append(p.next.key if p.next else None)
+            update["last_keys"].append(sent[-1].occurrence.key if sent else None)
+            update["last_ats"].append(sent[-1].occurrence.at if sent else None)
+            update["last_job_ids"].append(last_job[i])
+            update["enqueued"].append(created[i])
+            update["missed"].append(missed)
+            update["skipped"].append(skipped)
+            update["tzdbs"].append(self.tzdb)
+            result.enqueued += created[i]
+            result.missed += missed
+            result.skipped += skipped
+        conn.execute(query("advance"), {**update, "now": now})
+
+    # -- tz database changes ----------------------------------------------------------------
+
+    def recompute_stale_tzdb(self, batch_size: int = 1000) -> int:
+        """Recompute next_run_at of schedules computed with another tz database version.
+
+        Runs in batches (SKIP LOCKED, so replicas share the work) and is idempotent: a schedule
+        is recomputed from its cursor, never from "now". Returns how many changed.
+        """
+        conn = self._connection()
+        now = self._now(conn)
+        changed = examined = 0
+        while True:
+            with conn.transaction():
+                rows = conn.execute(
+                    query("stale_tzdb"), {"tzdb": self.tzdb, "limit": batch_size}
+                ).fetchall()
+                if not rows:
+                    break
+                ids, nexts, keys = [], [], []
+                for row in rows:
+                    s = schedule_from_row(tuple(row))
+                    occ = next_occurrence(s, s.cursor_at)
+                    ids.append(s.id)
+                    nexts.append(occ.at if occ else None)
+                    keys.append(occ.key if occ else None)
+                    if (occ.at if occ else None) != s.next_run_at:
+                        changed += 1
+                conn.execute(
+                    query("set_next"),
+                    {"ids": ids, "next_run_ats": nexts, "next_keys": keys, "tzdb": self.tzdb,
+                     "now": now},
+                )  # fmt: skip
+                examined += len(ids)
+        if examined:
+            log.warning(
+                "tz database is now %s: recomputed %d schedule(s), %d next occurrence(s) changed",
+                self.tzdb,
+                examined,
+                changed,
+            )
+        return changed
