@@ -32,8 +32,9 @@ test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m slow
 
 bench: $(STAMP)
-	$(PY) bench/queue.py
-	$(PY) bench/next_run.py
+	$(PY) -m bench.queue
+	$(PY) -m bench.next_run
+	$(PY) -m bench.scheduler_herd
 
 db-url: $(STAMP)
 	@$(PY) -m jobs.devdb url

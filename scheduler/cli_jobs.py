@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -18,23 +18,8 @@ import psycopg
 import jobs
 from jobs import logs, validate
 from jobs.migrate import migrate
-from scheduler.cli_common import InputError, SubParsers
+from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
 from scheduler.db import COMPONENTS, resolve_url
-
-
-def _seconds(field: str) -> Any:
-    def parse(text: str) -> timedelta:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{field} must be a number of seconds, got {text!r}"
-            ) from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{field} must not be negative, got {text!r}")
-        return timedelta(seconds=value)
-
-    return parse
 
 
 def _queue(text: str) -> tuple[str, int]:
@@ -52,23 +37,6 @@ def _queue(text: str) -> tuple[str, int]:
     if concurrency < 1:
         raise argparse.ArgumentTypeError(f"--queue {name}: concurrency must be >= 1, got {n!r}")
     return name, concurrency
-
-
-def _instant(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 instant, got {text!r}") from None
-    if value.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"the instant {text!r} needs an offset or Z")
-    return value
-
-
-def _db_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--database-url",
-        help="PostgreSQL URL (default: $DATABASE_URL, else the project's embedded server)",
-    )
 
 
 def load_app(spec: str) -> Mapping[str, jobs.Handler]:
@@ -282,11 +250,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("migrate", help="apply the database migrations (safe to run concurrently)")
-    _db_arg(p)
+    database_arg(p)
     p.set_defaults(func=cmd_migrate)
 
     p = sub.add_parser("worker", help="run handlers for jobs of the given queues")
-    _db_arg(p)
+    database_arg(p)
     p.add_argument("--app", required=True, help="module:attribute naming {job_type: handler}")
     p.add_argument(
         "--queue",
@@ -296,16 +264,16 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="a queue and its concurrency (repeatable; default: default=4)",
     )
     p.add_argument("--name", help="worker name recorded in leases and history")
-    p.add_argument("--lease", type=_seconds("--lease"), default=timedelta(seconds=30))
+    p.add_argument("--lease", type=seconds("--lease"), default=timedelta(seconds=30))
     p.add_argument(
         "--grace",
-        type=_seconds("--grace"),
+        type=seconds("--grace"),
         default=timedelta(seconds=20),
         help="seconds running handlers get to finish after SIGTERM",
     )
     p.add_argument(
         "--poll",
-        type=_seconds("--poll"),
+        type=seconds("--poll"),
         default=timedelta(seconds=1),
         help="reconciliation poll interval in seconds",
     )
@@ -325,7 +293,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         q.add_argument("--error-code")
 
     q = jsub.add_parser("dead", help="list dead jobs")
-    _db_arg(q)
+    database_arg(q)
     q.add_argument("--queue")
     q.add_argument("--job-type")
     q.add_argument("--error-code")
@@ -334,7 +302,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     q.set_defaults(func=cmd_jobs_list, status=["dead"])
 
     q = jsub.add_parser("list", help="list jobs in given statuses")
-    _db_arg(q)
+    database_arg(q)
     q.add_argument(
         "--status", action="append", choices=[str(s) for s in jobs.JobStatus], required=True
     )
@@ -346,28 +314,28 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     q.set_defaults(func=cmd_jobs_list)
 
     q = jsub.add_parser("show", help="one job with its attempt history")
-    _db_arg(q)
+    database_arg(q)
     q.add_argument("id", type=int)
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=cmd_jobs_show)
 
     q = jsub.add_parser("requeue", help="put dead jobs back to pending")
-    _db_arg(q)
+    database_arg(q)
     filters(q)
-    q.add_argument("--since", type=_instant, help="died at or after (ISO instant)")
-    q.add_argument("--until", type=_instant, help="died before (ISO instant)")
+    q.add_argument("--since", type=instant, help="died at or after (ISO instant)")
+    q.add_argument("--until", type=instant, help="died before (ISO instant)")
     q.add_argument("--status", action="append", choices=["dead", "cancelled"])
     q.add_argument("--dry-run", action="store_true")
     q.set_defaults(func=cmd_jobs_requeue)
 
     q = jsub.add_parser("cancel", help="cancel waiting jobs")
-    _db_arg(q)
+    database_arg(q)
     filters(q)
     q.add_argument("--reason")
     q.set_defaults(func=cmd_jobs_cancel)
 
     p = sub.add_parser("stats", help="per-queue figures")
-    _db_arg(p)
+    database_arg(p)
     p.add_argument("--watch", action="store_true")
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--json", action="store_true")

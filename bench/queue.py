@@ -1,0 +1,810 @@
+"""Queue benchmark (issue 2 §5): the jobs library beside raw psycopg doing the same work.
+
+Every figure is measured in one run, on one throwaway database (``tockwork_bench_<pid>``, created
+on the server of ``jobs.devdb.database_url()``, migrated, dropped at the end), next to a raw
+psycopg baseline that does the same operation with no library (the limit), and their ratio:
+
+1. enqueue, one job per transaction: ``jobs.enqueue`` + commit vs a raw INSERT + COMMIT loop;
+2. ``jobs.enqueue_many`` in batches vs raw ``COPY`` into ``jobs``;
+3. drain of N no-op jobs by 1 and 2 ``jobs.Worker`` processes vs a raw claim+complete loop
+   (batches of 100, ``FOR UPDATE SKIP LOCKED``) in 2 processes;
+4. enqueue-to-start latency p50/p95/p99 with LISTEN on and off vs a bare LISTEN/NOTIFY round trip;
+5. resident memory of a worker process after draining.
+
+Figures, not a test: ``python bench/queue.py [--quick] [--help for the sizes]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is called queue.py: when run as a script its folder comes first on sys.path and would
+# shadow the standard library's ``queue`` (which concurrent.futures, multiprocessing and the
+# worker import). Drop the folder and put the repository root there instead.
+_BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
+sys.path.insert(0, str(_BENCH_DIR.parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from _queue import Empty  # noqa: E402  (stdlib queue.Empty; 'queue' is this file's name)
+from collections.abc import Callable, Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from multiprocessing.queues import Queue as MpQueue  # noqa: E402
+from multiprocessing.synchronize import Event as MpEvent  # noqa: E402
+from typing import Any, LiteralString  # noqa: E402
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+from psycopg.conninfo import make_conninfo  # noqa: E402
+
+import jobs  # noqa: E402
+from jobs.devdb import database_url  # noqa: E402
+
+CTX = multiprocessing.get_context("spawn")  # fresh interpreters: realistic RSS, no forked state
+
+# -- raw SQL: the baselines (the same rows and indexes, no library) ------------------------------
+
+RAW_INSERT: LiteralString = "INSERT INTO jobs (queue, job_type, payload) VALUES (%s, %s, %s::jsonb)"
+RAW_COPY: LiteralString = "COPY jobs (queue, job_type, payload) FROM STDIN"
+RAW_CLAIM: LiteralString = """
+UPDATE jobs AS j
+SET status = 'leased', attempts = j.attempts + 1, locked_at = now(), locked_by = %(worker)s,
+    locked_until = now() + interval '30 seconds', lease_token = j.lease_token + 1
+WHERE j.id IN (
+    SELECT id FROM jobs
+    WHERE queue = 'default' AND status IN ('pending', 'retrying') AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING j.id
+"""
+RAW_COMPLETE: LiteralString = """
+UPDATE jobs
+SET status = 'succeeded', completed_at = now(),
+    locked_at = NULL, locked_by = NULL, locked_until = NULL
+WHERE id = ANY(%(ids)s::bigint[])
+"""
+RESET: LiteralString = "TRUNCATE jobs, job_attempts RESTART IDENTITY"
+CHANNEL_RT: LiteralString = "LISTEN tockwork_bench_rt"
+NOTIFY_RT: LiteralString = "SELECT pg_notify('tockwork_bench_rt', %s)"
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100) of ``values``."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def rss_mib() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB; the peak from getrusage when /proc is missing."""
+    values: dict[str, float] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    values[key] = int(rest.split()[0]) / 1024.0
+    except OSError:
+        pass
+    peak = values.get("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    return values.get("VmRSS", peak), peak
+
+
+@contextmanager
+def throwaway_database(server_url: str) -> Iterator[str]:
+    """Create and migrate ``tockwork_bench_<pid>``; drop it (forcibly) afterwards."""
+    name = f"tockwork_bench_{os.getpid()}"
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(drop)
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = make_conninfo(server_url, dbname=name)
+    try:
+        with psycopg.connect(url) as conn:
+            jobs.migrate(conn, ("jobs",))
+        yield url
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(drop)
+
+
+def reset(url: str, vacuum: bool = False) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RESET)
+        if vacuum:
+            conn.execute("VACUUM ANALYZE jobs, job_attempts")
+
+
+def vacuum_analyze(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE jobs, job_attempts")
+
+
+def seed_noop_jobs(url: str, n: int, job_type: str = "noop") -> None:
+    """Insert ``n`` ready jobs quickly (raw COPY; not timed) and analyze the table."""
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cur, cur.copy(RAW_COPY) as copy:
+            for i in range(n):
+                copy.write_row(("default", job_type, f'{{"i":{i}}}'))
+        conn.commit()
+    vacuum_analyze(url)
+
+
+def counts(url: str) -> tuple[int, int, int]:
+    """(jobs, succeeded jobs, job_attempts rows)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'succeeded') FROM jobs"
+        ).fetchone()
+        att = conn.execute("SELECT count(*) FROM job_attempts").fetchone()
+    assert row is not None and att is not None
+    return int(row[0]), int(row[1]), int(att[0])
+
+
+# -- 1. enqueue, one job per transaction ------------------------------------------------------
+
+
+def enqueue_single_library(conn: psycopg.Connection[Any], n: int, base: int) -> float:
+    start = time.perf_counter()
+    for i in range(base, base + n):
+        jobs.enqueue(conn, "noop", {"i": i})
+        conn.commit()
+    return time.perf_counter() - start
+
+
+def enqueue_single_raw(conn: psycopg.Connection[Any], n: int, base: int) -> float:
+    start = time.perf_counter()
+    for i in range(base, base + n):
+        conn.execute(RAW_INSERT, ("default", "noop", json.dumps({"i": i})))
+        conn.commit()
+    return time.perf_counter() - start
+
+
+def bench_enqueue_single(url: str, n: int, rounds: int) -> tuple[float, float]:
+    """Alternate library and raw rounds (so drift hits both); return (library/s, raw/s)."""
+    reset(url, vacuum=True)
+    per_round = max(1, n // rounds)
+    lib_time = raw_time = 0.0
+    with psycopg.connect(url) as lib_conn, psycopg.connect(url) as raw_conn:
+        enqueue_single_library(lib_conn, 20, 0)  # warm up: connection, prepared statements
+        enqueue_single_raw(raw_conn, 20, 0)
+        for r in range(rounds):
+            lib_time += enqueue_single_library(lib_conn, per_round, r * per_round)
+            raw_time += enqueue_single_raw(raw_conn, per_round, r * per_round)
+    total = per_round * rounds
+    return total / lib_time, total / raw_time
+
+
+# -- 2. enqueue_many vs COPY -------------------------------------------------------------------
+
+
+def bench_enqueue_many(url: str, n: int, batch: int) -> tuple[float, float]:
+    """Alternate library and raw batches; return (library jobs/s, raw COPY rows/s)."""
+    reset(url, vacuum=True)
+    batches = max(1, n // batch)
+    specs = [jobs.JobSpec("noop", {"i": i}) for i in range(batch)]
+    rows = [("default", "noop", json.dumps({"i": i})) for i in range(batch)]
+    lib_time = raw_time = 0.0
+    with psycopg.connect(url) as conn:
+        jobs.enqueue_many(conn, specs[:100])  # warm up
+        conn.commit()
+        for _ in range(batches):
+            start = time.perf_counter()
+            jobs.enqueue_many(conn, specs)
+            conn.commit()
+            lib_time += time.perf_counter() - start
+            start = time.perf_counter()
+            with conn.cursor() as cur, cur.copy(RAW_COPY) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            conn.commit()
+            raw_time += time.perf_counter() - start
+    total = batches * batch
+    return total / lib_time, total / raw_time
+
+
+# -- 3. drain ----------------------------------------------------------------------------------
+
+
+def _noop(_job: jobs.Job) -> None:
+    return None
+
+
+@dataclass
+class DrainResult:
+    """``rate`` = jobs / ``span``: first claim sent to last completion written, any process."""
+
+    rate: float
+    span: float
+    wall: float  # start signal to the last process's report: adds connect and shutdown
+    per_process: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def drained_rate(self) -> float:
+        return self.rate * self.span / self.wall
+
+
+def _count_store_calls() -> dict[str, float]:
+    """Count the worker's claim/complete statements (measurement only: wraps, changes nothing)."""
+    from jobs.store import PgJobStore
+
+    calls: dict[str, float] = {"claim": 0, "complete": 0, "first_claim": 0.0, "last_complete": 0.0}
+    claim, complete = PgJobStore.claim, PgJobStore.complete
+
+    def counted_claim(self: PgJobStore, *a: Any) -> list[jobs.Job]:
+        if not calls["claim"]:
+            calls["first_claim"] = time.perf_counter()
+        calls["claim"] += 1
+        return claim(self, *a)
+
+    def counted_complete(self: PgJobStore, *a: Any) -> dict[int, str]:
+        calls["complete"] += 1
+        result = complete(self, *a)
+        calls["last_complete"] = time.perf_counter()
+        return result
+
+    setattr(PgJobStore, "claim", counted_claim)  # noqa: B010 (a method patch, typed loosely)
+    setattr(PgJobStore, "complete", counted_complete)  # noqa: B010
+    return calls
+
+
+# Candidate fixes for jobs/sql/queries.sql, measured by patching the loaded query text inside the
+# worker processes (--experiment); the library's files are not touched.
+EXPERIMENTS: dict[str, tuple[str, str, str]] = {
+    # claim: the UPDATE joins its candidates through a hash join on a sequential scan of jobs
+    # (the planner guesses 10% of the table for LIMIT w.n); an id array probes the primary key.
+    "claim-any": (
+        "claim",
+        "FROM candidates AS c\nWHERE j.id = c.id",
+        "WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))",
+    ),
+    # complete: the generic plan joins every leased row with every input row (nested loop with
+    # a join filter); probing the primary key with the id array keeps it linear in the batch.
+    "complete-any": (
+        "complete",
+        "WHERE j.id = i.id AND j.lease_token",
+        "WHERE j.id = i.id AND j.id = ANY(%(ids)s::bigint[]) AND j.lease_token",
+    ),
+}
+
+
+def apply_experiments(names: list[str]) -> None:
+    from jobs.queries import load
+
+    loaded = load("jobs")
+    for name in names:
+        key, old, new = EXPERIMENTS[name]
+        if old not in loaded[key]:
+            raise RuntimeError(f"experiment {name}: query {key!r} changed; update the bench")
+        loaded[key] = loaded[key].replace(old, new)
+
+
+def _library_drain_child(
+    url: str,
+    concurrency: int,
+    prefetch: int,
+    listen: bool,
+    connect_kwargs: dict[str, Any],
+    experiments: list[str],
+    profile: str | None,
+    ready: MpQueue[Any],
+    go: MpEvent,
+    results: MpQueue[Any],
+) -> None:
+    apply_experiments(experiments)
+    calls = _count_store_calls()
+    worker = jobs.Worker(
+        url,
+        {"noop": _noop},
+        {"default": concurrency},
+        listen=listen,
+        prefetch=prefetch,
+        connect_kwargs=connect_kwargs,
+    )
+    ready.put(os.getpid())
+    go.wait()
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        stats = profiler.runcall(worker.run_until_idle)
+        profiler.dump_stats(f"{profile}.{os.getpid()}")
+    else:
+        stats = worker.run_until_idle()
+    seconds = time.perf_counter() - start
+    rss, peak = rss_mib()
+    results.put(
+        {
+            "pid": os.getpid(),
+            "seconds": seconds,
+            "cpu": time.process_time() - cpu0,
+            "claimed": stats.claimed,
+            "claim_s": stats.claim_seconds,
+            "write_s": stats.write_seconds,
+            "outcomes": dict(stats.outcomes),
+            "calls": dict(calls),
+            "first_claim": calls["first_claim"],
+            "last_complete": calls["last_complete"],
+            "rss_mib": rss,
+            "peak_mib": peak,
+        }
+    )
+
+
+def _raw_drain_child(
+    url: str, batch: int, ready: MpQueue[Any], go: MpEvent, results: MpQueue[Any]
+) -> None:
+    name = f"raw:{os.getpid()}"
+    done = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        ready.put(os.getpid())
+        go.wait()
+        cpu0 = time.process_time()
+        start = last = time.perf_counter()
+        while True:
+            ids = [r[0] for r in conn.execute(RAW_CLAIM, {"worker": name, "limit": batch})]
+            if not ids:
+                break
+            conn.execute(RAW_COMPLETE, {"ids": ids})
+            last = time.perf_counter()
+            done += len(ids)
+        seconds = time.perf_counter() - start
+    rss, peak = rss_mib()
+    results.put(
+        {
+            "pid": os.getpid(),
+            "seconds": seconds,
+            "cpu": time.process_time() - cpu0,
+            "claimed": done,
+            "first_claim": start,
+            "last_complete": last,
+            "rss_mib": rss,
+            "peak_mib": peak,
+        }
+    )
+
+
+def _get(source: MpQueue[Any], children: list[Any], timeout: float = 600.0) -> Any:
+    """The next item of ``source``; fail fast when a child died instead of reporting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return source.get(timeout=0.05)
+        except Empty:
+            if any(c.exitcode not in (None, 0) for c in children):
+                raise RuntimeError("a benchmark process failed (see its traceback above)") from None
+            if time.monotonic() > deadline:
+                raise
+
+
+def run_drain(
+    url: str, n: int, processes: int, target: Callable[..., None], args: tuple[Any, ...]
+) -> DrainResult:
+    """Seed ``n`` jobs, start ``processes`` children, time from 'go' to the last one's report."""
+    reset(url)
+    seed_noop_jobs(url, n)
+    ready: MpQueue[Any] = CTX.Queue()
+    results: MpQueue[Any] = CTX.Queue()
+    go = CTX.Event()
+    children = [
+        CTX.Process(target=target, args=(url, *args, ready, go, results)) for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    for _ in children:
+        _get(ready, children)
+    start = time.perf_counter()
+    go.set()
+    reports = [_get(results, children) for _ in children]
+    seconds = time.perf_counter() - start
+    for child in children:
+        child.join(timeout=30)
+    total, succeeded, _attempts = counts(url)
+    if succeeded != n or total != n:
+        raise RuntimeError(f"drain left work behind: {succeeded}/{total} succeeded of {n}")
+    # perf_counter is CLOCK_MONOTONIC on Linux: one clock for all processes of the machine.
+    span = max(r["last_complete"] for r in reports) - min(r["first_claim"] for r in reports)
+    return DrainResult(n / span, span, seconds, reports)
+
+
+# -- 4. latency --------------------------------------------------------------------------------
+
+
+def _latency_child(
+    url: str,
+    listen: bool,
+    poll: float,
+    concurrency: int,
+    ready: MpQueue[Any],
+    stop: MpEvent,
+    results: MpQueue[Any],
+) -> None:
+    def probe(job: jobs.Job) -> None:
+        started = time.time()
+        results.put((job.payload["t"], started))
+
+    worker = jobs.Worker(
+        url,
+        {"probe": probe},
+        {"default": concurrency},
+        listen=listen,
+        poll_interval=timedelta(seconds=poll),
+    )
+
+    def stopper() -> None:
+        stop.wait()
+        worker.stop()
+
+    threading.Thread(target=stopper, daemon=True).start()
+    ready.put(os.getpid())
+    stats = worker.run(install_signal_handlers=False)
+    rss, peak = rss_mib()
+    results.put({"rss_mib": rss, "peak_mib": peak, "claimed": stats.claimed})
+
+
+def _collect(results: MpQueue[Any], into: list[tuple[float, float]], expected: int) -> None:
+    while len(into) < expected:
+        item = results.get(timeout=60)
+        if isinstance(item, tuple):
+            into.append(item)
+
+
+def latency_library(
+    url: str, listen: bool, poll: float, samples: int, gap: float, warmup: int
+) -> tuple[list[float], dict[str, Any]]:
+    """One job per transaction every ~``gap`` s; return latencies (ms) and the worker report."""
+    reset(url)
+    ready: MpQueue[Any] = CTX.Queue()
+    results: MpQueue[Any] = CTX.Queue()
+    stop = CTX.Event()
+    child = CTX.Process(target=_latency_child, args=(url, listen, poll, 4, ready, stop, results))
+    child.start()
+    ready.get(timeout=60)
+    received: list[tuple[float, float]] = []
+    rnd = random.Random(7)
+    with psycopg.connect(url) as conn:
+        # Warm-up jobs, each waited for: the worker is up, listening and its statements prepared.
+        for _ in range(warmup):
+            jobs.enqueue(conn, "probe", {"t": time.time()})
+            conn.commit()
+            _collect(results, received, len(received) + 1)
+        received.clear()
+        collector = threading.Thread(target=_collect, args=(results, received, samples))
+        collector.start()
+        for _ in range(samples):
+            jobs.enqueue(conn, "probe", {"t": time.time()})
+            conn.commit()
+            time.sleep(gap * (0.5 + rnd.random()))
+        collector.join(timeout=poll * 2 + 60)
+    stop.set()
+    report: dict[str, Any] = results.get(timeout=60)
+    child.join(timeout=30)
+    if len(received) != samples:
+        raise RuntimeError(f"latency run lost samples: {len(received)} of {samples}")
+    return [(started - sent) * 1000.0 for sent, started in received], report
+
+
+def latency_bare_notify(url: str, samples: int, gap: float) -> list[float]:
+    """Round trip of a bare NOTIFY (autocommit) to a LISTENing connection in another thread."""
+    received: dict[str, float] = {}
+    listening = threading.Event()
+
+    def listen() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(CHANNEL_RT)
+            listening.set()
+            for note in conn.notifies(timeout=60, stop_after=samples + 5):
+                received[note.payload] = time.perf_counter()
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    listening.wait(10)
+    sent: dict[str, float] = {}
+    rnd = random.Random(7)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for i in range(samples + 5):
+            key = str(i)
+            sent[key] = time.perf_counter()
+            conn.execute(NOTIFY_RT, (key,))
+            time.sleep(gap * (0.5 + rnd.random()))
+    thread.join(timeout=10)
+    keys = [str(i) for i in range(5, samples + 5)]  # the first 5 are warm-up
+    return [(received[k] - sent[k]) * 1000.0 for k in keys if k in received]
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    figure: str
+    value: str
+    baseline: str
+    ratio: str
+    target: str
+    ok: bool | None  # None: no target, shown for context
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v:,.0f}/s"
+
+
+PHASES = ("enqueue", "many", "drain", "latency")
+
+
+def _phase_enqueue(url: str, args: argparse.Namespace, rows: list[Row]) -> None:
+    print(f"enqueue, one job per transaction: {args.single:,} per side ...", flush=True)
+    lib, raw = bench_enqueue_single(url, args.single, rounds=4)
+    rows.append(
+        Row(
+            "enqueue, 1 job/txn",
+            fmt_rate(lib),
+            f"{fmt_rate(raw)} INSERT+COMMIT",
+            f"{lib / raw:.0%}",
+            ">= 90% of raw",
+            lib / raw >= 0.9,
+        )
+    )
+
+
+def _phase_many(url: str, args: argparse.Namespace, rows: list[Row]) -> None:
+    print(f"enqueue_many vs COPY: {args.many:,} per side ...", flush=True)
+    lib, raw = bench_enqueue_many(url, args.many, args.batch)
+    rows.append(
+        Row(
+            f"enqueue_many, batch {args.batch:,}",
+            fmt_rate(lib),
+            f"{fmt_rate(raw)} COPY",
+            f"{lib / raw:.0%}",
+            ">= 100,000/s",
+            lib >= 100_000,
+        )
+    )
+
+
+def _describe(label: str, result: DrainResult) -> str:
+    parts = []
+    for r in result.per_process:
+        extra = ""
+        if "calls" in r:
+            extra = (
+                f", {r['calls']['claim']:,.0f} claims {r['claim_s']:.2f}s"
+                f", {r['calls']['complete']:,.0f} completes {r['write_s']:.2f}s"
+            )
+        parts.append(
+            f"{r['claimed']:,} jobs in {r['seconds']:.2f}s (cpu {r['cpu']:.2f}s{extra}, "
+            f"rss {r['rss_mib']:.1f} MiB)"
+        )
+    return (
+        f"  {label}: span {result.span:.2f}s; wall {result.wall:.2f}s "
+        f"= {result.drained_rate:,.0f}/s; " + "; ".join(parts)
+    )
+
+
+def _phase_drain(
+    url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], memory: list[float]
+) -> None:
+    print(f"drain {args.drain:,} no-op jobs: raw x2, library x1, library x2 ...", flush=True)
+    raw2 = run_drain(url, args.drain, 2, _raw_drain_child, (args.raw_batch,))
+    options = {"options": args.worker_options} if args.worker_options else {}
+    experiments = [e for e in args.experiment.split(",") if e]
+    lib_args = (args.concurrency, args.prefetch, True, options, experiments)
+    lib1 = run_drain(url, args.drain, 1, _library_drain_child, (*lib_args, None))
+    attempts1 = counts(url)[2]
+    lib2 = run_drain(url, args.drain, 2, _library_drain_child, (*lib_args, args.profile))
+    attempts2 = counts(url)[2]
+    raw_base = f"{fmt_rate(raw2.rate)} raw x2"
+    rows.append(
+        Row(
+            "drain, 1 worker process",
+            fmt_rate(lib1.rate),
+            raw_base,
+            f"{lib1.rate / raw2.rate:.0%}",
+            "-",
+            None,
+        )
+    )
+    rows.append(
+        Row(
+            "drain, 2 worker processes",
+            fmt_rate(lib2.rate),
+            raw_base,
+            f"{lib2.rate / raw2.rate:.0%}",
+            ">= 8,000/s, >= 40% raw",
+            lib2.rate >= 8000 and lib2.rate / raw2.rate >= 0.4,
+        )
+    )
+    rows.append(
+        Row(
+            "attempt history rows x1 / x2",
+            f"{attempts1:,} / {attempts2:,}",
+            "- (raw writes none)",
+            "-",
+            f"= {args.drain:,} each",
+            attempts1 == args.drain and attempts2 == args.drain,
+        )
+    )
+    memory.extend(r["rss_mib"] for r in lib1.per_process + lib2.per_process)
+    notes.append(
+        f"drain: jobs.Worker(queues={{'default': {args.concurrency}}}, "
+        f"prefetch={args.prefetch}, listen=True"
+        + (f", connect_kwargs={options}" if options else "")
+        + (f", EXPERIMENT {experiments}" if experiments else "")
+        + f"); raw: claim {args.raw_batch} (SKIP LOCKED) + complete, autocommit; "
+        "wall time from start signal to the last process's report"
+    )
+    notes.append(_describe("raw x2", raw2))
+    notes.append(_describe("lib x1", lib1))
+    notes.append(_describe("lib x2", lib2))
+    raw_rss = max(r["rss_mib"] for r in raw2.per_process)
+    notes.append(f"raw drain client RSS {raw_rss:.1f} MiB (python + psycopg, for scale)")
+
+
+def _phase_latency(
+    url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], memory: list[float]
+) -> None:
+    print(f"latency: {args.samples} samples per mode, LISTEN on / off / bare ...", flush=True)
+    gap = args.gap_ms / 1000.0
+    bare = latency_bare_notify(url, args.samples, gap)
+    on, on_report = latency_library(url, True, 1.0, args.samples, gap, warmup=5)
+    off, off_report = latency_library(url, False, args.poll, args.samples, gap, warmup=2)
+    for q, target in ((50, 4.0), (95, None), (99, 10.0)):
+        value = percentile(on, q)
+        base = percentile(bare, q)
+        rows.append(
+            Row(
+                f"latency LISTEN on p{q}",
+                f"{value:.2f} ms",
+                f"{base:.2f} ms bare NOTIFY",
+                f"{value / base:.1f}x",
+                f"<= {target:g} ms" if target else "-",
+                value <= target if target else None,
+            )
+        )
+    poll_ms = args.poll * 1000.0
+    for q in (50, 95, 99):
+        value = percentile(off, q)
+        rows.append(
+            Row(
+                f"latency LISTEN off p{q}",
+                f"{value:.1f} ms",
+                f"poll {poll_ms:.0f} ms",
+                f"{value / poll_ms:.2f}",
+                "<= poll + 10 ms" if q == 99 else "-",
+                value <= poll_ms + 10.0 if q == 99 else None,
+            )
+        )
+    memory.extend([on_report["rss_mib"], off_report["rss_mib"]])
+    notes.append(
+        f"latency: {len(on)} / {len(off)} / {len(bare)} samples, gap ~{args.gap_ms:g} ms, "
+        f"from just before enqueue+commit to the handler's first line; "
+        f"max LISTEN on {max(on):.1f} ms, off {max(off):.1f} ms, bare {max(bare):.2f} ms; "
+        "worker Worker(queues={'default': 4}, prefetch=0)"
+    )
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = ("figure", "value", "baseline (raw)", "ratio", "target", "result")
+    table = [
+        (
+            r.figure,
+            r.value,
+            r.baseline,
+            r.ratio,
+            r.target,
+            "-" if r.ok is None else ("PASS" if r.ok else "FAIL"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    print(line)
+    print("-" * len(line))
+    for t in table:
+        print("  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, seconds")
+    parser.add_argument(
+        "--only", default=",".join(PHASES), help=f"comma-separated phases of {', '.join(PHASES)}"
+    )
+    parser.add_argument("--single", type=int, default=3000, help="jobs per side, enqueue 1/txn")
+    parser.add_argument("--many", type=int, default=100_000, help="jobs per side, enqueue_many")
+    parser.add_argument("--batch", type=int, default=5000, help="enqueue_many / COPY batch size")
+    parser.add_argument("--drain", type=int, default=20_000, help="no-op jobs per drain run")
+    parser.add_argument("--concurrency", type=int, default=8, help="drain: threads per worker")
+    parser.add_argument("--prefetch", type=int, default=100, help="drain: worker prefetch")
+    parser.add_argument("--raw-batch", type=int, default=100, help="drain: raw claim batch size")
+    parser.add_argument(
+        "--worker-options",
+        default="",
+        help="libpq options for the drain workers' connections, e.g. '-c synchronous_commit=off'",
+    )
+    parser.add_argument(
+        "--experiment",
+        default="",
+        help=f"drain workers run patched queries: comma-separated of {', '.join(EXPERIMENTS)}",
+    )
+    parser.add_argument("--samples", type=int, default=500, help="latency samples per mode")
+    parser.add_argument("--gap-ms", type=float, default=5.0, help="mean gap between samples")
+    parser.add_argument("--poll", type=float, default=0.5, help="poll interval, LISTEN off (s)")
+    parser.add_argument("--profile", metavar="PREFIX", help="cProfile the x2 drain workers")
+    args = parser.parse_args()
+    if args.quick:
+        args.single, args.many, args.drain, args.samples = 200, 10_000, 2000, 40
+        args.batch, args.poll = 2000, 0.2
+    phases = {p.strip() for p in args.only.split(",") if p.strip()}
+    unknown = {e for e in args.experiment.split(",") if e} - set(EXPERIMENTS)
+    if unknown:
+        parser.error(f"--experiment: unknown {sorted(unknown)}")
+    if not phases <= set(PHASES):
+        parser.error(f"--only: unknown phase(s) {sorted(phases - set(PHASES))}")
+
+    began = time.perf_counter()
+    rows: list[Row] = []
+    notes: list[str] = []
+    memory: list[float] = []
+    with throwaway_database(database_url()) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            settings = conn.execute(
+                "SELECT current_setting('server_version'), current_setting('fsync'), "
+                "current_setting('synchronous_commit'), current_database()"
+            ).fetchone()
+        assert settings is not None
+        print(
+            f"PostgreSQL {settings[0]} (fsync={settings[1]}, synchronous_commit={settings[2]}), "
+            f"{os.cpu_count()} CPUs, throwaway database {settings[3]}"
+        )
+        if "enqueue" in phases:
+            _phase_enqueue(url, args, rows)
+        if "many" in phases:
+            _phase_many(url, args, rows)
+        if "drain" in phases:
+            _phase_drain(url, args, rows, notes, memory)
+        if "latency" in phases:
+            _phase_latency(url, args, rows, notes, memory)
+    if memory:
+        rows.append(
+            Row(
+                "worker RSS after its run",
+                f"{max(memory):.1f} MiB",
+                "-",
+                "-",
+                "< 80 MiB",
+                max(memory) < 80.0,
+            )
+        )
+    print()
+    for note in notes:
+        print(note)
+    print()
+    print_table(rows)
+    print(f"\ntotal {time.perf_counter() - began:.1f}s")
+    return 0 if all(r.ok is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""``tockwork scheduler`` (a replica) and ``tockwork schedules sync|list|show|preview``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from jobs import logs
+from jobs.migrate import migrate
+from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
+from scheduler.db import COMPONENTS, resolve_url
+from scheduler.definitions import load_file, sync
+from scheduler.errors import ScheduleNotFound
+from scheduler.model import Schedule
+from scheduler.schedules import get_schedule, list_schedules, preview
+from scheduler.tick import Scheduler
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, json_lines=args.log_json)
+    url = resolve_url(args.database_url)
+    with psycopg.connect(url) as conn:
+        if args.migrate:
+            migrate(conn, COMPONENTS)
+        if args.definitions:
+            with conn.transaction():
+                result = sync(conn, load_file(args.definitions))
+            print(
+                f"definitions: created {len(result.created)}, updated {len(result.updated)}, "
+                f"deleted {len(result.deleted)}, unchanged {len(result.unchanged)}"
+            )
+    replica = Scheduler(
+        url, lookahead=args.lookahead, batch_size=args.batch_size, interval=args.interval
+    )
+    totals = replica.run()
+    print(
+        json.dumps(
+            {"enqueued": totals.enqueued, "missed": totals.missed, "skipped": totals.skipped,
+             "duplicates": totals.duplicates, "locked_elsewhere": totals.locked_elsewhere}
+        )
+    )  # fmt: skip
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    definitions = load_file(args.file)
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        result = sync(conn, definitions)
+        if args.dry_run:
+            conn.rollback()
+    verb = "would " if args.dry_run else ""
+    for name, keys in (
+        ("create", result.created),
+        ("update", result.updated),
+        ("delete", result.deleted),
+    ):
+        print(f"{verb}{name}: {', '.join(keys) if keys else '-'}")
+    print(f"unchanged: {len(result.unchanged)}")
+    return 0
+
+
+def _row(s: Schedule) -> str:
+    nxt = s.next_run_at.isoformat() if s.next_run_at else "-"
+    name = s.key or (f"subject={s.subject}" if s.subject else "-")
+    rule = json.dumps({k: v for k, v in s.rule_json.items() if k != "version"})
+    return (
+        f"{s.id:>7} {name:<24} {s.job_type:<22} {s.zone:<20} {nxt:<26} "
+        f"{'paused' if s.paused else 'active':<7} {rule}"
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        items = list_schedules(conn, limit=args.limit)
+    print(f"{'id':>7} {'key/subject':<24} {'job_type':<22} {'zone':<20} {'next_run_at':<26} state")
+    for s in items:
+        print(_row(s))
+    print(f"({len(items)} schedule(s))")
+    return 0
+
+
+def _find(conn: psycopg.Connection[Any], ident: str) -> Schedule:
+    try:
+        if ident.isdigit():
+            return get_schedule(conn, int(ident))
+        return get_schedule(conn, key=ident)
+    except ScheduleNotFound as exc:
+        raise InputError(str(exc)) from None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        s = _find(conn, args.key)
+    for name in (
+        "id", "key", "subject", "organization_id", "job_type", "queue", "zone", "gap", "fold",
+        "jitter_seconds", "catch_up", "catch_up_grace_seconds", "catch_up_max", "quiet_hours",
+        "paused", "cursor_at", "next_run_at", "next_occurrence_key", "last_occurrence_key",
+        "last_occurrence_at", "last_job_id", "enqueued_count", "missed_count", "skipped_count",
+        "tzdb_version", "version", "source", "created_at", "updated_at",
+    ):  # fmt: skip
+        print(f"{name:>22}: {getattr(s, name)}")
+    print(f"{'rule':>22}: {json.dumps(s.rule_json)}")
+    print(f"{'payload':>22}: {json.dumps(s.payload)}")
+    return 0
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        s = _find(conn, args.key)
+    after = args.after or datetime.now(UTC)
+    items = preview(s, after, args.count)
+    if args.json:
+        print(json.dumps([
+            {"utc": o.at.strftime("%Y-%m-%dT%H:%M:%SZ"), "local": o.local.isoformat(),
+             "nominal": o.nominal.isoformat(), "adjusted": o.adjusted, "key": o.key}
+            for o in items
+        ]))  # fmt: skip
+        return 0
+    print(f"{s.key or s.id}: {json.dumps(s.rule_json)} in {s.zone}")
+    for o in items:
+        mark = f"  <- {o.adjusted}" if o.adjusted else ""
+        print(f"  {o.local.isoformat():<28} {o.at.strftime('%Y-%m-%dT%H:%M:%SZ')}{mark}")
+    return 0
+
+
+def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("scheduler", help="run a scheduler replica (run as many as you like)")
+    database_arg(p)
+    p.add_argument(
+        "--lookahead",
+        type=seconds("--lookahead"),
+        default=timedelta(seconds=60),
+        help="enqueue occurrences this many seconds ahead (default 60)",
+    )
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument(
+        "--interval",
+        type=seconds("--interval"),
+        default=timedelta(seconds=1),
+        help="seconds between ticks when idle (default 1)",
+    )
+    p.add_argument("--definitions", help="a TOML file of definitions to sync at start-up")
+    p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
+    p.add_argument("--log-json", action="store_true")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_scheduler)
+
+    schedules = sub.add_parser("schedules", help="definitions and schedules")
+    ssub = schedules.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
+    q = ssub.add_parser("sync", help="create, update and remove definitions from a TOML file")
+    database_arg(q)
+    q.add_argument("file")
+    q.add_argument("--dry-run", action="store_true")
+    q.set_defaults(func=cmd_sync)
+    q = ssub.add_parser("list", help="list schedules")
+    database_arg(q)
+    q.add_argument("--limit", type=int, default=200)
+    q.set_defaults(func=cmd_list)
+    q = ssub.add_parser("show", help="one schedule by key or id")
+    database_arg(q)
+    q.add_argument("key")
+    q.set_defaults(func=cmd_show)
+    q = ssub.add_parser("preview", help="a schedule's next occurrences, DST marks included")
+    database_arg(q)
+    q.add_argument("key")
+    q.add_argument("--count", type=int, default=10)
+    q.add_argument("--after", type=instant)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_preview)

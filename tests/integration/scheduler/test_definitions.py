@@ -1,0 +1,78 @@
+"""Definitions as code: TOML sync by key, idempotent, never touching API schedules."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import scheduler
+from scheduler.definitions import load_file, sync
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+FILE_V1 = """
+[[schedule]]
+key = "retention"
+rule = "cron:0 3 * * *"
+zone = "UTC"
+job_type = "tockwork.retention"
+
+[[schedule]]
+key = "partitions"
+rule = "daily@01:00"
+zone = "Europe/Paris"
+job_type = "tockwork.partitions"
+"""
+
+FILE_V2 = """
+[[schedule]]
+key = "retention"
+rule = "cron:30 3 * * *"
+zone = "UTC"
+job_type = "tockwork.retention"
+"""
+
+
+def test_sync_creates_updates_and_removes_by_key(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    user = scheduler.create_schedule(
+        conn, job_type="r", rule="daily@08:00", zone="UTC", subject="u", now=T0
+    )
+    v1, v2 = tmp_path / "v1.toml", tmp_path / "v2.toml"
+    v1.write_text(FILE_V1)
+    v2.write_text(FILE_V2)
+    first = sync(conn, load_file(v1), now=T0)
+    assert sorted(first.created) == ["partitions", "retention"]
+    again = sync(conn, load_file(v1), now=T0)
+    assert (again.created, again.updated, again.deleted) == ([], [], [])
+    second = sync(conn, load_file(v2), now=T0)
+    assert (second.updated, second.deleted) == (["retention"], ["partitions"])
+    retention = scheduler.get_schedule(conn, key="retention")
+    assert retention.rule_json["expr"] == "30 3 * * *"
+    assert retention.queue == "maintenance" and retention.catch_up == "all"
+    assert retention.next_run_at == datetime(2026, 6, 1, 3, 30, tzinfo=UTC)
+    assert scheduler.get_schedule(conn, user.id).subject == "u"  # API schedules untouched
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('[[schedule]]\nkey = "x"\nrule = "daily@08:00"\n', "schedule[0].job_type"),
+        ('[[schedule]]\nkey = "x"\nrule = "x"\njob_type = "t"\nbogus = 1\n', "schedule[0].bogus"),
+        ("[[schedule]\n", "file"),
+        ('[[schedule]]\nkey = "x"\nrule = "cron:61 * * * *"\njob_type = "t"\n', "x.rule"),
+    ],
+)
+def test_bad_files_name_the_field(
+    conn: psycopg.Connection[Any], tmp_path: Path, text: str, field: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(scheduler.InvalidSchedule) as info:
+        sync(conn, load_file(path), now=T0)
+    assert info.value.field == field

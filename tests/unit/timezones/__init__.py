@@ -1,0 +1,1 @@
+"""Unit and acceptance tests of the timezones package (no database needed)."""
