@@ -6,7 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint typecheck bench db-url db-stop clean
+
+.PHONY: demo demo-queue test test-slow lint typecheck bench db-url db-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -17,6 +18,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) -m scheduler.demo
+
+demo-queue: $(STAMP)
+	$(PY) -m scheduler.demo_queue
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

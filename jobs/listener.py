@@ -68,7 +68,7 @@ class Listener:
                     # Anything committed while we were not listening is found by the poll.
                     self.on_wake("*")
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
+                        for note in conn.notifies(timeout=0.1):
                             self.wakeups += 1
                             self.on_wake(note.payload)
             except psycopg.Error as exc:

@@ -51,6 +51,17 @@ class JobStore(Protocol):
         """
         ...
 
+    def complete_and_claim(
+        self,
+        finished: Sequence[Finished],
+        wanted: Mapping[str, int],
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+    ) -> tuple[dict[int, str], list[Job]]:
+        """:meth:`complete` then :meth:`claim`, committed together."""
+        ...
+
     def heartbeat(
         self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
     ) -> set[int]:
@@ -106,50 +117,88 @@ class PgJobStore:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
+    @staticmethod
+    def _claim_params(
+        wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+    ) -> dict[str, Any] | None:
+        queues = [q for q, n in wanted.items() if n > 0]
+        if not queues:
+            return None
+        return {
+            "queues": queues,
+            "limits": [wanted[q] for q in queues],
+            "worker": worker,
+            "lease": lease,
+            "now": now,
+        }
+
+    @staticmethod
+    def _claimed(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
+        # RETURNING has no order: hand jobs out in claim order.
+        claimed = [_job(row) for row in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return claimed
+
+    @staticmethod
+    def _complete_params(
+        finished: Sequence[Finished], worker: str, now: datetime | None
+    ) -> dict[str, Any]:
+        return {
+            "ids": [f.job.id for f in finished],
+            "tokens": [f.job.lease_token for f in finished],
+            "attempts": [f.job.attempt for f in finished],
+            "queues": [f.job.queue for f in finished],
+            "job_types": [f.job.job_type for f in finished],
+            "statuses": [str(f.decision.status) for f in finished],
+            "outcomes": [f.decision.outcome for f in finished],
+            "delays": [f.decision.delay for f in finished],
+            "attempt_deltas": [f.decision.attempt_delta for f in finished],
+            "codes": [f.decision.code for f in finished],
+            "summaries": [f.decision.summary for f in finished],
+            "started": [f.started_at for f in finished],
+            "durations": [f.duration_ms for f in finished],
+            "worker": worker,
+            "now": now,
+        }
+
     def claim(
         self, wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
     ) -> list[Job]:
-        queues = [q for q, n in wanted.items() if n > 0]
-        if not queues:
+        params = self._claim_params(wanted, worker, lease, now)
+        if params is None:
             return []
-        rows = self.conn.execute(
-            query("claim"),
-            {
-                "queues": queues,
-                "limits": [wanted[q] for q in queues],
-                "worker": worker,
-                "lease": lease,
-                "now": now,
-            },
-        ).fetchall()
-        return [_job(row) for row in rows]
+        return self._claimed(self.conn.execute(query("claim"), params).fetchall())
 
     def complete(
         self, finished: Sequence[Finished], worker: str, now: datetime | None
     ) -> dict[int, str]:
         if not finished:
             return {}
-        rows = self.conn.execute(
-            query("complete"),
-            {
-                "ids": [f.job.id for f in finished],
-                "tokens": [f.job.lease_token for f in finished],
-                "attempts": [f.job.attempt for f in finished],
-                "queues": [f.job.queue for f in finished],
-                "job_types": [f.job.job_type for f in finished],
-                "statuses": [str(f.decision.status) for f in finished],
-                "outcomes": [f.decision.outcome for f in finished],
-                "delays": [f.decision.delay for f in finished],
-                "attempt_deltas": [f.decision.attempt_delta for f in finished],
-                "codes": [f.decision.code for f in finished],
-                "summaries": [f.decision.summary for f in finished],
-                "started": [f.started_at for f in finished],
-                "durations": [f.duration_ms for f in finished],
-                "worker": worker,
-                "now": now,
-            },
-        ).fetchall()
+        params = self._complete_params(finished, worker, now)
+        rows = self.conn.execute(query("complete"), params).fetchall()
         return {job_id: outcome for job_id, outcome in rows}
+
+    def complete_and_claim(
+        self,
+        finished: Sequence[Finished],
+        wanted: Mapping[str, int],
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+    ) -> tuple[dict[int, str], list[Job]]:
+        claim_params = self._claim_params(wanted, worker, lease, now)
+        if not finished:
+            return {}, self.claim(wanted, worker, lease, now)
+        if claim_params is None:
+            return self.complete(finished, worker, now), []
+        with self.conn.transaction(), self.conn.pipeline():
+            done = self.conn.execute(
+                query("complete"), self._complete_params(finished, worker, now)
+            )
+            got = self.conn.execute(query("claim"), claim_params)
+            written_rows = done.fetchall()
+            claimed_rows = got.fetchall()
+        return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def heartbeat(
         self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None

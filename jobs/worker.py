@@ -255,10 +255,9 @@ class Worker:
         poll = self.poll_interval.total_seconds()
         while not self._stopping.is_set():
             self._wake.clear()
-            self._flush()
             self._maybe_heartbeat()
             self._maybe_reap()
-            claimed = self._claim()
+            claimed = self._cycle(claim=True)
             if until_idle and not claimed and not self._inflight and self._done.empty():
                 return
             if self._done.empty():
@@ -282,13 +281,33 @@ class Worker:
                     time.sleep(delay)
             raise
 
-    def _claim(self) -> int:
-        wanted = {q: n + self.prefetch - self._inflight_by_queue[q] for q, n in self.queues.items()}
-        if not any(v > 0 for v in wanted.values()):
+    def _cycle(self, *, claim: bool) -> int:
+        """Write finished outcomes and claim into the free slots, in one transaction.
+
+        Both statements go to the server in one pipeline and commit together: one round trip
+        and one commit per cycle however many jobs finished and were claimed.
+        """
+        batch = self._drain_done()
+        wanted: dict[str, int] = {}
+        if claim:
+            finishing = dict.fromkeys(self.queues, 0)
+            for item in batch:
+                finishing[item.job.queue] += 1
+            wanted = {
+                q: n + self.prefetch - self._inflight_by_queue[q] + finishing[q]
+                for q, n in self.queues.items()
+            }
+            wanted = {q: n for q, n in wanted.items() if n > 0}
+        if not batch and not wanted:
             return 0
         started = time.perf_counter()
-        claimed: list[Job] = self._db(lambda s: s.claim(wanted, self.name, self.lease, self._now()))
-        self.stats.claim_seconds += time.perf_counter() - started
+        written, claimed = self._db(
+            lambda s: s.complete_and_claim(batch, wanted, self.name, self.lease, self._now())
+        )
+        elapsed = time.perf_counter() - started
+        self.stats.write_seconds += elapsed if batch else 0.0
+        self.stats.claim_seconds += elapsed if not batch else 0.0
+        self._settle(batch, written)
         for job in claimed:
             self.stats.claimed += 1
             self._inflight[job.id] = job
@@ -343,18 +362,19 @@ class Worker:
                 exc_info=(type(error), error, error.__traceback__) if error else None,
             )
 
-    def _flush(self) -> None:
+    def _drain_done(self) -> list[Finished]:
         batch: list[Finished] = []
         while True:
             try:
                 batch.append(self._done.get_nowait())
             except queue_module.Empty:
-                break
-        if not batch:
-            return
-        started = time.perf_counter()
-        written: dict[int, str] = self._db(lambda s: s.complete(batch, self.name, self._now()))
-        self.stats.write_seconds += time.perf_counter() - started
+                return batch
+
+    def _flush(self) -> None:
+        """Write finished outcomes without claiming (shutdown)."""
+        self._cycle(claim=False)
+
+    def _settle(self, batch: list[Finished], written: dict[int, str]) -> None:
         for item in batch:
             outcome = written.get(item.job.id, "fenced")
             if outcome == "fenced":

@@ -4,6 +4,7 @@ from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound, 
 from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule, TickResult
 from scheduler.schedules import (
     create_schedule,
+    create_schedules,
     delete,
     get_schedule,
     list_schedules,
@@ -26,6 +27,7 @@ __all__ = [
     "SchedulerError",
     "TickResult",
     "create_schedule",
+    "create_schedules",
     "delete",
     "get_schedule",
     "list_schedules",

@@ -1,32 +1,54 @@
-"""``make demo``: the queue end to end on a fresh database, with live progress and a report.
+"""``make demo``: 20,000 user reminders in 50 zones, due within the next minute, end to end.
 
-Enqueues a few thousand sample jobs on isolated queues (push notifications with transient
-provider failures and some rejected tokens, slow reports, critical alerts), runs a worker with a
-concurrency limit per queue until every job is finished, and prints what happened: outcomes per
-queue, retries, the dead letters and how to requeue them, and the effect-side deduplication
-check (no push delivered twice).
+From a fresh database: 3 scheduler replicas and 2 workers run as separate processes (the real
+``tockwork scheduler`` and ``tockwork worker`` commands). The reminders' local times all fall due
+at the next whole minute (a herd), spread by 30 s of deterministic jitter, and are delivered
+through the simulated push provider, which fails transiently or rate-limits a few attempts.
+Live progress is printed while it runs; at the end a report says: occurrences expected,
+enqueued, delivered, duplicates (0), dead, lateness against the nominal time (p50/p95/p99) and
+the spread jitter produced.
 """
 
 from __future__ import annotations
 
-import random
+import os
+import signal
+import subprocess
 import sys
-import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-import jobs
-from jobs import Job, JobSpec
+import scheduler
 from jobs.migrate import migrate
 from scheduler.db import COMPONENTS, resolve_url
+from timezones import available_zones, get_zone
 
 DEMO_DB = "tockwork_demo"
-QUEUES = {"critical_alerts": 4, "notifications": 8, "reports": 1}
+REMINDERS = 20_000
+ZONES = 50
+JITTER = 30
+REPLICAS = 2 + 1
+WORKERS = 2
+TIMEOUT = timedelta(seconds=100)
+
+
+def _zones() -> list[str]:
+    """50 real zones with varied offsets (half-hour and 45-minute ones included)."""
+    picked = [
+        "America/Chicago", "America/New_York", "America/Los_Angeles", "America/Sao_Paulo",
+        "America/St_Johns", "Europe/London", "Europe/Berlin", "Europe/Kyiv", "Asia/Kolkata",
+        "Asia/Kathmandu", "Australia/Adelaide", "Australia/Lord_Howe", "Pacific/Chatham",
+        "Pacific/Kiritimati", "Asia/Tokyo", "Africa/Casablanca",
+    ]  # fmt: skip
+    rest = sorted(available_zones() - set(picked))
+    step = max(1, len(rest) // (ZONES - len(picked)))
+    picked += [z for z in rest[::step] if "/" in z and not z.startswith("Etc/")]
+    return picked[:ZONES]
 
 
 def _fresh_database(server_url: str) -> str:
@@ -38,181 +60,173 @@ def _fresh_database(server_url: str) -> str:
     url = make_conninfo(server_url, dbname=DEMO_DB)
     with psycopg.connect(url) as conn:
         migrate(conn, COMPONENTS)
-        conn.execute(
-            "CREATE TABLE deliveries (job_id bigint, user_id int, at timestamptz DEFAULT now())"
-        )
-        conn.commit()
     return url
 
 
-class Handlers:
-    """Sample handlers. The push provider fails transiently on 15% of first attempts."""
-
-    def __init__(self, url: str, seed: int = 7) -> None:
-        self.url = url
-        self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.local = threading.local()
-
-    def _conn(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] | None = getattr(self.local, "conn", None)
-        if conn is None or conn.closed:
-            conn = psycopg.connect(self.url)
-            self.local.conn = conn
-        return conn
-
-    def send_push(self, job: Job) -> None:
-        user = job.payload["user_id"]
-        if job.payload.get("token") == "revoked":
-            raise jobs.PermanentError(f"device token of user {user} rejected", code="bad_token")
-        with self.lock:
-            flaky = self.rng.random() < 0.15
-        if flaky and job.attempt == 1:
-            raise jobs.TransientError("push provider timed out", code="provider_timeout")
-        conn = self._conn()
-        with conn.transaction():
-            # Effect-side deduplication: the delivery and its record commit together.
-            if jobs.effects.record_once(conn, jobs.effects.effect_key(job, "push"), job_id=job.id):
-                conn.execute(
-                    "INSERT INTO deliveries (job_id, user_id) VALUES (%s, %s)", (job.id, user)
-                )
-
-    def build_report(self, job: Job) -> None:
-        time.sleep(0.004)
-
-    def page_oncall(self, job: Job) -> None:
-        if job.payload.get("rate_limited") and job.attempt == 1:
-            raise jobs.RateLimited(0.3, "pager API said Retry-After: 0.3")
-
-    def mapping(self) -> dict[str, jobs.Handler]:
-        return {
-            "send_push": self.send_push,
-            "build_report": self.build_report,
-            "page_oncall": self.page_oncall,
-        }
-
-
-def _specs() -> list[JobSpec]:
-    specs = [
-        JobSpec(
-            "send_push",
-            {"user_id": i, "token": "revoked" if i % 97 == 0 else "ok"},
-            queue="notifications",
-            idempotency_key=f"push:{i}:2026-11-30",
+def _create(url: str, due: datetime) -> None:
+    zones = _zones()
+    items: list[dict[str, Any]] = []
+    for i in range(REMINDERS):
+        zone = zones[i % len(zones)]
+        local = due.astimezone(get_zone(zone))
+        items.append(
+            {
+                "job_type": "reminder",
+                "rule": f"daily@{local:%H:%M}",
+                "zone": zone,
+                "subject": f"user-{i}",
+                "queue": "reminders",
+                "jitter": JITTER,
+                "payload": {"subject": f"user-{i}", "message": "time to stretch"},
+            }
         )
-        for i in range(2500)
-    ]
-    specs += [JobSpec("build_report", {"report": i}, queue="reports") for i in range(300)]
-    specs += [
-        JobSpec(
-            "page_oncall",
-            {"alert": i, "rate_limited": i % 10 == 0},
-            queue="critical_alerts",
-            priority=10,
-        )
-        for i in range(200)
-    ]
-    return specs
+    with psycopg.connect(url) as conn, conn.transaction():
+        scheduler.create_schedules(conn, items)
 
 
-def _progress(conn: psycopg.Connection[Any]) -> tuple[str, int]:
-    stats = {s.queue: s for s in jobs.queue_stats(conn)}
-    parts = []
-    for q in QUEUES:
-        s = stats.get(q)
-        waiting = (s.ready + s.scheduled) if s else 0
-        parts.append(f"{q} {waiting:>4}/{s.leased if s else 0:<2}")
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     row = conn.execute(
-        "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased', 'retrying')"
+        "SELECT count(*),"
+        " count(*) FILTER (WHERE status IN ('pending', 'retrying', 'leased')),"
+        " count(*) FILTER (WHERE status = 'retrying'),"
+        " count(*) FILTER (WHERE status = 'dead'),"
+        " (SELECT count(*) FROM simulated_pushes)"
+        " FROM jobs"
     ).fetchone()
-    return " | ".join(parts), int(row[0]) if row else 0
+    assert row is not None
+    return dict(zip(("enqueued", "open", "retrying", "dead", "delivered"), row, strict=True))
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> int:
-    started = time.perf_counter()
+    started = time.monotonic()
     server = resolve_url(None)
-    print(f"tockwork demo: database {DEMO_DB} on {server}")
+    print(f"tockwork demo: {REMINDERS:,} reminders in {ZONES} zones, database {DEMO_DB}")
     url = _fresh_database(server)
-    handlers = Handlers(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        specs = _specs()
-        t0 = time.perf_counter()
-        with conn.transaction():
-            jobs.enqueue_many(conn, specs)
-            # Enqueue the same pushes again: idempotency keys make this a no-op.
-            again = jobs.enqueue_many(conn, specs[:500])
-        print(
-            f"enqueued {len(specs)} jobs in one transaction in {time.perf_counter() - t0:.2f}s; "
-            f"re-enqueueing 500 of them created {sum(r.created for r in again)} new jobs"
-        )
-        policy = jobs.RetryPolicy(base=timedelta(milliseconds=200), cap=timedelta(seconds=2))
-        worker = jobs.Worker(
-            url,
-            handlers.mapping(),
-            QUEUES,
-            name="demo-worker",
-            retry=jobs.RetryPolicies(default=policy),
-            poll_interval=timedelta(milliseconds=200),
-        )
-        runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-        runner.start()
-        try:
+    now = datetime.now(UTC)
+    # The next whole minute at least 45 s away: time to create the schedules and start up.
+    due = (now + timedelta(seconds=105)).replace(second=0, microsecond=0)
+    _create(url, due)
+    print(
+        f"  created {REMINDERS:,} schedules in {time.monotonic() - started:.1f}s; "
+        f"local times due at {due:%H:%M:%S}Z ({(due - datetime.now(UTC)).seconds}s from now), "
+        f"e.g. daily@{due.astimezone(get_zone('Asia/Kathmandu')):%H:%M} in Asia/Kathmandu"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "TOCKWORK_SIM_TRANSIENT": "0.03",
+        "TOCKWORK_SIM_RATE_LIMIT": "0.01",
+        "TOCKWORK_SIM_RETRY_AFTER": "2",
+    }
+    procs = [
+        _spawn(["scheduler", "--lookahead", "20", "--interval", "0.5", "--batch-size", "1000"],
+               env)
+        for _ in range(REPLICAS)
+    ] + [
+        _spawn(["worker", "--app", "scheduler.reminders:simulated_app", "--queue",
+                "reminders=16", "--poll", "0.5"], env)
+        for _ in range(WORKERS)
+    ]  # fmt: skip
+    print(f"  started {REPLICAS} scheduler replicas and {WORKERS} workers (separate processes)")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
             while True:
-                line, unfinished = _progress(conn)
-                print(f"  [{time.perf_counter() - started:5.1f}s] waiting/running: {line}")
-                if unfinished == 0:
+                c = _counts(conn)
+                clock = datetime.now(UTC)
+                to_go = (due - clock).total_seconds()
+                when = f"T{'-' if to_go > 0 else '+'}{abs(to_go):4.0f}s"
+                print(
+                    f"  [{when}] enqueued {c['enqueued']:>6,}  delivered {c['delivered']:>6,}  "
+                    f"retrying {c['retrying']:>4}  dead {c['dead']:>3}",
+                    flush=True,
+                )
+                if c["enqueued"] >= REMINDERS and c["open"] == 0:
                     break
-                time.sleep(0.5)
-        finally:
-            worker.stop()
-            runner.join()
-        elapsed = time.perf_counter() - started
-        _report(conn, url, worker, elapsed)
+                if clock > due + TIMEOUT:
+                    print("  timed out waiting for the last deliveries")
+                    break
+                time.sleep(1.0 if to_go > 3 else 0.5)
+            _report(conn, started)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
     return 0
 
 
-def _report(conn: psycopg.Connection[Any], url: str, worker: jobs.Worker, elapsed: float) -> None:
-    rows = conn.execute(
-        "SELECT queue, status, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1, 2"
-    ).fetchall()
-    print("\nfinal status by queue:")
-    for queue, status, n in rows:
-        print(f"  {queue:<16} {status:<10} {n:>6}")
-    retried = conn.execute(
-        "SELECT outcome, error_code, count(*) FROM job_attempts"
-        " WHERE outcome <> 'succeeded' GROUP BY 1, 2 ORDER BY 3 DESC"
-    ).fetchall()
-    print("\nattempts that did not succeed:")
-    for outcome, code, n in retried:
-        print(f"  {outcome:<14} {code or '-':<20} {n:>6}")
-    dup = conn.execute(
-        "SELECT count(*) FROM (SELECT user_id FROM deliveries GROUP BY 1 HAVING count(*) > 1) d"
+def _report(conn: psycopg.Connection[Any], started: float) -> None:
+    c = _counts(conn)
+    dup_jobs = conn.execute(
+        "SELECT count(*) FROM (SELECT payload->'tockwork_schedule'->>'id',"
+        " payload->'tockwork_schedule'->>'occurrence' FROM jobs GROUP BY 1, 2"
+        " HAVING count(*) > 1) d"
     ).fetchone()
-    delivered = conn.execute("SELECT count(*) FROM deliveries").fetchone()
+    dup_push = conn.execute(
+        "SELECT count(*) FROM (SELECT schedule_id, occurrence_key FROM simulated_pushes"
+        " GROUP BY 1, 2 HAVING count(*) > 1) d"
+    ).fetchone()
+    lateness = [
+        float(r[0])
+        for r in conn.execute(
+            "SELECT extract(epoch FROM delivered_at - occurrence_at) FROM simulated_pushes"
+        ).fetchall()
+    ]
+    spread = [
+        float(r[0])
+        for r in conn.execute(
+            "SELECT extract(epoch FROM run_at - (payload->'tockwork_schedule'->>'at')::timestamptz)"
+            " FROM jobs WHERE attempts <= 1"  # a retry moves run_at
+        ).fetchall()
+    ]
+    retried = conn.execute(
+        "SELECT outcome, count(*) FROM job_attempts WHERE outcome <> 'succeeded' GROUP BY 1"
+    ).fetchall()
+    print("\nreport")
+    print(f"  occurrences expected   {REMINDERS:>8,}")
+    print(f"  enqueued               {c['enqueued']:>8,}")
+    print(f"  delivered              {c['delivered']:>8,}")
+    duplicates = (dup_jobs[0] if dup_jobs else 0) + (dup_push[0] if dup_push else 0)
+    print(f"  duplicates             {duplicates:>8,}")
+    print(f"  dead                   {c['dead']:>8,}")
+    print(f"  retried attempts       {', '.join(f'{o} {n}' for o, n in retried) or '0'}")
     print(
-        f"\npushes delivered: {delivered[0] if delivered else 0}, "
-        f"users notified twice: {dup[0] if dup else 0}"
+        "  lateness vs nominal    "
+        f"p50 {_percentile(lateness, 50):.2f}s  p95 {_percentile(lateness, 95):.2f}s  "
+        f"p99 {_percentile(lateness, 99):.2f}s  (jitter included)"
     )
-    dead = jobs.list_jobs(conn, limit=3)
-    total_dead = conn.execute("SELECT count(*) FROM jobs WHERE status = 'dead'").fetchone()
-    print(f"dead letters kept for a person: {total_dead[0] if total_dead else 0}, e.g.:")
-    for r in dead:
-        print(
-            f"  job {r.id} {r.job_type} attempts={r.attempts} {r.last_error_code}: "
-            f"{r.last_error_summary}"
-        )
-    print(f"  inspect: .venv/bin/tockwork jobs dead --database-url '{url}'")
-    first = dead[0].id if dead else 1
-    print(f"           .venv/bin/tockwork jobs show {first} --database-url '{url}'")
     print(
-        f"  requeue: .venv/bin/tockwork jobs requeue --error-code bad_token --database-url '{url}'"
+        "  jitter spread          "
+        f"min {min(spread, default=0):.1f}s  p50 {_percentile(spread, 50):.1f}s  "
+        f"max {max(spread, default=0):.1f}s  (window {JITTER}s)"
     )
-    s = worker.stats
-    print(
-        f"\nworker: claimed {s.claimed}, outcomes {s.outcomes}, "
-        f"claim time {s.claim_seconds:.2f}s, write time {s.write_seconds:.2f}s"
-    )
-    print(f"done in {elapsed:.1f}s")
+    buckets = [0] * 6
+    for s in spread:
+        buckets[min(5, int(s // (JITTER / 6)))] += 1
+    width = max(buckets) or 1
+    for i, n in enumerate(buckets):
+        lo = i * JITTER / 6
+        print(f"    {lo:4.0f}-{lo + JITTER / 6:<4.0f}s {'#' * round(40 * n / width):<40} {n:,}")
+    print(f"  done in {time.monotonic() - started:.0f}s")
 
 
 if __name__ == "__main__":

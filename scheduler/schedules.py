@@ -15,7 +15,7 @@ new zone's occurrence for a local day that was already enqueued finds the existi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -263,33 +263,96 @@ def create_schedule(
     ``catch_up`` defaults to ``latest`` for reminders and ``all`` for named definitions (``key``
     set, no ``subject``). Raises :class:`ScheduleExists` if ``key`` is taken in the organization.
     """
-    parsed = _rule(rule)
-    zone_name = _zone(zone)
-    gap_p, fold_p = _gap(gap), _fold(fold)
+    item = {
+        "job_type": job_type, "rule": rule, "zone": zone, "payload": payload, "queue": queue,
+        "key": key, "subject": subject, "organization_id": organization_id, "jitter": jitter,
+        "catch_up": catch_up, "catch_up_grace": catch_up_grace, "catch_up_max": catch_up_max,
+        "quiet_hours": quiet_hours, "gap": gap, "fold": fold, "paused": paused, "source": source,
+    }  # fmt: skip
+    params = _prepare_create(item, _now(conn, now), tzdb_version())
+    row = conn.execute(query("insert_schedule"), params).fetchone()
+    if row is None:
+        raise ScheduleExists(params["key"])
+    return get_schedule(conn, row[0])
+
+
+def create_schedules(
+    conn: psycopg.Connection[Any],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime | None = None,
+) -> list[int]:
+    """Create many schedules at once (the keyword arguments of :func:`create_schedule` each).
+
+    Every item is validated before anything is written (an error names ``items[i].field``);
+    the rows go to the server in one pipeline. Returns the new ids in order. Raises
+    :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
+    caller rolls back: it runs in the caller's transaction).
+    """
+    at = _now(conn, now)
+    rows: list[dict[str, Any]] = []
+    tzdb = tzdb_version()
+    for index, item in enumerate(items):
+        try:
+            rows.append(_prepare_create(dict(item), at, tzdb))
+        except InvalidSchedule as exc:
+            raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
+    if not rows:
+        return []
+    with conn.cursor() as cur:
+        cur.executemany(query("insert_schedule"), rows, returning=True)
+        ids: list[int] = []
+        index = 0
+        while True:
+            row = cur.fetchone()
+            if row is None:
+                raise ScheduleExists(rows[index]["key"])
+            ids.append(row[0])
+            index += 1
+            if not cur.nextset():
+                break
+    return ids
+
+
+def _prepare_create(item: dict[str, Any], at: datetime, tzdb: str) -> dict[str, Any]:
+    known = {
+        "job_type", "rule", "zone", "payload", "queue", "key", "subject", "organization_id",
+        "jitter", "catch_up", "catch_up_grace", "catch_up_max", "quiet_hours", "gap", "fold",
+        "paused", "source",
+    }  # fmt: skip
+    for name, value in item.items():
+        if name not in known:
+            raise InvalidSchedule(name, value, "is not a schedule field")
+    for name in ("job_type", "rule", "zone"):
+        if name not in item:
+            raise InvalidSchedule(name, None, "is required")
+    parsed = _rule(item["rule"])
+    zone_name = _zone(item["zone"])
+    gap_p, fold_p = _gap(item.get("gap")), _fold(item.get("fold"))
+    key, subject = item.get("key"), item.get("subject")
     default_catch_up = CatchUp.ALL if key is not None and subject is None else CatchUp.LATEST
     params = _params(
-        job_type=job_type, rule=parsed, zone=zone_name, payload=payload, queue=queue, key=key,
-        subject=subject, organization_id=organization_id, jitter=jitter,
-        catch_up=_catch_up(catch_up, default_catch_up), grace=catch_up_grace,
-        catch_up_max=catch_up_max, quiet=_quiet(quiet_hours), gap=gap_p, fold=fold_p,
-        paused=paused,
+        job_type=item["job_type"], rule=parsed, zone=zone_name, payload=item.get("payload"),
+        queue=item.get("queue", "default"), key=key, subject=subject,
+        organization_id=item.get("organization_id"), jitter=item.get("jitter", 0),
+        catch_up=_catch_up(item.get("catch_up"), default_catch_up),
+        grace=item.get("catch_up_grace"), catch_up_max=item.get("catch_up_max", 100),
+        quiet=_quiet(item.get("quiet_hours")), gap=gap_p, fold=fold_p,
+        paused=item.get("paused", False),
     )  # fmt: skip
+    source = item.get("source", "api")
     if source not in ("api", "definitions"):
         raise InvalidSchedule("source", source, "must be 'api' or 'definitions'")
-    at = _now(conn, now)
     first = _check_policies(parsed, zone_name, gap_p, fold_p, at)
     params.update(
         cursor_at=at,
         next_run_at=first.at if first else None,
         next_key=first.key if first else None,
-        tzdb=tzdb_version(),
+        tzdb=tzdb,
         source=source,
         now=at,
     )
-    row = conn.execute(query("insert_schedule"), params).fetchone()
-    if row is None:
-        raise ScheduleExists(params["key"])
-    return get_schedule(conn, row[0])
+    return params
 
 
 def get_schedule(

@@ -101,8 +101,9 @@ SET status = 'leased',
     locked_by = %(worker)s,
     locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
     lease_token = j.lease_token + 1
-FROM candidates AS c
-WHERE j.id = c.id
+-- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
+-- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
+WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
           j.created_at;
@@ -136,7 +137,10 @@ updated AS (
         completed_at = CASE WHEN i.status IN ('succeeded', 'dead', 'cancelled')
                             THEN coalesce(%(now)s::timestamptz, now()) END
     FROM input AS i
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    -- The ANY() lets a (generic, prepared) plan fetch the rows by primary key instead of
+    -- comparing every leased row with every input row.
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
     RETURNING j.id
 )
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
@@ -153,7 +157,8 @@ RETURNING job_id, outcome;
 UPDATE jobs AS j
 SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-WHERE j.id = t.id AND j.lease_token = t.token AND j.status = 'leased'
+WHERE j.id = ANY(%(ids)s::bigint[])
+  AND j.id = t.id AND j.lease_token = t.token AND j.status = 'leased'
 RETURNING j.id;
 
 -- name: reap
@@ -180,7 +185,7 @@ updated AS (
         completed_at = CASE WHEN j.attempts >= j.max_attempts
                             THEN coalesce(%(now)s::timestamptz, now()) END
     FROM expired AS e
-    WHERE j.id = e.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.id = e.id
     RETURNING j.id, j.attempts, j.queue, j.job_type, j.status
 ),
 history AS (
@@ -210,7 +215,8 @@ updated AS (
         last_error_code = 'interrupted',
         last_error_summary = 'worker stopped before the handler finished'
     FROM input AS i
-    WHERE j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    WHERE j.id = ANY(%(ids)s::bigint[])
+      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
     RETURNING j.id, j.attempts, j.queue, j.job_type
 ),
 history AS (
