@@ -39,9 +39,9 @@ WHERE organization_id IS NULL
 -- (within the batch or in the table) and are looked up by the caller.
 WITH input AS (
     SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, t.*
-    FROM unnest(%(organization_ids)s::uuid[], %(queues)s::text[], %(job_types)s::text[],
-                %(payloads)s::jsonb[], %(idempotency_keys)s::text[], %(priorities)s::int[],
-                %(run_ats)s::timestamptz[], %(max_attempts)s::int[])
+    FROM unnest(%(organization_ids)b::uuid[], %(queues)b::text[], %(job_types)b::text[],
+                %(payloads)b::jsonb[], %(idempotency_keys)b::text[], %(priorities)b::int[],
+                %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
          WITH ORDINALITY
          AS t(organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
               max_attempts, ord)
@@ -68,7 +68,7 @@ ORDER BY i.ord;
 
 -- name: find_many_by_key
 SELECT k.ord, j.id
-FROM unnest(%(organization_ids)s::uuid[], %(job_types)s::text[], %(idempotency_keys)s::text[])
+FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(idempotency_keys)b::text[])
      WITH ORDINALITY AS k(organization_id, job_type, idempotency_key, ord)
 JOIN jobs AS j
   ON j.organization_id IS NOT DISTINCT FROM k.organization_id
@@ -79,7 +79,7 @@ JOIN jobs AS j
 -- each other; every claim bumps the fencing token, so only the current holder can write the
 -- outcome.
 WITH wanted AS (
-    SELECT * FROM unnest(%(queues)s::text[], %(limits)s::int[]) AS w(queue, n)
+    SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
 ),
 candidates AS (
     SELECT c.id
@@ -110,15 +110,15 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
 
 -- name: complete
 -- Record the outcomes of a batch of attempts. A row is updated only while the caller still
--- holds its lease (same fencing token, still leased); an outcome that lost its lease is kept in
--- the history as 'fenced' and changes nothing else.
+-- holds its lease (same fencing token); an outcome that lost its lease is kept in the history
+-- as 'fenced' and changes nothing else.
 WITH input AS (
     SELECT *
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(attempts)s::int[],
-                %(queues)s::text[], %(job_types)s::text[], %(statuses)s::text[],
-                %(outcomes)s::text[], %(delays)s::interval[], %(attempt_deltas)s::int[],
-                %(codes)s::text[], %(summaries)s::text[], %(started)s::timestamptz[],
-                %(durations)s::float8[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(attempts)b::int[],
+                %(queues)b::text[], %(job_types)b::text[], %(statuses)b::text[],
+                %(outcomes)b::text[], %(delays)b::interval[], %(attempt_deltas)b::int[],
+                %(codes)b::text[], %(summaries)b::text[], %(started)b::timestamptz[],
+                %(durations)b::float8[])
          AS t(id, token, attempt, queue, job_type, status, outcome, delay, attempt_delta,
               code, summary, started_at, duration_ms)
 ),
@@ -135,12 +135,13 @@ updated AS (
         last_error_code = coalesce(i.code, j.last_error_code),
         last_error_summary = coalesce(i.summary, j.last_error_summary),
         completed_at = CASE WHEN i.status IN ('succeeded', 'dead', 'cancelled')
-                            THEN coalesce(%(now)s::timestamptz, now()) END
+                            THEN coalesce(%(now)s::timestamptz, now()) END,
+        lease_token = j.lease_token + 1
     FROM input AS i
-    -- The ANY() lets a (generic, prepared) plan fetch the rows by primary key instead of
-    -- comparing every leased row with every input row.
-    WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    -- Fencing: every change that ends a lease (complete, reap, release) bumps the token, so a
+    -- matching token means "still leased by this claim". (A status = 'leased' test here would
+    -- tempt the planner into scanning the partial leased index, dead entries included.)
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id
 )
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
@@ -153,12 +154,12 @@ FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
 RETURNING job_id, outcome;
 
 -- name: heartbeat
--- Extend the leases the caller still holds; the ids not returned were lost (taken over).
+-- Extend the leases the caller still holds (same fencing token); the ids not returned were
+-- lost: reaped, released, or taken over by another claim.
 UPDATE jobs AS j
 SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-WHERE j.id = ANY(%(ids)s::bigint[])
-  AND j.id = t.id AND j.lease_token = t.token AND j.status = 'leased'
+FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
 -- name: reap
@@ -183,7 +184,8 @@ updated AS (
         last_error_summary = left('lease of ' || coalesce(e.locked_by, '?') || ' expired at '
                                   || e.locked_until::text, 1000),
         completed_at = CASE WHEN j.attempts >= j.max_attempts
-                            THEN coalesce(%(now)s::timestamptz, now()) END
+                            THEN coalesce(%(now)s::timestamptz, now()) END,
+        lease_token = j.lease_token + 1
     FROM expired AS e
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.id = e.id
     RETURNING j.id, j.attempts, j.queue, j.job_type, j.status
@@ -203,7 +205,7 @@ SELECT u.id, u.queue, u.status FROM updated AS u;
 -- is recorded. The attempt still counts, so a job that never finishes within the grace period
 -- cannot loop forever.
 WITH input AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 ),
 updated AS (
     UPDATE jobs AS j
@@ -213,10 +215,10 @@ updated AS (
         locked_by = NULL,
         locked_until = NULL,
         last_error_code = 'interrupted',
-        last_error_summary = 'worker stopped before the handler finished'
+        last_error_summary = 'worker stopped before the handler finished',
+        lease_token = j.lease_token + 1
     FROM input AS i
-    WHERE j.id = ANY(%(ids)s::bigint[])
-      AND j.id = i.id AND j.lease_token = i.token AND j.status = 'leased'
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id, j.attempts, j.queue, j.job_type
 ),
 history AS (
@@ -237,8 +239,8 @@ WITH updated AS (
         attempts = 0,
         run_at = coalesce(%(now)s::timestamptz, now()),
         completed_at = NULL
-    WHERE status = ANY(%(statuses)s::text[])
-      AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+    WHERE status = ANY(%(statuses)b::text[])
+      AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
       AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
@@ -258,8 +260,8 @@ UPDATE jobs
 SET status = 'cancelled',
     completed_at = coalesce(%(now)s::timestamptz, now()),
     last_error_code = coalesce(%(reason)s::text, last_error_code)
-WHERE status = ANY(%(statuses)s::text[])
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+WHERE status = ANY(%(statuses)b::text[])
+  AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
@@ -270,7 +272,7 @@ SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, p
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
        last_error_summary, completed_at, created_at
 FROM jobs
-WHERE status = ANY(%(statuses)s::text[])
+WHERE status = ANY(%(statuses)b::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
@@ -323,7 +325,7 @@ SET status = 'cancelled',
     completed_at = coalesce(%(now)s::timestamptz, now())
 WHERE organization_id = %(organization_id)s::uuid
   AND job_type = %(job_type)s
-  AND idempotency_key = ANY(%(keys)s::text[])
+  AND idempotency_key = ANY(%(keys)b::text[])
   AND status IN ('pending', 'retrying')
 RETURNING id, idempotency_key;
 
@@ -336,6 +338,6 @@ SET status = 'cancelled',
     completed_at = coalesce(%(now)s::timestamptz, now())
 WHERE organization_id IS NULL
   AND job_type = %(job_type)s
-  AND idempotency_key = ANY(%(keys)s::text[])
+  AND idempotency_key = ANY(%(keys)b::text[])
   AND status IN ('pending', 'retrying')
 RETURNING id, idempotency_key;

@@ -66,10 +66,10 @@ SET cursor_at = coalesce(u.cursor_at, s.cursor_at),
     skipped_count = s.skipped_count + u.skipped,
     tzdb_version = u.tzdb,
     updated_at = %(now)s
-FROM unnest(%(ids)s::bigint[], %(cursor_ats)s::timestamptz[], %(next_run_ats)s::timestamptz[],
-            %(next_keys)s::text[], %(last_keys)s::text[], %(last_ats)s::timestamptz[],
-            %(last_job_ids)s::bigint[], %(enqueued)s::int[], %(missed)s::int[],
-            %(skipped)s::int[], %(tzdbs)s::text[])
+FROM unnest(%(ids)b::bigint[], %(cursor_ats)b::timestamptz[], %(next_run_ats)b::timestamptz[],
+            %(next_keys)b::text[], %(last_keys)b::text[], %(last_ats)b::timestamptz[],
+            %(last_job_ids)b::bigint[], %(enqueued)b::int[], %(missed)b::int[],
+            %(skipped)b::int[], %(tzdbs)b::text[])
      AS u(id, cursor_at, next_run_at, next_key, last_key, last_at, last_job_id, enqueued,
           missed, skipped, tzdb)
 WHERE s.id = u.id;
@@ -78,8 +78,8 @@ WHERE s.id = u.id;
 INSERT INTO schedule_skips (schedule_id, occurrence_key, occurrence_at, kind, reason,
                             recorded_at)
 SELECT * , %(now)s::timestamptz
-FROM unnest(%(ids)s::bigint[], %(keys)s::text[], %(ats)s::timestamptz[], %(kinds)s::text[],
-            %(reasons)s::text[]);
+FROM unnest(%(ids)b::bigint[], %(keys)b::text[], %(ats)b::timestamptz[], %(kinds)b::text[],
+            %(reasons)b::text[]);
 
 -- name: count_skip
 UPDATE schedules SET skipped_count = skipped_count + 1 WHERE id = %(id)s;
@@ -101,7 +101,7 @@ FOR NO KEY UPDATE SKIP LOCKED;
 UPDATE schedules AS s
 SET next_run_at = u.next_run_at, next_occurrence_key = u.next_key, tzdb_version = %(tzdb)s,
     updated_at = %(now)s
-FROM unnest(%(ids)s::bigint[], %(next_run_ats)s::timestamptz[], %(next_keys)s::text[])
+FROM unnest(%(ids)b::bigint[], %(next_run_ats)b::timestamptz[], %(next_keys)b::text[])
      AS u(id, next_run_at, next_key)
 WHERE s.id = u.id;
 
