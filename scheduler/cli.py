@@ -11,13 +11,15 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from scheduler import cli_jobs, cli_preview, cli_schedules
+from scheduler import cli_jobs, cli_ops, cli_outbox, cli_preview, cli_schedules
 from scheduler.cli_common import InputError, SubParsers
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     cli_jobs.register,
     cli_schedules.register,
+    cli_outbox.register,
+    cli_ops.register,
     cli_preview.register,
 ]
 
