@@ -71,6 +71,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     handlers = load_app(args.app)
     queues = dict(args.queue or [("default", 4)])
     url = resolve_url(args.database_url)
+    # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
+    # find the worker's database here.
+    os.environ["DATABASE_URL"] = url
     if args.migrate:
         with psycopg.connect(url) as conn:
             migrate(conn, COMPONENTS)

@@ -15,6 +15,7 @@ from scheduler.cli_common import InputError, SubParsers, database_arg, instant, 
 from scheduler.db import COMPONENTS, resolve_url
 from scheduler.definitions import load_file, sync
 from scheduler.errors import ScheduleNotFound
+from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
 from scheduler.tick import Scheduler
@@ -26,6 +27,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     with psycopg.connect(url) as conn:
         if args.migrate:
             migrate(conn, COMPONENTS)
+        if args.maintenance:
+            with conn.transaction():
+                built_in = sync_maintenance(conn)
+            print(
+                f"maintenance definitions: created {len(built_in.created)}, "
+                f"updated {len(built_in.updated)}"
+            )
         if args.definitions:
             with conn.transaction():
                 result = sync(conn, load_file(args.definitions))
@@ -145,6 +153,11 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--definitions", help="a TOML file of definitions to sync at start-up")
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
+    p.add_argument(
+        "--maintenance",
+        action="store_true",
+        help="sync the built-in maintenance definitions (lease recovery, retention, tzdb)",
+    )
     p.add_argument("--log-json", action="store_true")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_scheduler)

@@ -113,19 +113,35 @@ def _wanted(d: Definition) -> dict[str, Any]:
     }
 
 
+BUILTIN_PREFIX = "tockwork."
+
+
 def sync(
     conn: psycopg.Connection[Any],
     definitions: Iterable[Definition],
     *,
     organization_id: Any = None,
     now: datetime | None = None,
+    scope: str = "user",
 ) -> SyncResult:
-    """Make the organization's synced definitions match ``definitions`` (caller's transaction)."""
+    """Make the organization's synced definitions match ``definitions`` (caller's transaction).
+
+    ``scope="user"`` (the default) manages every key except the built-in ``tockwork.`` ones;
+    ``scope="builtin"`` manages only those (:mod:`scheduler.maintenance`), so a user's file never
+    removes the built-in maintenance and the other way round.
+    """
+    if scope not in ("user", "builtin"):
+        raise InvalidSchedule("scope", scope, "must be 'user' or 'builtin'")
+    builtin = scope == "builtin"
     wanted = {d.key: d for d in definitions}
+    for key in wanted:
+        if key.startswith(BUILTIN_PREFIX) != builtin:
+            reason = "is reserved for built-in definitions" if not builtin else "is not built-in"
+            raise InvalidSchedule("key", key, reason)
     existing = {
         s.key: s
         for s in list_schedules(conn, organization_id=organization_id, limit=100_000)
-        if s.key is not None
+        if s.key is not None and s.key.startswith(BUILTIN_PREFIX) == builtin
     }
     result = SyncResult()
     for key, d in wanted.items():

@@ -109,3 +109,37 @@ WHERE s.id = u.id;
 -- How far overdue the most overdue active schedule is (seconds; 0 when none is).
 SELECT coalesce(extract(epoch FROM %(now)s::timestamptz - min(next_run_at)), 0)::float8
 FROM schedules WHERE NOT paused AND next_run_at <= %(now)s::timestamptz;
+
+-- name: retention_jobs
+-- One bounded batch of finished jobs (succeeded, cancelled) older than the cutoff. Dead jobs
+-- are kept until a person requeues or cancels them (unless dead_before is given).
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE (status IN ('succeeded', 'cancelled') AND completed_at < %(before)s)
+       OR (%(dead_before)s::timestamptz IS NOT NULL AND status = 'dead'
+           AND completed_at < %(dead_before)s::timestamptz)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed);
+
+-- name: retention_attempts
+WITH doomed AS (
+    SELECT id FROM job_attempts WHERE finished_at < %(before)s LIMIT %(limit)s
+)
+DELETE FROM job_attempts WHERE id IN (SELECT id FROM doomed);
+
+-- name: retention_effects
+WITH doomed AS (
+    SELECT effect_key FROM job_effects WHERE recorded_at < %(before)s LIMIT %(limit)s
+)
+DELETE FROM job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);
+
+-- name: retention_skips
+WITH doomed AS (
+    SELECT id FROM schedule_skips WHERE recorded_at < %(before)s LIMIT %(limit)s
+)
+DELETE FROM schedule_skips WHERE id IN (SELECT id FROM doomed);
+
+-- name: outbox_exists
+SELECT to_regclass('outbox_events') IS NOT NULL;

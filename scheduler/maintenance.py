@@ -1,0 +1,199 @@
+"""Built-in maintenance, scheduled through the scheduler's own definitions (queue ``maintenance``).
+
+===========================  ===================  =============================================
+definition key               rule (UTC)            what the job does
+===========================  ===================  =============================================
+``tockwork.lease_recovery``  ``every:1m``          returns expired leases to the queue (the
+                                                   workers' reapers do it too; this covers a
+                                                   fleet with no worker running)
+``tockwork.retention``       ``cron:17 3 * * *``   deletes succeeded and cancelled jobs, attempt
+                                                   history, effect records, schedule skips and
+                                                   processed outbox events older than their age
+``tockwork.tzdb_recompute``  ``cron:7 * * * *``    recomputes schedules computed with another
+                                                   tz database version
+===========================  ===================  =============================================
+
+Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
+of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
+unless ``dead_days`` is set. Sync the definitions with ``tockwork scheduler --maintenance`` (or
+:func:`sync_maintenance`) and run a worker for the queue::
+
+    tockwork worker --app scheduler.maintenance:app --queue maintenance=1
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+import jobs
+from jobs.store import PgJobStore
+from scheduler.definitions import Definition, SyncResult, sync
+from scheduler.queries import query
+
+log = logging.getLogger("tockwork.maintenance")
+
+PREFIX = "tockwork."
+BATCH = 5000
+DEFAULT_AGES = {
+    "succeeded_days": 7,
+    "attempts_days": 30,
+    "effects_days": 30,
+    "skips_days": 30,
+    "outbox_days": 7,
+}
+
+
+def definitions(
+    *, retention: Mapping[str, int | None] | None = None, zone: str = "UTC"
+) -> list[Definition]:
+    """The built-in definitions; ``retention`` overrides ages in days (see DEFAULT_AGES)."""
+    ages: dict[str, int | None] = {**DEFAULT_AGES, **(retention or {})}
+    unknown = set(ages) - set(DEFAULT_AGES) - {"dead_days"}
+    if unknown:
+        raise jobs.InvalidJob("retention", sorted(unknown), "unknown retention settings")
+    return [
+        Definition(key=f"{PREFIX}lease_recovery", rule="every:1m", zone=zone,
+                   job_type="tockwork.lease_recovery", catch_up="latest"),
+        Definition(key=f"{PREFIX}retention", rule="cron:17 3 * * *", zone=zone,
+                   job_type="tockwork.retention", payload=ages, catch_up="latest"),
+        Definition(key=f"{PREFIX}tzdb_recompute", rule="cron:7 * * * *", zone=zone,
+                   job_type="tockwork.tzdb_recompute", catch_up="latest"),
+    ]  # fmt: skip
+
+
+def sync_maintenance(
+    conn: psycopg.Connection[Any],
+    *,
+    retention: Mapping[str, int | None] | None = None,
+    now: datetime | None = None,
+) -> SyncResult:
+    """Create or update the built-in definitions (the ``tockwork.`` keys only)."""
+    return sync(conn, definitions(retention=retention), now=now, scope="builtin")
+
+
+def _now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute(query("now")).fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+def _batched(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
+    """Run a bounded delete until it deletes nothing; each batch commits on its own."""
+    total = 0
+    while True:
+        with conn.transaction():
+            deleted = conn.execute(query(name), {**params, "limit": BATCH}).rowcount
+        total += max(deleted, 0)
+        if deleted < BATCH:
+            return total
+
+
+def retention(
+    conn: psycopg.Connection[Any],
+    ages: Mapping[str, Any] | None = None,
+    *,
+    now: datetime | None = None,
+) -> dict[str, int]:
+    """Delete what is older than its age, in bounded batches; returns counts per kind.
+
+    ``conn`` must not be inside a transaction (each batch commits).
+    """
+    settings = {**DEFAULT_AGES, **(ages or {})}
+    at = now or _now(conn)
+
+    def before(name: str) -> datetime:
+        days = settings[name]
+        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+            raise jobs.InvalidJob(name, days, "must be a number of days >= 0")
+        return at - timedelta(days=days)
+
+    dead_days = settings.get("dead_days")
+    dead_before = None if dead_days is None else at - timedelta(days=float(dead_days))
+    counts = {
+        "jobs": _batched(
+            conn,
+            "retention_jobs",
+            {"before": before("succeeded_days"), "dead_before": dead_before},
+        ),
+        "attempts": _batched(conn, "retention_attempts", {"before": before("attempts_days")}),
+        "effects": _batched(conn, "retention_effects", {"before": before("effects_days")}),
+        "skips": _batched(conn, "retention_skips", {"before": before("skips_days")}),
+    }
+    row = conn.execute(query("outbox_exists")).fetchone()
+    conn.commit()
+    if row and row[0]:
+        counts["outbox"] = _delete_outbox(conn, before("outbox_days"))
+    log.info("retention: deleted %s", counts)
+    return counts
+
+
+def _delete_outbox(conn: psycopg.Connection[Any], before: datetime) -> int:
+    total = 0
+    while True:
+        with conn.transaction():
+            deleted = conn.execute(
+                "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events"
+                " WHERE processed_at < %s LIMIT %s)",
+                (before, BATCH),
+            ).rowcount
+        total += max(deleted, 0)
+        if deleted < BATCH:
+            return total
+
+
+def lease_recovery(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> int:
+    """Return every expired lease to the queue (or to dead), in bounded batches.
+
+    Each batch is its own transaction when ``conn`` is idle (a savepoint inside the caller's
+    transaction otherwise).
+    """
+    store = PgJobStore(conn)
+    total = 0
+    while True:
+        with conn.transaction():
+            reaped = store.reap(1000, now)
+        total += len(reaped)
+        if len(reaped) < 1000:
+            return total
+
+
+def app() -> dict[str, jobs.Handler]:
+    """``tockwork worker --app scheduler.maintenance:app --queue maintenance=1``.
+
+    Reads ``DATABASE_URL`` (``tockwork worker --database-url`` sets it for the app).
+    """
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        raise jobs.InvalidJob("DATABASE_URL", url, "the maintenance app needs DATABASE_URL")
+
+    def run_retention(job: jobs.Job) -> None:
+        ages = job.payload if isinstance(job.payload, Mapping) else {}
+        settings = {k: v for k, v in ages.items() if k in DEFAULT_AGES or k == "dead_days"}
+        with psycopg.connect(url) as conn:
+            retention(conn, settings)
+
+    def run_lease_recovery(_job: jobs.Job) -> None:
+        with psycopg.connect(url) as conn:
+            lease_recovery(conn)
+
+    def run_tzdb(_job: jobs.Job) -> None:
+        from scheduler.tick import Scheduler
+
+        replica = Scheduler(url)
+        try:
+            replica.recompute_stale_tzdb()
+        finally:
+            replica.close()
+
+    return {
+        "tockwork.retention": run_retention,
+        "tockwork.lease_recovery": run_lease_recovery,
+        "tockwork.tzdb_recompute": run_tzdb,
+    }

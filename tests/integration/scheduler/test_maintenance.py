@@ -1,0 +1,96 @@
+"""Built-in maintenance: retention in batches, lease recovery, definitions kept apart."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+import scheduler
+from jobs.store import PgJobStore
+from scheduler import maintenance
+from scheduler.definitions import load_file, sync
+
+NOW = datetime(2026, 6, 30, 12, 0, tzinfo=UTC)
+
+
+def age_jobs(conn: psycopg.Connection[Any], status: str, days: int, n: int) -> list[int]:
+    ids = [r.id for r in jobs.enqueue_many(conn, [jobs.JobSpec("t", {}) for _ in range(n)])]
+    conn.execute(
+        "UPDATE jobs SET status = %s, completed_at = %s WHERE id = ANY(%s)",
+        (status, NOW - timedelta(days=days), ids),
+    )
+    conn.execute(
+        "INSERT INTO job_attempts (job_id, attempt, queue, job_type, finished_at, outcome)"
+        " SELECT id, 1, queue, job_type, completed_at, 'succeeded' FROM jobs WHERE id = ANY(%s)",
+        (ids,),
+    )
+    return ids
+
+
+def test_retention_deletes_old_finished_jobs_and_keeps_dead_ones(
+    conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(maintenance, "BATCH", 7)  # several batches
+    old_ok = age_jobs(conn, "succeeded", 10, 20)
+    old_cancelled = age_jobs(conn, "cancelled", 10, 3)
+    recent = age_jobs(conn, "succeeded", 1, 5)
+    dead = age_jobs(conn, "dead", 100, 4)
+    pending = jobs.enqueue(conn, "t", {}).id
+    conn.commit()
+    counts = maintenance.retention(conn, {"attempts_days": 5}, now=NOW)
+    assert counts["jobs"] == len(old_ok) + len(old_cancelled)
+    left = {r[0] for r in conn.execute("SELECT id FROM jobs").fetchall()}
+    assert left == {*recent, *dead, pending}
+    # attempts older than 5 days go too (including the dead jobs' history, by age)
+    assert counts["attempts"] == 20 + 3 + 4
+    again = maintenance.retention(conn, {"attempts_days": 5}, now=NOW)
+    assert again["jobs"] == 0 and again["attempts"] == 0  # idempotent
+    maintenance.retention(conn, {"dead_days": 30}, now=NOW)
+    assert not {r[0] for r in conn.execute("SELECT id FROM jobs").fetchall()} & set(dead)
+
+
+def test_lease_recovery_job(conn: psycopg.Connection[Any], db_url: str) -> None:
+    job_id = jobs.enqueue(conn, "t", {}, now=NOW).id
+    conn.commit()
+    with psycopg.connect(db_url, autocommit=True) as c:
+        PgJobStore(c).claim({"default": 1}, "crashed", timedelta(seconds=30), NOW)
+    assert maintenance.lease_recovery(conn, now=NOW + timedelta(minutes=1)) == 1
+    assert jobs.get_job(conn, job_id).status == "retrying"
+    assert maintenance.lease_recovery(conn, now=NOW + timedelta(minutes=1)) == 0
+
+
+def test_builtin_and_user_definitions_never_remove_each_other(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    created = maintenance.sync_maintenance(conn, now=NOW)
+    assert sorted(created.created) == [
+        "tockwork.lease_recovery", "tockwork.retention", "tockwork.tzdb_recompute",
+    ]  # fmt: skip
+    user_file = tmp_path / "defs.toml"
+    user_file.write_text('[[schedule]]\nkey = "report"\nrule = "daily@06:00"\njob_type = "r"\n')
+    result = sync(conn, load_file(user_file), now=NOW)
+    assert (result.created, result.deleted) == (["report"], [])
+    again = maintenance.sync_maintenance(conn, retention={"succeeded_days": 3}, now=NOW)
+    assert (again.updated, again.deleted) == (["tockwork.retention"], [])
+    assert scheduler.get_schedule(conn, key="report").job_type == "r"
+    assert scheduler.get_schedule(conn, key="tockwork.retention").payload["succeeded_days"] == 3
+    reserved = tmp_path / "reserved.toml"
+    reserved.write_text(
+        '[[schedule]]\nkey = "tockwork.mine"\nrule = "daily@06:00"\njob_type = "r"\n'
+    )
+    with pytest.raises(scheduler.InvalidSchedule) as info:
+        sync(conn, load_file(reserved), now=NOW)
+    assert info.value.field == "key"
+
+
+def test_bad_retention_settings_are_refused(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(jobs.InvalidJob) as info:
+        maintenance.retention(conn, {"succeeded_days": -1}, now=NOW)
+    assert info.value.field == "succeeded_days"
+    with pytest.raises(jobs.InvalidJob):
+        maintenance.definitions(retention={"forever": 1})
