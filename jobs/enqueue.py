@@ -196,9 +196,25 @@ def enqueue_many(
         columns["priorities"].append(p["priority"])
         columns["run_ats"].append(p["run_at"])
         columns["max_attempts"].append(p["max_attempts"])
+    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+
+
+def enqueue_columns(
+    conn: psycopg.Connection[Any],
+    columns: Mapping[str, list[Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """The insert behind :func:`enqueue_many`, for input validated already (no checks here).
+
+    ``columns`` holds parallel lists: ``organization_ids``, ``queues``, ``job_types``,
+    ``payloads`` (JSON text), ``idempotency_keys``, ``priorities``, ``run_ats`` (aware or
+    None) and ``max_attempts``. The scheduler uses it for occurrences of schedules it validated
+    when they were created; anything else should call :func:`enqueue_many`.
+    """
     if not columns["queues"]:
         return []
-    params: dict[str, Any] = {**columns, "now": validate.aware(now, "now")}
+    params: dict[str, Any] = {**columns, "now": now}
     with conn.cursor() as cur:
         cur.execute(query("enqueue_many"), params)
         results: list[Enqueued | None] = [

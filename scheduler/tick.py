@@ -23,6 +23,7 @@ stale read), the idempotency key makes the second enqueue a no-op.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -34,8 +35,8 @@ from typing import Any
 
 import psycopg
 
-import jobs
-from jobs import JobSpec
+from jobs.enqueue import enqueue_columns
+from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
 from scheduler.queries import query
@@ -184,42 +185,44 @@ class Scheduler:
     def _write(
         self, conn: psycopg.Connection[Any], plans: list[Plan], now: datetime, result: TickResult
     ) -> None:
-        specs: list[JobSpec] = []
-        owners: list[tuple[int, int]] = []  # (plan index, decision index) per spec
+        # The schedules were validated when created; build the insert's columns directly.
+        columns: dict[str, list[Any]] = {
+            "organization_ids": [], "queues": [], "job_types": [], "payloads": [],
+            "idempotency_keys": [], "priorities": [], "run_ats": [], "max_attempts": [],
+        }  # fmt: skip
+        owners: list[int] = []  # the plan index of each job row
         skips: dict[str, list[Any]] = {"ids": [], "keys": [], "ats": [], "kinds": [], "reasons": []}
         for p_index, p in enumerate(plans):
             s = p.schedule
-            for d_index, d in enumerate(p.decisions):
+            base = json.dumps(s.payload, separators=(",", ":"), ensure_ascii=False)[:-1]
+            sep = "," if len(base) > 1 else ""
+            for d in p.decisions:
+                key = d.occurrence.key
                 if d.kind == "enqueue":
-                    assert d.run_at is not None
-                    payload = dict(s.payload)
-                    payload[SCHEDULE_PAYLOAD_KEY] = {
-                        "id": s.id,
-                        "occurrence": d.occurrence.key,
-                        "at": d.occurrence.at.isoformat(),
-                        "version": s.version,
-                    }
-                    specs.append(
-                        JobSpec(
-                            s.job_type,
-                            payload,
-                            queue=s.queue,
-                            idempotency_key=occurrence_idempotency_key(s.id, d.occurrence.key),
-                            organization_id=s.organization_id,
-                            run_at=d.run_at,
-                        )
-                    )
-                    owners.append((p_index, d_index))
+                    meta = json.dumps(
+                        {"id": s.id, "occurrence": key, "at": d.occurrence.at.isoformat(),
+                         "version": s.version},
+                        separators=(",", ":"),
+                    )  # fmt: skip
+                    columns["organization_ids"].append(s.organization_id)
+                    columns["queues"].append(s.queue)
+                    columns["job_types"].append(s.job_type)
+                    columns["payloads"].append(f'{base}{sep}"{SCHEDULE_PAYLOAD_KEY}":{meta}}}')
+                    columns["idempotency_keys"].append(occurrence_idempotency_key(s.id, key))
+                    columns["priorities"].append(0)
+                    columns["run_ats"].append(d.run_at)
+                    columns["max_attempts"].append(DEFAULT_MAX_ATTEMPTS)
+                    owners.append(p_index)
                 else:
                     skips["ids"].append(s.id)
-                    skips["keys"].append(d.occurrence.key)
+                    skips["keys"].append(key)
                     skips["ats"].append(d.occurrence.at)
                     skips["kinds"].append(d.kind)
                     skips["reasons"].append(d.reason)
-        enqueued = jobs.enqueue_many(conn, specs, now=self.clock.now() if self.clock else None)
+        enqueued = enqueue_columns(conn, columns, now=self.clock.now() if self.clock else None)
         created = [0] * len(plans)
         last_job: list[int | None] = [None] * len(plans)
-        for (p_index, _d), outcome in zip(owners, enqueued, strict=True):
+        for p_index, outcome in zip(owners, enqueued, strict=True):
             last_job[p_index] = outcome.id
             if outcome.created:
                 created[p_index] += 1
