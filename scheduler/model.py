@@ -83,8 +83,8 @@ class Schedule:
     subject: str | None
     job_type: str
     queue: str
-    payload: dict[str, Any]
-    rule_json: dict[str, Any]
+    payload_raw: dict[str, Any] | str  # str: JSON text not parsed yet (the tick's fast path)
+    rule_raw: dict[str, Any] | str
     zone: str
     gap: str | None
     fold: str | None
@@ -111,9 +111,31 @@ class Schedule:
     _rule: list[Rule] = field(default_factory=list, repr=False, compare=False)
 
     @property
+    def payload(self) -> dict[str, Any]:
+        raw = self.payload_raw
+        value: dict[str, Any] = json.loads(raw) if isinstance(raw, str) else raw
+        return value
+
+    @property
+    def payload_text(self) -> str:
+        raw = self.payload_raw
+        if isinstance(raw, str):
+            return raw
+        return json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def rule_json(self) -> dict[str, Any]:
+        raw = self.rule_raw
+        value: dict[str, Any] = json.loads(raw) if isinstance(raw, str) else raw
+        return value
+
+    @property
     def rule(self) -> Rule:
         if not self._rule:
-            self._rule.append(_parsed(json.dumps(self.rule_json, sort_keys=True)))
+            raw = self.rule_raw
+            # jsonb text from PostgreSQL is canonical (sorted keys), a fine cache key as is.
+            text = raw if isinstance(raw, str) else json.dumps(raw, sort_keys=True)
+            self._rule.append(_parsed(text))
         return self._rule[0]
 
     @property
