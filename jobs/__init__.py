@@ -2,7 +2,7 @@
 
 import logging
 
-from jobs import effects
+from jobs import effects, outbox
 from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue
 from jobs.enqueue import enqueue, enqueue_async, enqueue_many
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
@@ -56,6 +56,7 @@ __all__ = [
     "job_attempts",
     "list_jobs",
     "migrate",
+    "outbox",
     "queue_stats",
     "requeue",
 ]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from jobs.metrics import Metrics
 
 CHANNEL = "tockwork_jobs"
 
@@ -30,12 +33,14 @@ class Listener:
         channel: str = CHANNEL,
         retry_every: float = 5.0,
         connect_kwargs: dict[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.on_wake = on_wake
         self.channel = channel
         self.retry_every = retry_every
         self.connect_kwargs = connect_kwargs or {}
+        self.metrics = metrics
         self.alive = threading.Event()  # set while LISTEN is active
         self.wakeups = 0
         self.failures = 0
@@ -62,6 +67,8 @@ class Listener:
                 with psycopg.connect(self.conninfo, autocommit=True, **self.connect_kwargs) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self.alive.set()
+                    if self.metrics is not None:
+                        self.metrics.listening.set(1)
                     if warned:
                         log.info("LISTEN %s restored; wake-ups resume", self.channel)
                         warned = False
@@ -70,10 +77,15 @@ class Listener:
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=0.1):
                             self.wakeups += 1
+                            if self.metrics is not None:
+                                self.metrics.wakeups.inc()
                             self.on_wake(note.payload)
             except psycopg.Error as exc:
                 self.alive.clear()
                 self.failures += 1
+                if self.metrics is not None:
+                    self.metrics.listening.set(0)
+                    self.metrics.wakeup_failures.inc()
                 if not warned:
                     log.warning(
                         "LISTEN %s unavailable (%s); running poll-only until it returns",
@@ -83,3 +95,5 @@ class Listener:
                     warned = True
                 self._stop.wait(self.retry_every)
         self.alive.clear()
+        if self.metrics is not None:
+            self.metrics.listening.set(0)

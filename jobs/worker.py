@@ -40,6 +40,7 @@ import psycopg
 from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.listener import Listener
+from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.retry import Decision, RetryPolicies, decide
@@ -102,6 +103,7 @@ class Worker:
         clock: Clock | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
         on_outcome: Callable[[Job, Decision, float], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         queues = dict(queues or {"default": 4})
         if not queues:
@@ -128,6 +130,7 @@ class Worker:
         self.clock = clock
         self.connect_kwargs: dict[str, Any] = dict(connect_kwargs or {})
         self.on_outcome = on_outcome
+        self.metrics = metrics or Metrics.for_registry()
         self.stats = WorkerStats()
 
         self._wake = threading.Event()
@@ -192,7 +195,10 @@ class Worker:
         }
         if self.listen:
             self._listener = Listener(
-                self.conninfo, self._on_notify, connect_kwargs=self.connect_kwargs
+                self.conninfo,
+                self._on_notify,
+                connect_kwargs=self.connect_kwargs,
+                metrics=self.metrics,
             )
             self._listener.start()
             self._listener.wait_ready(2.0)
@@ -221,7 +227,9 @@ class Worker:
         self._flush()
         if self._inflight:
             leases = [(j.id, j.lease_token) for j in self._inflight.values()]
-            released = self._db(lambda s: s.release(leases, self.name, self._now())) or []
+            released = (
+                self._db(lambda s: s.release(leases, self.name, self._now()), "release") or []
+            )
             self.stats.released += len(released)
             log.warning(
                 "worker %s: %d handler(s) still running after the grace period; "
@@ -264,11 +272,12 @@ class Worker:
                 deadline = min(self._next_heartbeat, self._next_reap) - time.monotonic()
                 self._wake.wait(max(0.0, min(poll, deadline)))
 
-    def _db(self, op: Callable[[JobStore], Any]) -> Any:
+    def _db(self, op: Callable[[JobStore], Any], operation: str = "other") -> Any:
         """Run one store operation; on a lost connection, reconnect once and retry."""
         assert self._store is not None
         try:
-            return op(self._store)
+            with self.metrics.db_duration.labels(operation).time():
+                return op(self._store)
         except psycopg.OperationalError as exc:
             log.warning("worker %s: database connection lost (%s); reconnecting", self.name, exc)
             for delay in (0.1, 0.5, 1.0, 2.0, 5.0):
@@ -302,14 +311,18 @@ class Worker:
             return 0
         started = time.perf_counter()
         written, claimed = self._db(
-            lambda s: s.complete_and_claim(batch, wanted, self.name, self.lease, self._now())
+            lambda s: s.complete_and_claim(batch, wanted, self.name, self.lease, self._now()),
+            ("complete_and_claim" if wanted else "complete") if batch else "claim",
         )
         elapsed = time.perf_counter() - started
+        if wanted:
+            self.metrics.claim_duration.observe(elapsed)
         self.stats.write_seconds += elapsed if batch else 0.0
         self.stats.claim_seconds += elapsed if not batch else 0.0
         self._settle(batch, written)
         for job in claimed:
             self.stats.claimed += 1
+            self.metrics.claimed.labels(job.queue).inc()
             self._inflight[job.id] = job
             self._inflight_by_queue[job.queue] += 1
             self._pools[job.queue].submit(self._execute, job)
@@ -385,8 +398,17 @@ class Worker:
                     item.decision.outcome,
                 )
             self.stats.count(outcome)
+            self._observe(item, outcome)
             if self._inflight.pop(item.job.id, None) is not None:
                 self._inflight_by_queue[item.job.queue] -= 1
+
+    def _observe(self, item: Finished, outcome: str) -> None:
+        job, m = item.job, self.metrics
+        job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
+        m.execution_duration.labels(job.queue, job_type).observe(item.duration_ms / 1000.0)
+        m.outcomes.labels(job.queue, job_type, outcome).inc()
+        if outcome != "fenced" and item.decision.status is JobStatus.RETRYING:
+            m.retries.labels(job.queue, job_type, m.error_class(item.decision.code)).inc()
 
     def _maybe_heartbeat(self) -> None:
         if time.monotonic() < self._next_heartbeat:
@@ -395,10 +417,13 @@ class Worker:
         leases = [(j.id, j.lease_token) for j in self._inflight.values()]
         if not leases:
             return
-        kept: set[int] = self._db(lambda s: s.heartbeat(leases, self.lease, self._now()))
+        kept: set[int] = self._db(
+            lambda s: s.heartbeat(leases, self.lease, self._now()), "heartbeat"
+        )
         lost = [i for i, _ in leases if i not in kept and i in self._inflight]
         if lost:
             self.stats.lost_leases += len(lost)
+            self.metrics.leases_lost.inc(len(lost))
             log.warning("worker %s: leases lost for jobs %s", self.name, lost)
 
     def _maybe_reap(self) -> None:
@@ -406,8 +431,10 @@ class Worker:
             return
         self._next_reap = time.monotonic() + self.reap_interval.total_seconds()
         reaped: list[tuple[int, str, str]] = self._db(
-            lambda s: s.reap(self.reap_limit, self._now())
+            lambda s: s.reap(self.reap_limit, self._now()), "reap"
         )
+        for _, queue, _ in reaped:
+            self.metrics.lease_expirations.labels(queue).inc()
         if reaped:
             self.stats.reaped += len(reaped)
             log.warning(

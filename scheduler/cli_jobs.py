@@ -18,8 +18,9 @@ import psycopg
 import jobs
 from jobs import logs, validate
 from jobs.migrate import migrate
+from scheduler import health
 from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
-from scheduler.db import COMPONENTS, resolve_url
+from scheduler.db import COMPONENTS, ensure_schema, resolve_url
 
 
 def _queue(text: str) -> tuple[str, int]:
@@ -74,9 +75,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
     # find the worker's database here.
     os.environ["DATABASE_URL"] = url
-    if args.migrate:
-        with psycopg.connect(url) as conn:
-            migrate(conn, COMPONENTS)
+    ensure_schema(url, apply=args.migrate)
     worker = jobs.Worker(
         url,
         handlers,
@@ -87,7 +86,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll,
         listen=not args.no_listen,
     )
-    stats = worker.run()
+    server = None
+    if args.metrics_port is not None:
+        check = health.Health(
+            url,
+            listening=lambda: worker.listening,
+            poll_only=args.no_listen,
+            max_scheduler_lag=args.max_scheduler_lag or None,
+        )
+        server = health.serve(url, args.metrics_port, host=args.metrics_host, health=check)
+    try:
+        stats = worker.run()
+    finally:
+        if server is not None:
+            server.stop()
     summary = {"claimed": stats.claimed, "outcomes": stats.outcomes, "released": stats.released}
     print(json.dumps(summary), file=sys.stderr)
     if stats.released:
@@ -282,6 +294,16 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    p.add_argument(
+        "--max-scheduler-lag",
+        type=seconds("--max-scheduler-lag"),
+        default=health.DEFAULT_MAX_SCHEDULER_LAG,
+        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
+    )
     p.add_argument("--log-json", action="store_true", help="log JSON lines")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_worker)

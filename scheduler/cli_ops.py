@@ -1,11 +1,75 @@
-"""Placeholder: sub-commands added by issue 5 work in progress."""
+"""``tockwork healthz | metrics-server``: health and metrics for operators and orchestrators."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import sys
+import threading
+from datetime import timedelta
+from types import FrameType
 
-from scheduler.cli_common import SubParsers
+from scheduler import health
+from scheduler.cli_common import SubParsers, database_arg, seconds
+from scheduler.db import resolve_url
+
+
+def _health(args: argparse.Namespace) -> health.Health:
+    lag: timedelta = args.max_scheduler_lag
+    return health.Health(
+        resolve_url(args.database_url),
+        poll_only=args.poll_only,
+        max_scheduler_lag=lag or None,
+        timeout=args.timeout,
+    )
+
+
+def cmd_healthz(args: argparse.Namespace) -> int:
+    ok, details = _health(args)()
+    print(json.dumps({"ok": ok, **details}, indent=None if args.compact else 2))
+    return 0 if ok else 1
+
+
+def cmd_metrics_server(args: argparse.Namespace) -> int:
+    url = resolve_url(args.database_url)
+    server = health.serve(url, args.port, host=args.host, health=_health(args))
+    print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
+    stop = threading.Event()
+
+    def handle(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stop.wait()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        server.stop()
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    database_arg(p)
+    p.add_argument(
+        "--max-scheduler-lag",
+        type=seconds("--max-scheduler-lag"),
+        default=health.DEFAULT_MAX_SCHEDULER_LAG,
+        help="unhealthy when a schedule is overdue by more (seconds; 0: do not check)",
+    )
+    p.add_argument("--poll-only", action="store_true", help="workers run without LISTEN")
+    p.add_argument("--timeout", type=float, default=2.0, help="connect and statement timeout")
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    """Adds no sub-command yet."""
+    p = sub.add_parser("healthz", help="check database, LISTEN and scheduler lag; exit 0 or 1")
+    _common(p)
+    p.add_argument("--compact", action="store_true", help="one JSON line")
+    p.set_defaults(func=cmd_healthz)
+
+    p = sub.add_parser("metrics-server", help="serve the database gauges on /metrics, and /healthz")
+    _common(p)
+    p.add_argument("--port", type=int, required=True, help="port (0: any free port)")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.set_defaults(func=cmd_metrics_server)

@@ -1,11 +1,128 @@
-"""Placeholder: sub-commands added by issue 5 work in progress."""
+"""``tockwork relay``: project outbox events into jobs (see docs/outbox.md)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import sys
+from collections.abc import Iterable
+from datetime import timedelta
 
-from scheduler.cli_common import SubParsers
+from jobs import logs
+from jobs.outbox import Projection, Projections
+from jobs.relay import MAX_BATCH, Relay
+from scheduler.cli_common import InputError, SubParsers, database_arg, seconds
+from scheduler.db import resolve_url
+
+
+def _batch_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--batch-size must be an integer, got {text!r}") from None
+    if not 1 <= value <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(
+            f"--batch-size must be from 1 to {MAX_BATCH}, got {text!r}"
+        )
+    return value
+
+
+def _max_attempts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--max-attempts must be a positive integer, got {text!r}")
+    return value
+
+
+def load_projections(spec: str) -> Projections:
+    """Import ``module:attribute``: a Projections registry, an iterable of Projection, or a
+    callable returning either."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"--app must look like module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise InputError(f"--app {spec!r}: module {module_name!r} has no {attr!r}") from None
+    if callable(value) and not isinstance(value, Projections | Projection):
+        value = value()
+    if isinstance(value, Projections):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        items = list(value)
+        if all(isinstance(p, Projection) for p in items):
+            return Projections(items)
+    raise InputError(
+        f"--app {spec!r} must name a jobs.outbox.Projections or a list of jobs.outbox.Projection"
+    )
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, json_lines=args.log_json)
+    projections = load_projections(args.app)
+    if args.lease <= args.poll:
+        raise InputError("--lease must be longer than --poll")
+    relay = Relay(
+        resolve_url(args.database_url),
+        projections,
+        batch_size=args.batch_size,
+        lease=args.lease,
+        poll_interval=args.poll,
+        name=args.name,
+        listen=not args.no_listen,
+        max_attempts=args.max_attempts,
+    )
+    stats = relay.run()
+    print(json.dumps(stats.__dict__), file=sys.stderr)
+    return 0
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    """Adds no sub-command yet."""
+    """Add ``tockwork relay``."""
+    p = sub.add_parser(
+        "relay",
+        help="project outbox events into jobs until stopped (SIGTERM/SIGINT)",
+        description=(
+            "Claim pending outbox events in bounded batches and enqueue the jobs their "
+            "projections build, exactly once per (event, projection, index)."
+        ),
+    )
+    database_arg(p)
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the projections: a jobs.outbox.Projections, a list of Projection, or a callable",
+    )
+    p.add_argument("--batch-size", type=_batch_size, default=100, help="events per claim")
+    p.add_argument(
+        "--lease",
+        type=seconds("--lease"),
+        default=timedelta(seconds=60),
+        help="seconds a claim lasts before another relay may take the event over (default 60)",
+    )
+    p.add_argument(
+        "--poll",
+        type=seconds("--poll"),
+        default=timedelta(seconds=1),
+        help="seconds between polls when no notification arrives (default 1)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=_max_attempts,
+        default=5,
+        help="claims of a failing event before it is set aside as dead",
+    )
+    p.add_argument("--name", help="this relay's name in claimed_by (default host:pid)")
+    p.add_argument("--no-listen", action="store_true", help="poll only (behind PgBouncer)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    p.set_defaults(func=cmd_relay)

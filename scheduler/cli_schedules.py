@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 
 from jobs import logs
-from jobs.migrate import migrate
+from scheduler import health
 from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
-from scheduler.db import COMPONENTS, resolve_url
+from scheduler.db import ensure_schema, resolve_url
 from scheduler.definitions import load_file, sync
 from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import sync_maintenance
@@ -24,9 +24,8 @@ from scheduler.tick import Scheduler
 def cmd_scheduler(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url)
+    ensure_schema(url, apply=args.migrate)
     with psycopg.connect(url) as conn:
-        if args.migrate:
-            migrate(conn, COMPONENTS)
         if args.maintenance:
             with conn.transaction():
                 built_in = sync_maintenance(conn)
@@ -44,7 +43,15 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     replica = Scheduler(
         url, lookahead=args.lookahead, batch_size=args.batch_size, interval=args.interval
     )
-    totals = replica.run()
+    server = None
+    if args.metrics_port is not None:
+        check = health.Health(url, poll_only=True, max_scheduler_lag=args.max_scheduler_lag or None)
+        server = health.serve(url, args.metrics_port, host=args.metrics_host, health=check)
+    try:
+        totals = replica.run()
+    finally:
+        if server is not None:
+            server.stop()
     print(
         json.dumps(
             {"enqueued": totals.enqueued, "missed": totals.missed, "skipped": totals.skipped,
@@ -157,6 +164,16 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--maintenance",
         action="store_true",
         help="sync the built-in maintenance definitions (lease recovery, retention, tzdb)",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    p.add_argument(
+        "--max-scheduler-lag",
+        type=seconds("--max-scheduler-lag"),
+        default=health.DEFAULT_MAX_SCHEDULER_LAG,
+        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
     )
     p.add_argument("--log-json", action="store_true")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

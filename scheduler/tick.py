@@ -37,6 +37,7 @@ import psycopg
 from psycopg.types.string import TextLoader
 
 from jobs.enqueue import enqueue_columns
+from jobs.metrics import Metrics
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
@@ -62,6 +63,7 @@ class Scheduler:
         batch_size: int = 500,
         interval: timedelta = timedelta(seconds=1),
         connect_kwargs: dict[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"invalid batch_size {batch_size!r}: must be >= 1")
@@ -73,6 +75,7 @@ class Scheduler:
         self.batch_size = batch_size
         self.interval = interval
         self.connect_kwargs = connect_kwargs or {}
+        self.metrics = metrics or Metrics.for_registry()
         self.tzdb = tzdb_version()
         self.totals = TickResult()
         self._stop = threading.Event()
@@ -157,6 +160,13 @@ class Scheduler:
             result.add(batch)
             if batch.schedules + batch.locked_elsewhere < self.batch_size:
                 break
+        for outcome, n in (
+            ("enqueued", result.enqueued),
+            ("missed", result.missed),
+            ("skipped", result.skipped),
+            ("duplicate", result.duplicates),
+        ):
+            self.metrics.occurrences.labels(outcome).inc(n)
         if result.enqueued or result.missed or result.skipped:
             log.info(
                 "tick: enqueued %d, missed %d, skipped %d, locked elsewhere %d",

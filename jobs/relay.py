@@ -1,0 +1,406 @@
+"""The outbox relay: claims pending events and projects them into jobs, exactly once.
+
+One loop on one autocommit connection:
+
+    claim up to batch_size events (one statement, FOR UPDATE SKIP LOCKED, committed at once)
+    build each event's jobs through its projections, in Python, outside any transaction
+    one transaction: mark the built events processed (fenced) and enqueue their jobs
+    one statement: record the failures (retry later with backoff, or set aside as dead)
+    sleep until a notification on ``outbox_ready`` or the next poll
+
+Exactly once: the jobs of an event are inserted in the transaction that marks it processed, with
+idempotency keys derived from (event id, projection name, index). A relay killed anywhere leaves
+either the event processed with its jobs, or neither; its claim expires after ``lease`` and
+another relay takes the event over. Marking is fenced by the claim's attempt number, so a relay
+whose lease was taken over cannot mark the event, and its jobs are never inserted.
+
+A claim is a lease, not ownership: the lease must exceed the time a batch takes (projections
+are meant to be quick, pure functions). Many relays may run at once; SKIP LOCKED lets them pass
+each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from jobs.enqueue import enqueue_many
+from jobs.errors import InvalidJob
+from jobs.listener import Listener
+from jobs.model import JobSpec
+from jobs.outbox import CHANNEL, Event, Projection, Projections, query
+from jobs.retry import RetryPolicy, summarize
+from timezones.clock import Clock
+
+log = logging.getLogger("tockwork.relay")
+
+MAX_BATCH = 10_000
+_SPEC_INDEX = re.compile(r"^specs\[(\d+)\]")
+
+
+@dataclass
+class RelayStats:
+    """What a relay did, for scripts, tests and logs."""
+
+    batches: int = 0
+    claimed: int = 0
+    processed: int = 0
+    jobs_created: int = 0
+    retried: int = 0
+    dead: int = 0
+    fenced: int = 0
+
+
+class ProjectionError(Exception):
+    """A projection returned something that is not a job spec."""
+
+
+def _default_name() -> str:
+    return f"relay:{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
+
+
+class Relay:
+    """Projects outbox events into jobs (see the module docstring).
+
+    ``projections`` is a :class:`jobs.outbox.Projections` or any iterable of
+    :class:`jobs.outbox.Projection`. An event whose type no projection names is marked processed
+    with no job. A projection that raises (or returns something other than
+    :class:`jobs.JobSpec`) fails its event: retried after ``retry.backoff(attempt)``, and set
+    aside as dead after ``max_attempts`` claims. ``clock`` pins time for tests (SQL then uses it
+    as ``now``); by default the database clock is the one clock.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        projections: Iterable[Projection],
+        *,
+        batch_size: int = 100,
+        lease: timedelta = timedelta(seconds=60),
+        poll_interval: timedelta = timedelta(seconds=1),
+        clock: Clock | None = None,
+        name: str | None = None,
+        listen: bool = True,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        connect_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise InvalidJob("batch_size", batch_size, "must be an integer")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise InvalidJob("batch_size", batch_size, f"must be from 1 to {MAX_BATCH}")
+        if not isinstance(lease, timedelta) or lease < timedelta(seconds=1):
+            raise InvalidJob("lease", lease, "must be a timedelta of at least one second")
+        if not isinstance(poll_interval, timedelta) or poll_interval <= timedelta(0):
+            raise InvalidJob("poll_interval", poll_interval, "must be a positive timedelta")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidJob("max_attempts", max_attempts, "must be a positive integer")
+        self.conninfo = conninfo
+        self.projections = (
+            projections if isinstance(projections, Projections) else Projections(projections)
+        )
+        self.batch_size = batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.name = name or _default_name()
+        self.listen = listen
+        self.max_attempts = max_attempts
+        self.retry = retry or RetryPolicy(base=timedelta(seconds=5), cap=timedelta(minutes=30))
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.stats = RelayStats()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._listener: Listener | None = None
+
+    # -- public control ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the relay to stop after the batch in hand (its events are finished first)."""
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self, *, install_signal_handlers: bool = True) -> RelayStats:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
+        with self._signals(install_signal_handlers), self._session():
+            self._loop(until_idle=False)
+        return self.stats
+
+    def run_until_idle(self) -> RelayStats:
+        """Run until a claim finds no event ready now, then return (scripts, tests)."""
+        with self._session(listen=False):
+            self._loop(until_idle=True)
+        return self.stats
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None and self._listener.alive.is_set()
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Wait until the relay's LISTEN is active (tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.listening:
+                return True
+            time.sleep(0.01)
+        return False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @contextmanager
+    def _signals(self, install: bool) -> Iterator[None]:
+        if not install or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("relay %s: %s received, stopping", self.name, signal.Signals(signum).name)
+            self.stop()
+
+        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    @contextmanager
+    def _session(self, *, listen: bool | None = None) -> Iterator[None]:
+        self._stopping.clear()
+        self._conn = psycopg.connect(self.conninfo, autocommit=True, **self.connect_kwargs)
+        if self.listen if listen is None else listen:
+            self._listener = Listener(
+                self.conninfo, self._on_notify, channel=CHANNEL, connect_kwargs=self.connect_kwargs
+            )
+            self._listener.start()
+            self._listener.wait_ready(2.0)
+        log.info(
+            "relay %s started: %d projection(s), batch %d, lease %ss, %s",
+            self.name,
+            len(self.projections),
+            self.batch_size,
+            self.lease.total_seconds(),
+            "listening" if self.listening else "poll-only",
+        )
+        try:
+            yield
+        finally:
+            if self._listener is not None:
+                self._listener.stop()
+                self._listener = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            log.info("relay %s stopped: %s", self.name, self.stats)
+
+    def _on_notify(self, _payload: str) -> None:
+        self._wake.set()
+
+    def _now(self) -> datetime | None:
+        return self.clock.now() if self.clock is not None else None
+
+    def _loop(self, *, until_idle: bool) -> None:
+        poll = self.poll_interval.total_seconds()
+        while not self._stopping.is_set():
+            # Cleared before the claim: a notification that arrives during the batch is kept.
+            self._wake.clear()
+            claimed = self._with_reconnect()
+            if until_idle:
+                if claimed == 0:
+                    return
+            elif claimed < self.batch_size:
+                self._wake.wait(poll)
+
+    def _with_reconnect(self) -> int:
+        """One batch; on a lost connection, reconnect (with growing pauses) and try again."""
+        for delay in (0.0, 0.1, 0.5, 1.0, 2.0, 5.0):
+            if delay:
+                self._stopping.wait(delay)
+                if self._stopping.is_set():
+                    return 0
+                try:
+                    if self._conn is not None:
+                        self._conn.close()
+                    self._conn = psycopg.connect(
+                        self.conninfo, autocommit=True, **self.connect_kwargs
+                    )
+                except psycopg.OperationalError:
+                    continue
+            try:
+                return self.run_batch()
+            except psycopg.OperationalError as exc:
+                log.warning("relay %s: database connection lost (%s); reconnecting", self.name, exc)
+        raise psycopg.OperationalError(f"relay {self.name}: database unreachable")
+
+    # -- one batch --------------------------------------------------------------------------
+
+    def run_batch(self) -> int:
+        """Claim, project and settle one batch; return how many events were claimed."""
+        conn = self._conn
+        assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
+        now = self._now()
+        with conn.cursor() as cur:
+            cur.execute(
+                query("claim"),
+                {"limit": self.batch_size, "lease": self.lease, "relay": self.name, "now": now},
+            )
+            rows = cur.fetchall()
+        if not rows:
+            return 0
+        self.stats.batches += 1
+        self.stats.claimed += len(rows)
+        events = [Event(*row[:9]) for row in rows]
+
+        built: dict[UUID, list[JobSpec]] = {}
+        failures: dict[UUID, tuple[Event, BaseException]] = {}
+        for event in events:
+            try:
+                built[event.id] = self._build(event)
+            except Exception as exc:
+                failures[event.id] = (event, exc)
+        ok = [e for e in events if e.id in built]
+        try:
+            self._settle(conn, ok, built, failures, now)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                raise
+            # A database error (a constraint, a trigger) aborted the whole batch: settle the
+            # events one by one so that only the culprit fails.
+            log.warning("relay %s: batch failed (%s); settling events one by one", self.name, exc)
+            for event in ok:
+                if event.id in failures:
+                    continue
+                try:
+                    self._settle(conn, [event], built, failures, now)
+                except psycopg.OperationalError:
+                    raise
+                except psycopg.Error as one:
+                    failures[event.id] = (event, one)
+        self._fail(conn, list(failures.values()), now)
+        return len(rows)
+
+    def _build(self, event: Event) -> list[JobSpec]:
+        specs: list[JobSpec] = []
+        for projection in self.projections.for_event(event.event_type):
+            for index, spec in enumerate(projection.build(event)):
+                if not isinstance(spec, JobSpec):
+                    raise ProjectionError(
+                        f"projection {projection.name!r} returned {type(spec).__name__}, "
+                        "not a jobs.JobSpec"
+                    )
+                specs.append(
+                    dataclasses.replace(
+                        spec,
+                        idempotency_key=spec.idempotency_key
+                        or f"outbox:{event.id}:{projection.name}:{index}",
+                        organization_id=spec.organization_id
+                        if spec.organization_id is not None
+                        else event.organization_id,
+                    )
+                )
+        return specs
+
+    def _settle(
+        self,
+        conn: psycopg.Connection[Any],
+        events: list[Event],
+        built: dict[UUID, list[JobSpec]],
+        failures: dict[UUID, tuple[Event, BaseException]],
+        now: datetime | None,
+    ) -> None:
+        """Mark ``events`` processed and enqueue their jobs, in one transaction.
+
+        A spec that fails validation fails its event only: the transaction is rolled back and
+        tried again without that event (validation precedes any write, so this is cheap).
+        """
+        pending = [e for e in events if e.id not in failures]
+        while pending:
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(
+                        query("mark_processed"),
+                        {
+                            "ids": [e.id for e in pending],
+                            "tokens": [e.attempt for e in pending],
+                            "now": now,
+                        },
+                    )
+                    marked = {row[0] for row in cur.fetchall()}
+                    owners: list[Event] = []
+                    specs: list[JobSpec] = []
+                    for event in pending:
+                        if event.id in marked:
+                            owners.extend([event] * len(built[event.id]))
+                            specs.extend(built[event.id])
+                    results = enqueue_many(conn, specs, now=now)
+            except InvalidJob as exc:
+                match = _SPEC_INDEX.match(exc.field)
+                if match is None:
+                    raise
+                culprit = owners[int(match.group(1))]
+                failures[culprit.id] = (culprit, exc)
+                pending = [e for e in pending if e.id != culprit.id]
+                continue
+            self.stats.fenced += len(pending) - len(marked)
+            self.stats.processed += len(marked)
+            self.stats.jobs_created += sum(1 for r in results if r.created)
+            if len(marked) < len(pending):
+                log.warning(
+                    "relay %s: %d event(s) lost their lease before being marked; another relay "
+                    "took them over",
+                    self.name,
+                    len(pending) - len(marked),
+                )
+            return
+
+    def _fail(
+        self,
+        conn: psycopg.Connection[Any],
+        failures: list[tuple[Event, BaseException]],
+        now: datetime | None,
+    ) -> None:
+        if not failures:
+            return
+        for event, exc in failures:
+            dead = event.attempt >= self.max_attempts
+            log.warning(
+                "relay %s: event %s (%s) failed on attempt %d%s",
+                self.name,
+                event.id,
+                event.event_type,
+                event.attempt,
+                ", set aside as dead" if dead else ", will retry",
+                exc_info=exc,
+            )
+        with conn.cursor() as cur:
+            cur.execute(
+                query("mark_failed"),
+                {
+                    "ids": [e.id for e, _ in failures],
+                    "tokens": [e.attempt for e, _ in failures],
+                    "errors": [summarize(exc) for _, exc in failures],
+                    "delays": [self.retry.backoff(e.attempt) for e, _ in failures],
+                    "dead": [e.attempt >= self.max_attempts for e, _ in failures],
+                    "now": now,
+                },
+            )
+            rows = cur.fetchall()
+        self.stats.dead += sum(1 for _, dead in rows if dead)
+        self.stats.retried += sum(1 for _, dead in rows if not dead)
+        self.stats.fenced += len(failures) - len(rows)

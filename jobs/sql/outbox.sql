@@ -1,0 +1,111 @@
+-- Named queries of the transactional outbox (jobs/outbox.py, jobs/relay.py).
+-- Every time predicate takes %(now)s and falls back to the database clock.
+-- An event is pending while processed_at and dead_at are both NULL.
+
+-- name: record
+-- Insert one event in the caller's transaction and wake the relays. The notification payload is
+-- constant, so PostgreSQL folds all of one transaction's notifications into one. An event is
+-- available from when it occurred (never later than now: a caller's clock running ahead must not
+-- hide it), which also lets tests that pin a past clock claim it.
+WITH ins AS (
+    INSERT INTO outbox_events (id, organization_id, aggregate_type, aggregate_id, event_type,
+                               schema_version, payload, occurred_at, available_at)
+    VALUES (%(id)s, %(organization_id)s::uuid, %(aggregate_type)s, %(aggregate_id)s,
+            %(event_type)s, %(schema_version)s, %(payload)s::jsonb,
+            coalesce(%(occurred_at)s::timestamptz, now()),
+            least(coalesce(%(occurred_at)s::timestamptz, now()), now()))
+    RETURNING id
+)
+SELECT id, pg_notify('outbox_ready', 'ready')::text IS NOT NULL AS notified FROM ins;
+
+-- name: claim
+-- Lease up to %(limit)s pending events. An event is claimable when it is available, not under a
+-- live lease (a claim older than %(lease)s is expired and may be taken over), and no earlier
+-- pending event of the same aggregate exists: that is the per-aggregate ordering guarantee
+-- (dead events no longer hold their aggregate back). attempts counts claims and is the fencing
+-- token: only the holder of the latest claim can mark the event.
+WITH candidates AS (
+    SELECT e.id
+    FROM outbox_events AS e
+    WHERE e.processed_at IS NULL AND e.dead_at IS NULL
+      AND e.available_at <= coalesce(%(now)s::timestamptz, now())
+      AND (e.claimed_at IS NULL
+           OR e.claimed_at <= coalesce(%(now)s::timestamptz, now()) - %(lease)s::interval)
+      -- The head of its aggregate's pending events. A scalar subquery, not NOT EXISTS: it stays
+      -- a per-row probe of outbox_aggregate_pending_idx, where an anti-join planned without
+      -- statistics (a fresh burst of events) would compare every pending row with every other.
+      AND e.seq = (
+          SELECT p.seq FROM outbox_events AS p
+          WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id
+            AND p.processed_at IS NULL AND p.dead_at IS NULL
+          ORDER BY p.occurred_at, p.seq
+          LIMIT 1
+      )
+    ORDER BY e.occurred_at, e.seq
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE outbox_events AS o
+SET claimed_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_by = %(relay)s,
+    attempts = o.attempts + 1
+WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+
+-- name: mark_processed
+-- Mark events processed, each only while the caller still holds its claim (same attempts).
+-- Returns the ids that were marked; the caller enqueues jobs for those only, in this transaction.
+UPDATE outbox_events AS o
+SET processed_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_at = NULL,
+    claimed_by = NULL,
+    last_error = NULL
+FROM unnest(%(ids)b::uuid[], %(tokens)b::int[]) AS i(id, token)
+WHERE o.id = i.id AND o.attempts = i.token
+  AND o.processed_at IS NULL AND o.dead_at IS NULL
+RETURNING o.id;
+
+-- name: mark_failed
+-- Record failed projections: retry after a delay, or set the event aside (dead) for good.
+-- Fenced like mark_processed.
+UPDATE outbox_events AS o
+SET available_at = CASE WHEN i.dead THEN o.available_at
+                        ELSE coalesce(%(now)s::timestamptz, now()) + i.delay END,
+    dead_at = CASE WHEN i.dead THEN coalesce(%(now)s::timestamptz, now()) END,
+    claimed_at = NULL,
+    claimed_by = NULL,
+    last_error = i.error
+FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(errors)b::text[], %(delays)b::interval[],
+            %(dead)b::bool[]) AS i(id, token, error, delay, dead)
+WHERE o.id = i.id AND o.attempts = i.token
+  AND o.processed_at IS NULL AND o.dead_at IS NULL
+RETURNING o.id, o.dead_at IS NOT NULL AS dead;
+
+-- name: list_dead
+SELECT id, organization_id, aggregate_type, aggregate_id, event_type, schema_version, payload,
+       occurred_at, attempts, last_error, dead_at
+FROM outbox_events
+WHERE dead_at IS NOT NULL
+ORDER BY dead_at, seq
+LIMIT %(limit)s;
+
+-- name: retry_dead
+-- Put dead events back in the stream with a fresh attempt budget (all of them when ids is NULL).
+UPDATE outbox_events
+SET dead_at = NULL, attempts = 0, available_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_at = NULL, claimed_by = NULL
+WHERE dead_at IS NOT NULL
+  AND (%(ids)b::uuid[] IS NULL OR id = ANY(%(ids)b::uuid[]))
+RETURNING id;
+
+-- name: stats
+-- Pending and dead counts and the age of the oldest pending event; only the partial indexes are
+-- read, never the processed history.
+SELECT (SELECT count(*) FROM outbox_events
+        WHERE processed_at IS NULL AND dead_at IS NULL) AS pending,
+       (SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL) AS dead,
+       coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                - (SELECT min(occurred_at) FROM outbox_events
+                   WHERE processed_at IS NULL AND dead_at IS NULL)), 0)::float8
+           AS oldest_pending_age;

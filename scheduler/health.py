@@ -1,0 +1,196 @@
+"""Health for orchestrators, and the scheduler's scrape-time figures.
+
+``/healthz`` (and ``tockwork healthz``) answer three questions, each a named check in the JSON
+body, and the whole is healthy only if every check passes:
+
+* ``database``: a connection opens and ``SELECT 1`` answers within the timeout;
+* ``listen``: LISTEN is alive in this process, or poll-only mode was declared (``--no-listen``);
+  the one-shot command instead checks that the database accepts LISTEN;
+* ``scheduler_lag``: the most overdue active schedule is overdue by less than the threshold (a
+  stopped or overwhelmed scheduler shows here first). No ``schedules`` table passes.
+
+The lag check is about the whole deployment, not this process: point a *readiness* or alerting
+probe at it, and a *liveness* probe at a health without it (``max_scheduler_lag=None``), or a
+stopped scheduler would make the orchestrator restart healthy workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from psycopg import sql
+
+from jobs.listener import CHANNEL
+from jobs.metrics import (
+    DatabaseCollector,
+    MetricsServer,
+    make_wsgi_app,
+    register_database,
+)
+from jobs.queries import load
+from scheduler.queries import query
+
+DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
+
+log = logging.getLogger("tockwork.metrics")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    ok: bool
+    detail: str
+    value: float | None = None
+
+
+def _metrics_queries() -> dict[str, Any]:
+    return load("jobs", "metrics.sql")
+
+
+def scheduler_lag(conn: psycopg.Connection[Any], now: datetime | None = None) -> float | None:
+    """Seconds the most overdue active schedule is overdue (0 if none); None without schedules."""
+    row = conn.execute(_metrics_queries()["schedules_exist"]).fetchone()
+    if row != (True,):
+        return None
+    if now is None:
+        now_row = conn.execute(query("now")).fetchone()
+        assert now_row is not None
+        now = now_row[0]
+    lag_row = conn.execute(query("due_lag"), {"now": now}).fetchone()
+    assert lag_row is not None
+    return max(0.0, float(lag_row[0]))
+
+
+def scheduler_lag_probe(conn: psycopg.Connection[Any], now: datetime | None) -> Iterable[Metric]:
+    """A :data:`jobs.metrics.Probe`: ``tockwork_scheduler_lag_seconds``."""
+    lag = scheduler_lag(conn, now)
+    if lag is None:
+        return []
+    family = GaugeMetricFamily(
+        "tockwork_scheduler_lag_seconds",
+        "How far overdue the most overdue active schedule is (0 when none is).",
+    )
+    family.add_metric([], lag)
+    return [family]
+
+
+def register_metrics(
+    conninfo: str,
+    registry: CollectorRegistry | None = None,
+    *,
+    timeout: float = 2.0,
+    now: Callable[[], datetime] | None = None,
+) -> DatabaseCollector:
+    """Register the scrape-time gauges: queues, outbox and scheduler lag."""
+    return register_database(
+        conninfo, registry, timeout=timeout, probes=[scheduler_lag_probe], now=now
+    )
+
+
+class Health:
+    """The checks behind ``/healthz``; calling it returns ``(ok, {"checks": {...}})``.
+
+    ``listening`` reports whether this process's LISTEN is alive (a worker's
+    ``lambda: worker.listening``); without it, the check asks the database to accept a LISTEN.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        listening: Callable[[], bool] | None = None,
+        poll_only: bool = False,
+        max_scheduler_lag: timedelta | None = DEFAULT_MAX_SCHEDULER_LAG,
+        timeout: float = 2.0,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.conninfo = conninfo
+        self.listening = listening
+        self.poll_only = poll_only
+        self.max_scheduler_lag = max_scheduler_lag
+        self.timeout = timeout
+        self.now = now
+
+    def checks(self) -> dict[str, Check]:
+        try:
+            conn = psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
+            )
+        except (psycopg.Error, OSError) as exc:
+            skipped = Check(False, "not checked: database unreachable")
+            return {
+                "database": Check(False, f"unreachable: {type(exc).__name__}: {exc}".strip()),
+                "listen": skipped,
+                "scheduler_lag": skipped,
+            }
+        result: dict[str, Check] = {}
+        with conn:
+            steps: list[tuple[str, Callable[[psycopg.Connection[Any]], Check]]] = [
+                ("database", self._database),
+                ("listen", self._listen),
+                ("scheduler_lag", self._lag),
+            ]
+            for name, step in steps:
+                try:
+                    result[name] = step(conn)
+                except psycopg.Error as exc:
+                    result[name] = Check(False, f"{type(exc).__name__}: {exc}".strip())
+        return result
+
+    def _database(self, conn: psycopg.Connection[Any]) -> Check:
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false)",
+            (f"{int(self.timeout * 1000)}ms",),
+        )
+        conn.execute("SELECT 1")
+        return Check(True, "reachable")
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> Check:
+        if self.poll_only:
+            return Check(True, "poll-only declared")
+        if self.listening is not None:
+            if self.listening():
+                return Check(True, "listening")
+            return Check(False, "LISTEN down: polling only until it reconnects")
+        channel = sql.Identifier(CHANNEL)
+        conn.execute(sql.SQL("LISTEN {}").format(channel))
+        conn.execute(sql.SQL("UNLISTEN {}").format(channel))
+        return Check(True, "database accepts LISTEN")
+
+    def _lag(self, conn: psycopg.Connection[Any]) -> Check:
+        lag = scheduler_lag(conn, self.now() if self.now is not None else None)
+        if lag is None:
+            return Check(True, "no schedules table")
+        if self.max_scheduler_lag is None:
+            return Check(True, "not checked", lag)
+        limit = self.max_scheduler_lag.total_seconds()
+        if lag <= limit:
+            return Check(True, f"{lag:.1f}s <= {limit:g}s", lag)
+        return Check(False, f"{lag:.1f}s > {limit:g}s: is a scheduler running?", lag)
+
+    def __call__(self) -> tuple[bool, dict[str, Any]]:
+        checks = self.checks()
+        ok = all(c.ok for c in checks.values())
+        return ok, {"checks": {name: asdict(c) for name, c in checks.items()}}
+
+
+def serve(
+    conninfo: str,
+    port: int,
+    *,
+    host: str = "0.0.0.0",
+    registry: CollectorRegistry | None = None,
+    health: Health | None = None,
+) -> MetricsServer:
+    """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread."""
+    register_metrics(conninfo, registry)
+    app = make_wsgi_app(registry, health=health or Health(conninfo))
+    server = MetricsServer(app, port, host).start()
+    log.info("serving /metrics and /healthz on %s:%d", server.host, server.port)
+    return server

@@ -1,0 +1,240 @@
+"""The relay against a real PostgreSQL: exactly once, fencing, poison events, parallel relays."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+import jobs
+from jobs import JobSpec, outbox
+from jobs.outbox import Event, Projection, Projections
+from jobs.relay import Relay
+from tests.integration.outbox.apps import projections as app
+from timezones.clock import FrozenClock
+
+T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def auto(db_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c
+
+
+def record(conn: psycopg.Connection[Any], aggregate: str, event_type: str, n: int = 0) -> UUID:
+    return outbox.record(
+        conn,
+        aggregate_type="order",
+        aggregate_id=aggregate,
+        event_type=event_type,
+        payload={"n": n},
+        occurred_at=T0,
+    )
+
+
+def one(conn: psycopg.Connection[Any], sql_text: str, *params: Any) -> Any:
+    row = conn.execute(sql_text, params or None).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_each_event_becomes_its_jobs_once(auto: psycopg.Connection[Any], db_url: str) -> None:
+    org = UUID(int=1)
+    ids = [record(auto, f"o-{i}", "order.placed", i) for i in range(5)]
+    outbox.record(
+        auto,
+        aggregate_type="order",
+        aggregate_id="o-x",
+        event_type="nobody.listens",
+        payload={},
+        organization_id=org,
+        occurred_at=T0,
+    )
+    relay = Relay(db_url, app, clock=FrozenClock(T0), listen=False)
+    stats = relay.run_until_idle()
+    assert (stats.claimed, stats.processed, stats.jobs_created) == (6, 6, 5)
+    assert one(auto, "SELECT count(*) FROM outbox_events WHERE processed_at = %s", T0) == 6
+    keys = [
+        r[0]
+        for r in auto.execute(
+            "SELECT idempotency_key FROM jobs ORDER BY (payload->>'n')::int"
+        ).fetchall()
+    ]
+    assert keys == [f"outbox:{i}:confirm:0" for i in ids]
+    # A second pass finds nothing to do.
+    assert Relay(db_url, app, clock=FrozenClock(T0), listen=False).run_until_idle().claimed == 0
+
+
+def test_a_relay_that_lost_its_lease_cannot_mark_or_enqueue(
+    auto: psycopg.Connection[Any], db_url: str
+) -> None:
+    """Relay A claims and stalls past its lease; B takes over and finishes; A is fenced."""
+    event_id = record(auto, "o-1", "order.placed")
+    late = FrozenClock(T0 + timedelta(minutes=5))
+    calls: list[int] = []
+
+    def slow(event: Event) -> list[JobSpec]:
+        calls.append(event.attempt)
+        if event.attempt == 1:
+            # While A is "stuck" here, its lease expires and B takes the event over.
+            taken = Relay(db_url, projections, clock=late, listen=False).run_until_idle()
+            assert taken.processed == 1
+        return [JobSpec("confirm", {"n": 1})]
+
+    projections = Projections([Projection("slow", frozenset({"order.placed"}), slow)])
+    stale = Relay(db_url, projections, clock=FrozenClock(T0), lease=timedelta(minutes=1))
+    stale.listen = False
+    stats = stale.run_until_idle()
+    assert calls == [1, 2]
+    assert (stats.processed, stats.fenced, stats.jobs_created) == (0, 1, 0)
+    assert one(auto, "SELECT count(*) FROM jobs") == 1
+    assert one(auto, "SELECT attempts FROM outbox_events WHERE id = %s", event_id) == 2
+
+
+def test_a_poison_event_retries_then_is_set_aside_without_stalling_the_stream(
+    auto: psycopg.Connection[Any], db_url: str
+) -> None:
+    poison = record(auto, "o-1", "order.poison")
+    after_poison = record(auto, "o-1", "order.placed", 1)  # same aggregate: waits its turn
+    others = [record(auto, f"o-{i}", "order.placed", i) for i in range(2, 6)]
+    clock = FrozenClock(T0)
+
+    def relay() -> Relay:
+        return Relay(db_url, app, clock=clock, listen=False, max_attempts=3)
+
+    stats = relay().run_until_idle()
+    assert (stats.processed, stats.retried, stats.dead) == (4, 1, 0)
+    assert one(auto, "SELECT count(*) FROM jobs") == 4  # the other aggregates flowed past
+    row = auto.execute(
+        "SELECT attempts, available_at, last_error FROM outbox_events WHERE id = %s", (poison,)
+    ).fetchone()
+    assert row is not None
+    attempts: int = row[0]
+    available_at: datetime = row[1]
+    error: str = row[2]
+    assert attempts == 1
+    assert available_at > T0
+    assert error.startswith("ValueError: cannot project order o-1")
+    assert len(error.encode()) <= 1024
+
+    # Retried after its backoff; the third failure sets it aside.
+    for expected_dead in (0, 1):
+        clock.advance(hours=1)
+        stats = relay().run_until_idle()
+        assert stats.dead == expected_dead
+    dead = outbox.dead_events(auto)
+    assert [(d.id, d.attempts) for d in dead] == [(poison, 3)]
+    assert dead[0].last_error is not None and "cannot project" in dead[0].last_error
+    # Set aside, it no longer holds back the later event of its aggregate (same last run).
+    assert one(auto, "SELECT processed_at FROM outbox_events WHERE id = %s", after_poison)
+    assert one(auto, "SELECT count(*) FROM jobs") == 5
+    assert all(one(auto, "SELECT processed_at FROM outbox_events WHERE id=%s", i) for i in others)
+    assert outbox.stats(auto, now=clock.now()).pending == 0
+
+    # An operator puts it back after a fix; here the fix is a projection that now succeeds.
+    assert outbox.retry_dead(auto, [str(poison)], now=clock.now()) == [poison]
+    fixed = Projections([Projection("poison", frozenset({"order.poison"}), lambda e: [])])
+    assert Relay(db_url, fixed, clock=clock, listen=False).run_until_idle().processed == 1
+    assert outbox.dead_events(auto) == []
+
+
+def test_a_bad_job_spec_fails_only_its_event(auto: psycopg.Connection[Any], db_url: str) -> None:
+    bad = record(auto, "o-1", "order.placed", -1)
+    good = record(auto, "o-2", "order.placed", 2)
+
+    def build(event: Event) -> list[Any]:
+        if event.payload["n"] < 0:
+            return [JobSpec("confirm", queue="Not A Queue")]
+        return [JobSpec("confirm", {"n": event.payload["n"]})]
+
+    projections = [Projection("p", frozenset({"order.placed"}), build)]
+    stats = Relay(db_url, projections, clock=FrozenClock(T0), listen=False).run_until_idle()
+    assert (stats.processed, stats.retried) == (1, 1)
+    assert one(auto, "SELECT processed_at IS NOT NULL FROM outbox_events WHERE id=%s", good)
+    error = one(auto, "SELECT last_error FROM outbox_events WHERE id = %s", bad)
+    assert "queue" in error
+
+
+def test_four_relays_over_ten_thousand_events_project_each_once_in_aggregate_order(
+    auto: psycopg.Connection[Any], db_url: str
+) -> None:
+    # 1,000 aggregates of 10 events; n orders the events of one aggregate.
+    auto.execute(
+        "INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload,"
+        " occurred_at, available_at)"
+        " SELECT gen_random_uuid(), 'order', (g %% 1000)::text, 'order.placed',"
+        "        jsonb_build_object('n', g / 1000), %s, %s"
+        " FROM generate_series(0, 9999) AS g ORDER BY g",
+        (T0, T0),
+    )
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+    results: list[jobs.relay.RelayStats] = []
+
+    def run(i: int) -> None:
+        try:
+            relay = Relay(
+                db_url, app, batch_size=100, clock=FrozenClock(T0), name=f"r{i}", listen=False
+            )
+            barrier.wait(timeout=10)
+            results.append(relay.run_until_idle())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert one(auto, "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL") == 0
+    assert sum(r.processed for r in results) == 10_000
+    assert sum(r.jobs_created for r in results) == 10_000
+    assert sum(1 for r in results if r.processed) >= 2  # the work really was shared
+    assert one(auto, "SELECT count(*) FROM jobs") == 10_000
+    assert one(auto, "SELECT count(DISTINCT idempotency_key) FROM jobs") == 10_000
+    assert one(auto, "SELECT count(DISTINCT payload->>'event') FROM jobs") == 10_000
+    # Per aggregate, jobs were created in event order (job ids come from one sequence).
+    out_of_order = one(
+        auto,
+        "SELECT count(*) FROM ("
+        " SELECT id < lag(id) OVER (PARTITION BY payload->>'aggregate'"
+        "                          ORDER BY (payload->>'n')::int) AS back FROM jobs"
+        ") AS t WHERE back",
+    )
+    assert out_of_order == 0
+
+
+def test_a_listening_relay_wakes_on_commit(auto: psycopg.Connection[Any], db_url: str) -> None:
+    relay = Relay(db_url, app, poll_interval=timedelta(seconds=60))
+    thread = threading.Thread(target=relay.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        assert relay.wait_listening(10)
+        # The relay's first claim ran (empty) and it now sleeps for 60 s unless woken.
+        record(auto, "o-1", "order.placed")
+        deadline = threading.Event()
+        for _ in range(500):
+            if one(auto, "SELECT count(*) FROM jobs"):
+                break
+            deadline.wait(0.02)
+        assert one(auto, "SELECT count(*) FROM jobs") == 1
+    finally:
+        relay.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_relay_arguments_are_validated(db_url: str) -> None:
+    with pytest.raises(jobs.InvalidJob, match="batch_size"):
+        Relay(db_url, app, batch_size=0)
+    with pytest.raises(jobs.InvalidJob, match="lease"):
+        Relay(db_url, app, lease=timedelta(0))
+    with pytest.raises(jobs.InvalidJob, match="max_attempts"):
+        Relay(db_url, app, max_attempts=0)
