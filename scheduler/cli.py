@@ -11,8 +11,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+import psycopg
+
+from jobs.errors import JobsError
 from scheduler import cli_jobs, cli_ops, cli_outbox, cli_preview, cli_schedules
 from scheduler.cli_common import InputError, SubParsers
+from scheduler.errors import SchedulerError
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
@@ -50,10 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except Exception as exc:
-        if not _is_input_error(exc):
-            raise
-        print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        if _is_input_error(exc):
+            print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, JobsError | SchedulerError | psycopg.OperationalError):
+            # An operational failure (database unreachable, a migration refused): say what,
+            # without a traceback.
+            print(f"tockwork {args.command}: failed: {exc}", file=sys.stderr)
+            return 1
+        raise
     except KeyboardInterrupt:
         return 130
 

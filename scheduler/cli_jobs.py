@@ -21,6 +21,7 @@ from jobs.migrate import migrate
 from scheduler import health
 from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
 from scheduler.db import COMPONENTS, ensure_schema, resolve_url
+from scheduler.queries import query as scheduler_query
 
 
 def _queue(text: str) -> tuple[str, int]:
@@ -248,8 +249,21 @@ def _stats_table(stats: list[jobs.QueueStats]) -> str:
     return "\n".join(lines)
 
 
+def _more_stats(conn: psycopg.Connection[Any]) -> str:
+    """The outbox and the scheduler, one line each (the figures /metrics exports too)."""
+    box = jobs.outbox.stats(conn)
+    row = conn.execute(scheduler_query("due_lag"), {"now": None}).fetchone()
+    lag = float(row[0]) if row else 0.0
+    return (
+        f"\noutbox: pending {box.pending}, oldest pending {box.oldest_pending_age:.1f}s, "
+        f"dead {box.dead}\nscheduler: most overdue schedule {lag:.1f}s late"
+    )
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url), autocommit=True) as conn:
+    url = resolve_url(args.database_url)
+    ensure_schema(url, apply=False)
+    with psycopg.connect(url, autocommit=True) as conn:
         while True:
             stats = jobs.queue_stats(conn)
             if args.json:
@@ -258,6 +272,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 if args.watch:
                     print("\033[2J\033[H", end="")
                 print(_stats_table(stats))
+                print(_more_stats(conn))
             if not args.watch:
                 return 0
             time.sleep(args.interval)

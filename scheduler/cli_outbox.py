@@ -1,4 +1,7 @@
-"""``tockwork relay``: project outbox events into jobs (see docs/outbox.md)."""
+"""``tockwork relay`` (project outbox events into jobs) and ``tockwork outbox dead|retry``.
+
+See docs/outbox.md.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import sys
 from collections.abc import Iterable
 from datetime import timedelta
 
-from jobs import logs
+import psycopg
+
+from jobs import logs, outbox
 from jobs.outbox import Projection, Projections
 from jobs.relay import MAX_BATCH, Relay
 from scheduler.cli_common import InputError, SubParsers, database_arg, seconds
@@ -85,8 +90,51 @@ def cmd_relay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dead(args: argparse.Namespace) -> int:
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        events = outbox.dead_events(conn, limit=args.limit)
+    if args.json:
+        print(json.dumps([
+            {"id": str(e.id), "event_type": e.event_type, "aggregate_type": e.aggregate_type,
+             "aggregate_id": e.aggregate_id, "attempts": e.attempts, "last_error": e.last_error,
+             "dead_at": e.dead_at.isoformat()}
+            for e in events
+        ]))  # fmt: skip
+        return 0
+    for e in events:
+        where = f"{e.aggregate_type}:{e.aggregate_id}"
+        print(
+            f"{e.id}  {e.event_type:<28} {where:<32} attempts={e.attempts} "
+            f"{e.dead_at:%Y-%m-%dT%H:%M:%SZ}  {e.last_error or ''}"
+        )
+    print(f"({len(events)} dead event(s))")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if not args.id and not args.all:
+        raise InputError("give --id EVENT_ID (repeatable) or --all")
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        ids = outbox.retry_dead(conn, None if args.all else args.id)
+    print(f"retried {len(ids)} event(s)")
+    return 0
+
+
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    """Add ``tockwork relay``."""
+    """Add ``tockwork relay`` and ``tockwork outbox dead|retry``."""
+    box = sub.add_parser("outbox", help="inspect and retry dead outbox events")
+    bsub = box.add_subparsers(dest="outbox_command", required=True, metavar="ACTION")
+    q = bsub.add_parser("dead", help="list events set aside after their projections failed")
+    database_arg(q)
+    q.add_argument("--limit", type=int, default=100)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_dead)
+    q = bsub.add_parser("retry", help="put dead events back in the stream")
+    database_arg(q)
+    q.add_argument("--id", action="append", help="an event id (repeatable)")
+    q.add_argument("--all", action="store_true", help="every dead event")
+    q.set_defaults(func=cmd_retry)
+
     p = sub.add_parser(
         "relay",
         help="project outbox events into jobs until stopped (SIGTERM/SIGINT)",

@@ -107,8 +107,9 @@ WHERE s.id = u.id;
 
 -- name: due_lag
 -- How far overdue the most overdue active schedule is (seconds; 0 when none is).
-SELECT coalesce(extract(epoch FROM %(now)s::timestamptz - min(next_run_at)), 0)::float8
-FROM schedules WHERE NOT paused AND next_run_at <= %(now)s::timestamptz;
+SELECT coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(next_run_at)),
+                0)::float8
+FROM schedules WHERE NOT paused AND next_run_at <= coalesce(%(now)s::timestamptz, now());
 
 -- name: retention_jobs
 -- One bounded batch of finished jobs (succeeded, cancelled) older than the cutoff. Dead jobs

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -140,3 +143,29 @@ def test_projection_definitions_are_validated() -> None:
     registry = outbox.Projections([outbox.Projection("ok", frozenset({"e"}), build)])
     with pytest.raises(jobs.InvalidJob, match="registered twice"):
         registry.add(outbox.Projection("ok", frozenset({"f"}), build))
+
+
+def test_cli_lists_and_retries_dead_events(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    event_id = outbox.record(
+        conn, aggregate_type="order", aggregate_id="7", event_type="order.shipped", payload={}
+    )
+    conn.execute(
+        "UPDATE outbox_events SET dead_at = now(), attempts = 5, last_error = 'boom' WHERE id = %s",
+        (event_id,),
+    )
+    conn.commit()
+
+    def tockwork(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", *args, "--database-url", db_url],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    listed = tockwork("outbox", "dead", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(e["id"], e["last_error"]) for e in json.loads(listed.stdout)] == [
+        (str(event_id), "boom")
+    ]
+    retried = tockwork("outbox", "retry", "--id", str(event_id))
+    assert retried.stdout.strip() == "retried 1 event(s)"
+    assert tockwork("outbox", "dead", "--json").stdout.strip() == "[]"
