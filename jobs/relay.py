@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import os
 import re
-import signal
 import socket
 import threading
 import time
@@ -33,7 +32,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from types import FrameType
 from typing import Any
 from uuid import UUID
 
@@ -45,6 +43,7 @@ from jobs.listener import Listener
 from jobs.model import JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections, query
 from jobs.retry import RetryPolicy, summarize
+from jobs.service import stop_on_signals
 from timezones.clock import Clock
 
 log = logging.getLogger("tockwork.relay")
@@ -138,7 +137,10 @@ class Relay:
 
     def run(self, *, install_signal_handlers: bool = True) -> RelayStats:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
-        with self._signals(install_signal_handlers), self._session():
+        with (
+            stop_on_signals(self.stop, f"relay {self.name}", log, install=install_signal_handlers),
+            self._session(),
+        ):
             self._loop(until_idle=False)
         return self.stats
 
@@ -162,23 +164,6 @@ class Relay:
         return False
 
     # -- lifecycle --------------------------------------------------------------------------
-
-    @contextmanager
-    def _signals(self, install: bool) -> Iterator[None]:
-        if not install or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handle(signum: int, _frame: FrameType | None) -> None:
-            log.info("relay %s: %s received, stopping", self.name, signal.Signals(signum).name)
-            self.stop()
-
-        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
     @contextmanager
     def _session(self, *, listen: bool | None = None) -> Iterator[None]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import queue as queue_module
-import signal
 import socket
 import threading
 import time
@@ -32,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from types import FrameType
 from typing import Any
 
 import psycopg
@@ -44,6 +42,7 @@ from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.retry import Decision, RetryPolicies, decide
+from jobs.service import stop_on_signals
 from jobs.store import Finished, JobStore, PgJobStore
 from timezones.clock import Clock
 
@@ -152,7 +151,10 @@ class Worker:
 
     def run(self, *, install_signal_handlers: bool = True) -> WorkerStats:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
-        with self._signals(install_signal_handlers), self._session():
+        with (
+            stop_on_signals(self.stop, f"worker {self.name}", log, install=install_signal_handlers),
+            self._session(),
+        ):
             self._loop(until_idle=False)
         return self.stats
 
@@ -167,23 +169,6 @@ class Worker:
         return self._listener is not None and self._listener.alive.is_set()
 
     # -- lifecycle --------------------------------------------------------------------------
-
-    @contextmanager
-    def _signals(self, install: bool) -> Iterator[None]:
-        if not install or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handle(signum: int, _frame: FrameType | None) -> None:
-            log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
-            self.stop()
-
-        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
     @contextmanager
     def _session(self) -> Iterator[None]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -46,3 +48,22 @@ def database_arg(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         help="PostgreSQL URL (default: $DATABASE_URL, else the project's embedded server)",
     )
+
+
+def import_attribute(spec: str, flag: str = "--app") -> object:
+    """Import ``module:attribute`` and return the attribute, called if it is a plain function
+    (a factory). Failures raise :class:`InputError` naming the flag and the value."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{flag} must look like module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"{flag} {spec!r}: cannot import {module_name!r} ({exc})") from None
+    try:
+        value: object = getattr(module, attr)
+    except AttributeError:
+        raise InputError(f"{flag} {spec!r}: module {module_name!r} has no {attr!r}") from None
+    if inspect.isfunction(value):
+        value = value()
+    return value

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import sys
@@ -19,7 +18,14 @@ import jobs
 from jobs import logs, validate
 from jobs.migrate import migrate
 from scheduler import health
-from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
+from scheduler.cli_common import (
+    InputError,
+    SubParsers,
+    database_arg,
+    import_attribute,
+    instant,
+    seconds,
+)
 from scheduler.db import COMPONENTS, ensure_schema, resolve_url
 from scheduler.queries import query as scheduler_query
 
@@ -42,20 +48,8 @@ def _queue(text: str) -> tuple[str, int]:
 
 
 def load_app(spec: str) -> Mapping[str, jobs.Handler]:
-    """Import ``module:attribute``: a mapping of job type to handler, or a callable making one."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"--app must look like module:attribute, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InputError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
-    try:
-        value = getattr(module, attr)
-    except AttributeError:
-        raise InputError(f"--app {spec!r}: module {module_name!r} has no {attr!r}") from None
-    if callable(value) and not isinstance(value, Mapping):
-        value = value()
+    """Import ``module:attribute``: a mapping of job type to handler, or a function making one."""
+    value = import_attribute(spec)
     if not isinstance(value, Mapping) or not all(callable(h) for h in value.values()):
         raise InputError(f"--app {spec!r} must name a mapping of job type to handler")
     return value

@@ -6,7 +6,6 @@ See docs/outbox.md.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Iterable
@@ -17,7 +16,7 @@ import psycopg
 from jobs import logs, outbox
 from jobs.outbox import Projection, Projections
 from jobs.relay import MAX_BATCH, Relay
-from scheduler.cli_common import InputError, SubParsers, database_arg, seconds
+from scheduler.cli_common import InputError, SubParsers, database_arg, import_attribute, seconds
 from scheduler.db import resolve_url
 
 
@@ -46,19 +45,7 @@ def _max_attempts(text: str) -> int:
 def load_projections(spec: str) -> Projections:
     """Import ``module:attribute``: a Projections registry, an iterable of Projection, or a
     callable returning either."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"--app must look like module:attribute, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InputError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
-    try:
-        value = getattr(module, attr)
-    except AttributeError:
-        raise InputError(f"--app {spec!r}: module {module_name!r} has no {attr!r}") from None
-    if callable(value) and not isinstance(value, Projections | Projection):
-        value = value()
+    value = import_attribute(spec)
     if isinstance(value, Projections):
         return value
     if isinstance(value, Iterable) and not isinstance(value, str | bytes):

@@ -25,12 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
-from types import FrameType
 from typing import Any
 
 import psycopg
@@ -38,6 +34,7 @@ from psycopg.types.string import TextLoader
 
 from jobs.enqueue import enqueue_columns
 from jobs.metrics import Metrics
+from jobs.service import stop_on_signals
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
@@ -109,26 +106,9 @@ class Scheduler:
         value: datetime = row[0]
         return value
 
-    @contextmanager
-    def _signals(self, install: bool) -> Iterator[None]:
-        if not install or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handle(signum: int, _frame: FrameType | None) -> None:
-            log.info("scheduler: %s received, stopping", signal.Signals(signum).name)
-            self.stop()
-
-        previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
     def run(self, *, install_signal_handlers: bool = True) -> TickResult:
         """Tick until stopped; recompute schedules of an older tz database first."""
-        with self._signals(install_signal_handlers):
+        with stop_on_signals(self.stop, "scheduler", log, install=install_signal_handlers):
             try:
                 self.recompute_stale_tzdb()
                 while not self._stop.is_set():
