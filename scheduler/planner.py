@@ -39,10 +39,20 @@ class Plan:
     decisions: list[Decision] = field(default_factory=list)
     cursor_at: datetime | None = None  # None: unchanged
     next: Occurrence | None = None
+    enqueued: int = 0
+    missed: int = 0
+    skipped: int = 0
 
     @property
     def enqueue(self) -> list[Decision]:
         return [d for d in self.decisions if d.kind == "enqueue"]
+
+    @property
+    def last_enqueued(self) -> Decision | None:
+        for d in reversed(self.decisions):
+            if d.kind == "enqueue":
+                return d
+        return None
 
 
 def jitter_offset(schedule_id: int, occurrence_key: str, jitter_seconds: int) -> timedelta:
@@ -79,6 +89,12 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
     if not occs:
         return result
     result.cursor_at = occs[-1].at
+    if len(occs) == 1 and schedule.quiet_hours is None and occs[0].at > now:
+        # The common case (a herd enqueued ahead): one future occurrence, no quiet hours.
+        only = occs[0]
+        result.decisions.append(Decision(only, run_at_for(schedule, only, occ), "enqueue"))
+        result.enqueued = 1
+        return result
 
     past = [o for o in occs if o.at <= now]
     deliver_past: set[int] = set()
@@ -106,14 +122,18 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
             result.decisions.append(
                 Decision(o, None, "missed", f"{schedule.catch_up} catch-up, {late} late")
             )
+            result.missed += 1
             continue
         if quiet is not None and quiet.contains(o.local):
             if quiet.action is QuietAction.SKIP:
                 result.decisions.append(Decision(o, None, "skipped", "quiet_hours"))
+                result.skipped += 1
                 continue
             end = quiet.end_after(o.local, schedule.tz)
             run_at = end + jitter_offset(schedule.id, o.key, schedule.jitter_seconds)
             result.decisions.append(Decision(o, run_at, "enqueue", "deferred_quiet_hours"))
+            result.enqueued += 1
             continue
         result.decisions.append(Decision(o, run_at_for(schedule, o, following), "enqueue"))
+        result.enqueued += 1
     return result

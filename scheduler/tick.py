@@ -23,7 +23,6 @@ stale read), the idempotency key makes the second enqueue a no-op.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from datetime import datetime, timedelta
@@ -194,11 +193,11 @@ class Scheduler:
             for d in p.decisions:
                 key = d.occurrence.key
                 if d.kind == "enqueue":
-                    meta = json.dumps(
-                        {"id": s.id, "occurrence": key, "at": d.occurrence.at.isoformat(),
-                         "version": s.version},
-                        separators=(",", ":"),
-                    )  # fmt: skip
+                    # Built as text: the key is digits, '-', 'T', ':', '#' and 'Z' only.
+                    meta = (
+                        f'{{"id":{s.id},"occurrence":"{key}",'
+                        f'"at":"{d.occurrence.at.isoformat()}","version":{s.version}}}'
+                    )
                     columns["organization_ids"].append(s.organization_id)
                     columns["queues"].append(s.queue)
                     columns["job_types"].append(s.job_type)
@@ -231,15 +230,14 @@ class Scheduler:
             "tzdbs": [],
         }  # fmt: skip
         for i, p in enumerate(plans):
-            sent = p.enqueue
-            missed = sum(1 for d in p.decisions if d.kind == "missed")
-            skipped = sum(1 for d in p.decisions if d.kind == "skipped")
+            last = p.last_enqueued
+            missed, skipped = p.missed, p.skipped
             update["ids"].append(p.schedule.id)
             update["cursor_ats"].append(p.cursor_at)
             update["next_run_ats"].append(p.next.at if p.next else None)
             update["next_keys"].append(p.next.key if p.next else None)
-            update["last_keys"].append(sent[-1].occurrence.key if sent else None)
-            update["last_ats"].append(sent[-1].occurrence.at if sent else None)
+            update["last_keys"].append(last.occurrence.key if last else None)
+            update["last_ats"].append(last.occurrence.at if last else None)
             update["last_job_ids"].append(last_job[i])
             update["enqueued"].append(created[i])
             update["missed"].append(missed)
