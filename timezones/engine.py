@@ -289,17 +289,65 @@ class _CronPlan(_Plan):
         return self.spec.slots_from(max(local, _FIRST_LOCAL))
 
 
-class _RRulePlan(_Plan):
-    """Slots from dateutil on a naive DTSTART, memoised as sorted integers (bisect lookup)."""
+# Frequencies whose periods have a fixed length in naive wall-clock time; a rule of one of them
+# without COUNT can be rebased: moving DTSTART by whole periods leaves its slots unchanged.
+_FIXED_PERIODS = {
+    du_rrule.SECONDLY: 1,
+    du_rrule.MINUTELY: 60,
+    du_rrule.HOURLY: 3600,
+    du_rrule.DAILY: _DAY,
+    du_rrule.WEEKLY: 7 * _DAY,
+}
+# Rebase rather than expand when the query lies this many periods past the memoised slots.
+_REBASE_AFTER = 512
 
-    def __init__(self, rule: du_rrule.rrule, until: int | None) -> None:
+
+class _RRulePlan(_Plan):
+    """Slots from dateutil on a naive DTSTART, memoised as sorted integers (bisect lookup).
+
+    The memo holds every slot from ``_floor`` up to its last entry. A dense rule queried far
+    from its DTSTART (``FREQ=MINUTELY`` with the default DTSTART of 2000, asked about 2026) is
+    not expanded from the start: when its frequency has fixed-length periods and it has no
+    COUNT, the expansion restarts from a DTSTART moved by a whole number of periods to just
+    before the query, which yields the same slots.
+    """
+
+    def __init__(self, rule: du_rrule.rrule, until: int | None, dtstart: datetime) -> None:
         self.rule = rule
         self.until = until
         self.fast = until is None
+        self._dtstart = (dtstart - _EPOCH_NAIVE) // _SECOND
+        freq = getattr(rule, "_freq", None)
+        count = getattr(rule, "_count", None)
+        interval = int(getattr(rule, "_interval", 1) or 1)
+        fixed = _FIXED_PERIODS.get(freq) if freq is not None else None
+        self._period = fixed * interval if fixed is not None and count is None else None
+        self._floor = self._dtstart
         self._cache: list[int] = []
         self._source: Iterator[datetime] = iter(rule)
         self._done = False
         self._lock = threading.Lock()
+
+    def _rebase(self, local: int) -> None:
+        """Restart the memo one period before ``local`` (caller holds the lock)."""
+        assert self._period is not None
+        k = max(0, (local - self._dtstart) // self._period - 1)
+        start = self._dtstart + k * self._period
+        moved = self.rule.replace(dtstart=_EPOCH_NAIVE + timedelta(seconds=start))
+        self._source = iter(moved)
+        self._cache = []
+        self._floor = start
+        self._done = False
+
+    def _prepare(self, local: int) -> None:
+        if self._period is None:
+            return
+        with self._lock:
+            cache = self._cache
+            end = cache[-1] if cache else self._floor
+            far = not self._done and local - end > _REBASE_AFTER * self._period
+            if local < self._floor or far or (len(cache) >= _RRULE_CACHE_CAP and local > end):
+                self._rebase(local)
 
     def _extend(self) -> None:
         with self._lock:
@@ -314,14 +362,23 @@ class _RRulePlan(_Plan):
                 cache.append((item - _EPOCH_NAIVE) // _SECOND)
 
     def slots_from(self, local: int) -> Iterator[int]:
+        self._prepare(local)
         cache = self._cache
         i = bisect.bisect_left(cache, local)
         while True:
             while i >= len(cache):
+                if self._cache is not cache:
+                    # Another thread rebased the memo: continue from the next slot there.
+                    nxt = cache[-1] + 1 if cache else local
+                    yield from self.slots_from(max(local, nxt))
+                    return
                 if self._done:
                     return
                 if len(cache) >= _RRULE_CACHE_CAP:
-                    # Very dense rule queried far ahead: stream from dateutil, unmemoised.
+                    if self._period is not None:
+                        yield from self.slots_from(cache[-1] + 1)
+                        return
+                    # Dense rule with COUNT or calendar periods queried far ahead: stream.
                     start = max(local, cache[-1] + 1)
                     for item in self.rule.xafter(_EPOCH_NAIVE + timedelta(seconds=start), inc=True):
                         yield (item - _EPOCH_NAIVE) // _SECOND
@@ -369,7 +426,7 @@ def compile_rrule(rule: RRuleRule) -> _RRulePlan:
     negative = getattr(built, "_bynmonthday", None)
     if months and days and not negative and all(d > _MAX_DAYS[m - 1] for m in months for d in days):
         raise ValueError("BYMONTHDAY never occurs in BYMONTH")
-    return _RRulePlan(built, until)
+    return _RRulePlan(built, until, dtstart)
 
 
 def _compile(rule: Rule) -> _Plan:
