@@ -62,6 +62,10 @@ class JobStore(Protocol):
         """:meth:`complete` then :meth:`claim`, committed together."""
         ...
 
+    def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
+        """Seconds until the earliest waiting (future) job of ``queues`` is ready; None if none."""
+        ...
+
     def heartbeat(
         self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
     ) -> set[int]:
@@ -199,6 +203,10 @@ class PgJobStore:
             written_rows = done.fetchall()
             claimed_rows = got.fetchall()
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
+
+    def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
+        row = self.conn.execute(query("next_due"), {"queues": list(queues), "now": now}).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def heartbeat(
         self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None

@@ -52,6 +52,8 @@ log = logging.getLogger("tockwork.worker")
 job_log = logging.getLogger("tockwork.jobs")
 
 NO_HANDLER = "no_handler"
+# Shortest sleep while waiting for a scheduled job: wake-ups coalesce at this granularity.
+_MIN_WAIT = 0.005
 
 
 @dataclass
@@ -255,7 +257,13 @@ class Worker:
                 return
             if self._done.empty():
                 deadline = min(self._next_heartbeat, self._next_reap) - time.monotonic()
-                self._wake.wait(max(0.0, min(poll, deadline)))
+                wait = min(poll, deadline)
+                if self._has_free_slot() and wait > _MIN_WAIT:
+                    # Sleep until the next scheduled job falls due, if that comes first.
+                    due = self._db(lambda s: s.next_due(list(self.queues), self._now()), "next_due")
+                    if due is not None:
+                        wait = min(wait, max(due, _MIN_WAIT))
+                self._wake.wait(max(0.0, wait))
 
     def _db(self, op: Callable[[JobStore], Any], operation: str = "other") -> Any:
         """Run one store operation; on a lost connection, reconnect once and retry."""
@@ -274,6 +282,9 @@ class Worker:
                 except psycopg.OperationalError:
                     time.sleep(delay)
             raise
+
+    def _has_free_slot(self) -> bool:
+        return any(self._inflight_by_queue[q] < n + self.prefetch for q, n in self.queues.items())
 
     def _cycle(self, *, claim: bool) -> int:
         """Write finished outcomes and claim into the free slots, in one transaction.

@@ -198,6 +198,13 @@ def _report(conn: psycopg.Connection[Any], started: float) -> None:
             " FROM jobs WHERE attempts <= 1"  # a retry moves run_at
         ).fetchall()
     ]
+    start_delay = [
+        float(r[0])
+        for r in conn.execute(
+            "SELECT extract(epoch FROM p.delivered_at - j.run_at) FROM simulated_pushes p"
+            " JOIN jobs j ON j.id = p.job_id WHERE j.attempts = 1"
+        ).fetchall()
+    ]
     retried = conn.execute(
         "SELECT outcome, count(*) FROM job_attempts WHERE outcome <> 'succeeded' GROUP BY 1"
     ).fetchall()
@@ -213,6 +220,12 @@ def _report(conn: psycopg.Connection[Any], started: float) -> None:
         "  lateness vs nominal    "
         f"p50 {_percentile(lateness, 50):.2f}s  p95 {_percentile(lateness, 95):.2f}s  "
         f"p99 {_percentile(lateness, 99):.2f}s  (jitter included)"
+    )
+    print(
+        "  delivery vs run_at     "
+        f"p50 {_percentile(start_delay, 50) * 1000:.0f}ms  "
+        f"p95 {_percentile(start_delay, 95) * 1000:.0f}ms  "
+        f"p99 {_percentile(start_delay, 99) * 1000:.0f}ms  (first attempts: the queue's delay)"
     )
     print(
         "  jitter spread          "

@@ -341,3 +341,12 @@ WHERE organization_id IS NULL
   AND idempotency_key = ANY(%(keys)b::text[])
   AND status IN ('pending', 'retrying')
 RETURNING id, idempotency_key;
+
+-- name: next_due
+-- Seconds until the earliest waiting job of these queues becomes ready (NULL: none waits), so
+-- an idle worker wakes when a scheduled job falls due rather than at its next poll.
+SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8
+FROM jobs
+WHERE queue = ANY(%(queues)s::text[])
+  AND status IN ('pending', 'retrying')
+  AND run_at > coalesce(%(now)s::timestamptz, now());
