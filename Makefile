@@ -32,8 +32,10 @@ typecheck: $(STAMP)
 test: lint typecheck
 	$(VENV)/bin/pytest -q -m "not slow"
 
+# Soak and chaos runs marked `slow` (none yet: the exactly-once chaos test runs in the default
+# suite in about 45 s); exit code 5 means no test carried the marker.
 test-slow: $(STAMP)
-	$(VENV)/bin/pytest -q -m slow
+	$(VENV)/bin/pytest -q -m slow || [ $$? -eq 5 ]
 
 bench: $(STAMP)
 	$(PY) -m bench.queue
