@@ -214,6 +214,8 @@ def enqueue_columns(
     """
     if not columns["queues"]:
         return []
+    if all(key is None for key in columns["idempotency_keys"]):
+        return _copy_columns(conn, columns, now)
     params: dict[str, Any] = {**columns, "now": now}
     with conn.cursor() as cur:
         cur.execute(query("enqueue_many"), params)
@@ -239,3 +241,35 @@ def enqueue_columns(
         # person, at this very moment): nothing is guessed; the caller retries the batch.
         raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
     return found
+
+
+def _copy_columns(
+    conn: psycopg.Connection[Any], columns: Mapping[str, list[Any]], now: datetime | None
+) -> list[Enqueued]:
+    """A batch without idempotency keys cannot conflict: COPY it, with ids drawn up front."""
+    n = len(columns["queues"])
+    with conn.cursor() as cur:
+        row = cur.execute(query("allocate_ids"), {"now": now, "n": n}).fetchone()
+        assert row is not None
+        db_now: datetime = row[0]
+        ids: list[int] = row[1]
+        run_ats = [at or db_now for at in columns["run_ats"]]
+        with cur.copy(query("copy_jobs")) as copy:
+            for item in zip(
+                ids,
+                columns["organization_ids"],
+                columns["queues"],
+                columns["job_types"],
+                columns["payloads"],
+                columns["priorities"],
+                run_ats,
+                columns["max_attempts"],
+                strict=True,
+            ):
+                copy.write_row((*item, db_now))
+        ready = sorted(
+            {q for q, at in zip(columns["queues"], run_ats, strict=True) if at <= db_now}
+        )
+        if ready:
+            cur.execute(query("wake_queues"), {"queues": ready})
+    return [Enqueued(id=job_id, created=True) for job_id in ids]

@@ -350,3 +350,17 @@ FROM jobs
 WHERE queue = ANY(%(queues)s::text[])
   AND status IN ('pending', 'retrying')
   AND run_at > coalesce(%(now)s::timestamptz, now());
+
+-- name: allocate_ids
+-- Ids for a COPY of new jobs, and the database clock (the default run_at and created_at).
+SELECT coalesce(%(now)s::timestamptz, now()),
+       ARRAY(SELECT nextval(pg_get_serial_sequence('jobs', 'id'))
+             FROM generate_series(1, %(n)s::int));
+
+-- name: copy_jobs
+COPY jobs (id, organization_id, queue, job_type, payload, priority, run_at, max_attempts,
+           created_at)
+FROM STDIN;
+
+-- name: wake_queues
+SELECT count(pg_notify('tockwork_jobs', q)) FROM unnest(%(queues)s::text[]) AS q;

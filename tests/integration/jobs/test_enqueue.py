@@ -202,3 +202,22 @@ def test_enqueue_async_in_transaction(db_url: str) -> None:
     first, second = asyncio.run(scenario())
     assert first.created and not second.created and first.id == second.id
     assert count(db_url) == 1
+
+
+def test_enqueue_many_without_keys_copies_in_order(conn: psycopg.Connection[Any]) -> None:
+    later = T0 + timedelta(hours=1)
+    specs = [
+        JobSpec("t", {"i": i}, queue="q" if i % 2 else "r", run_at=later if i == 3 else None)
+        for i in range(1000)
+    ]
+    out = jobs.enqueue_many(conn, specs, now=T0)
+    assert all(r.created for r in out)
+    rows = dict(
+        (job_id, (payload["i"], queue, run_at, created_at))
+        for job_id, payload, queue, run_at, created_at in conn.execute(
+            "SELECT id, payload, queue, run_at, created_at FROM jobs"
+        ).fetchall()
+    )
+    assert [rows[r.id][0] for r in out] == list(range(1000))  # ids match the specs' order
+    assert rows[out[3].id][2] == later
+    assert rows[out[4].id][1:] == ("r", T0, T0)
