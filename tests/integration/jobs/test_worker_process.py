@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -17,43 +15,14 @@ import pytest
 import jobs
 from jobs import Worker
 from jobs.store import PgJobStore
+from tests.processes import start_tockwork, wait_for
 from timezones.clock import FrozenClock
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
 def start_worker(db_url: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TOCKWORK_TEST_DB": db_url, "PYTHONPATH": ROOT}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scheduler.cli",
-            "worker",
-            "--database-url",
-            db_url,
-            "--app",
-            "tests.integration.jobs.apps:handlers",
-            "--poll",
-            "0.05",
-            *extra,
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    return start_tockwork(
+        db_url, "worker", "--app", "tests.integration.jobs.apps:handlers", "--poll", "0.05", *extra
     )
-
-
-def wait_for(conn: psycopg.Connection[Any], sql_text: str, timeout: float = 20.0) -> None:
-    """Wait for a database condition (an event another process causes), not for time."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = conn.execute(sql_text).fetchone()
-        if row and row[0]:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for: {sql_text}")
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -18,41 +16,14 @@ from jobs import outbox
 from jobs.relay import Relay
 from scheduler.cli import main
 from tests.integration.outbox.apps import projections
+from tests.processes import ROOT, start_tockwork, wait_for
 from timezones.clock import FrozenClock
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
 def start_relay(db_url: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TOCKWORK_TEST_DB": db_url, "PYTHONPATH": ROOT}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "scheduler.cli",
-            "relay",
-            "--database-url",
-            db_url,
-            "--app",
-            "tests.integration.outbox.apps:projections",
-            *extra,
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    return start_tockwork(
+        db_url, "relay", "--app", "tests.integration.outbox.apps:projections", *extra
     )
-
-
-def wait_for(conn: psycopg.Connection[Any], sql_text: str, timeout: float = 20.0) -> None:
-    """Wait for a database condition (an event another process causes), not for time."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = conn.execute(sql_text).fetchone()
-        if row and row[0]:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for: {sql_text}")
 
 
 def test_relay_killed_mid_batch_loses_and_duplicates_nothing(
