@@ -125,27 +125,10 @@ def retention(
         "attempts": _batched(conn, "retention_attempts", {"before": before("attempts_days")}),
         "effects": _batched(conn, "retention_effects", {"before": before("effects_days")}),
         "skips": _batched(conn, "retention_skips", {"before": before("skips_days")}),
+        "outbox": _batched(conn, "retention_outbox", {"before": before("outbox_days")}),
     }
-    row = conn.execute(query("outbox_exists")).fetchone()
-    conn.commit()
-    if row and row[0]:
-        counts["outbox"] = _delete_outbox(conn, before("outbox_days"))
     log.info("retention: deleted %s", counts)
     return counts
-
-
-def _delete_outbox(conn: psycopg.Connection[Any], before: datetime) -> int:
-    total = 0
-    while True:
-        with conn.transaction():
-            deleted = conn.execute(
-                "DELETE FROM outbox_events WHERE id IN (SELECT id FROM outbox_events"
-                " WHERE processed_at < %s LIMIT %s)",
-                (before, BATCH),
-            ).rowcount
-        total += max(deleted, 0)
-        if deleted < BATCH:
-            return total
 
 
 def lease_recovery(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> int:

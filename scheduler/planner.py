@@ -44,10 +44,6 @@ class Plan:
     skipped: int = 0
 
     @property
-    def enqueue(self) -> list[Decision]:
-        return [d for d in self.decisions if d.kind == "enqueue"]
-
-    @property
     def last_enqueued(self) -> Decision | None:
         for d in reversed(self.decisions):
             if d.kind == "enqueue":

@@ -142,5 +142,9 @@ WITH doomed AS (
 )
 DELETE FROM schedule_skips WHERE id IN (SELECT id FROM doomed);
 
--- name: outbox_exists
-SELECT to_regclass('outbox_events') IS NOT NULL;
+-- name: retention_outbox
+-- Processed events only: dead ones (processed_at NULL) wait for a person.
+WITH doomed AS (
+    SELECT id FROM outbox_events WHERE processed_at < %(before)s LIMIT %(limit)s
+)
+DELETE FROM outbox_events WHERE id IN (SELECT id FROM doomed);

@@ -94,3 +94,23 @@ def test_bad_retention_settings_are_refused(conn: psycopg.Connection[Any]) -> No
     assert info.value.field == "succeeded_days"
     with pytest.raises(jobs.InvalidJob):
         maintenance.definitions(retention={"forever": 1})
+
+
+def test_retention_deletes_processed_outbox_events_and_keeps_dead_ones(
+    conn: psycopg.Connection[Any],
+) -> None:
+    ids = [
+        jobs.outbox.record(
+            conn, aggregate_type="order", aggregate_id=str(i), event_type="e", payload={}
+        )
+        for i in range(3)
+    ]
+    conn.execute(
+        "UPDATE outbox_events SET processed_at = %s WHERE id = ANY(%s)",
+        (NOW - timedelta(days=30), ids[:2]),
+    )
+    conn.execute("UPDATE outbox_events SET dead_at = %s WHERE id = %s", (NOW, ids[2]))
+    conn.commit()
+    assert maintenance.retention(conn, now=NOW)["outbox"] == 2
+    left = [r[0] for r in conn.execute("SELECT id FROM outbox_events").fetchall()]
+    assert left == [ids[2]]
