@@ -19,6 +19,7 @@ from jobs.outcomes import (
 )
 from jobs.retry import RetryPolicies, RetryPolicy
 from jobs.worker import Handler, Worker, WorkerStats
+from timezones.errors import InvalidInput, TockworkError
 
 # A library does not print: an application configures logging (or `tockwork worker` does).
 logging.getLogger("tockwork").addHandler(logging.NullHandler())
@@ -29,6 +30,7 @@ __all__ = [
     "Enqueued",
     "Handler",
     "HandlerOutcome",
+    "InvalidInput",
     "InvalidJob",
     "Job",
     "JobNotFound",
@@ -44,6 +46,7 @@ __all__ = [
     "RetryPolicies",
     "RetryPolicy",
     "Snooze",
+    "TockworkError",
     "TransientError",
     "Worker",
     "WorkerStats",

@@ -1,28 +1,23 @@
-"""The jobs component's errors: one class per failure a caller can act on."""
+"""The jobs component's errors: one class per failure a caller can act on.
+
+Every error derives from :class:`timezones.errors.TockworkError`; bad input derives from
+:class:`timezones.errors.InvalidInput` (``field``, ``value``), which ``jobs`` re-exports.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from timezones.errors import InvalidInput, TockworkError
 
 
-class JobsError(Exception):
+class JobsError(TockworkError):
     """Base class of every error raised by ``jobs``."""
 
 
-class InvalidJob(JobsError, ValueError):
+class InvalidJob(JobsError, InvalidInput):
     """An argument of an enqueue or admin call is invalid; nothing was written.
 
     ``field`` names the argument and ``value`` holds what was given.
     """
-
-    def __init__(self, field: str, value: Any, reason: str) -> None:
-        self.field = field
-        self.value = value
-        self.reason = reason
-        shown = repr(value)
-        if len(shown) > 120:
-            shown = shown[:117] + "..."
-        super().__init__(f"invalid {field} {shown}: {reason}")
 
 
 class JobNotFound(JobsError, LookupError):

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from jobs.errors import InvalidJob
+
 
 def _as_delay(value: timedelta | float | int | None, field: str) -> timedelta | None:
     if value is None:
         return None
     delay = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
     if delay < timedelta(0):
-        raise ValueError(f"invalid {field} {value!r}: must not be negative")
+        raise InvalidJob(field, value, "must not be negative")
     return delay
 
 

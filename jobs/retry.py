@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from jobs.errors import InvalidJob
 from jobs.model import Job, JobStatus
 from jobs.outcomes import Cancel, PermanentError, RateLimited, Retry, Snooze, TransientError
 
@@ -35,11 +36,11 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.base <= timedelta(0) or self.cap < self.base:
-            raise ValueError(f"invalid backoff: base {self.base} must be > 0 and <= cap {self.cap}")
+            raise InvalidJob("backoff", (self.base, self.cap), "base must be > 0 and <= cap")
         if not 0.0 <= self.jitter <= 1.0:
-            raise ValueError(f"invalid jitter {self.jitter!r}: must be from 0 to 1")
+            raise InvalidJob("jitter", self.jitter, "must be from 0 to 1")
         if self.max_unknown_attempts < 1:
-            raise ValueError(f"invalid max_unknown_attempts {self.max_unknown_attempts!r}")
+            raise InvalidJob("max_unknown_attempts", self.max_unknown_attempts, "must be >= 1")
 
     def backoff(self, attempt: int) -> timedelta:
         """The delay after failed attempt number ``attempt`` (1-based)."""

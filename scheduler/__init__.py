@@ -14,9 +14,11 @@ from scheduler.schedules import (
     update_schedule,
 )
 from scheduler.tick import Scheduler
+from timezones.errors import InvalidInput, TockworkError
 
 __all__ = [
     "CatchUp",
+    "InvalidInput",
     "InvalidSchedule",
     "QuietAction",
     "QuietHours",
@@ -26,6 +28,7 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "TickResult",
+    "TockworkError",
     "create_schedule",
     "create_schedules",
     "delete",

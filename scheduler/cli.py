@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from jobs.errors import JobsError
 from scheduler import cli_jobs, cli_ops, cli_outbox, cli_preview, cli_schedules
-from scheduler.cli_common import InputError, SubParsers
-from scheduler.errors import SchedulerError
+from scheduler.cli_common import SubParsers
+from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
@@ -26,14 +25,6 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     cli_ops.register,
     cli_preview.register,
 ]
-
-
-def _is_input_error(exc: Exception) -> bool:
-    """Bad input: our CLI's InputError, or a ValueError raised by one of our packages."""
-    if isinstance(exc, InputError):
-        return True
-    package = type(exc).__module__.split(".")[0]
-    return isinstance(exc, ValueError) and package in {"jobs", "timezones", "scheduler"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,10 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return func(args)
     except Exception as exc:
-        if _is_input_error(exc):
+        # Exit codes by class: bad input (InvalidInput, the root every package's input errors
+        # share) is 2; any other Tockwork error or a lost database is an operational failure, 1.
+        if isinstance(exc, InvalidInput):
             print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
             return 2
-        if isinstance(exc, JobsError | SchedulerError | psycopg.OperationalError):
+        if isinstance(exc, TockworkError | psycopg.OperationalError):
             # An operational failure (database unreachable, a migration refused): say what,
             # without a traceback.
             print(f"tockwork {args.command}: failed: {exc}", file=sys.stderr)

@@ -8,10 +8,12 @@ import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from timezones.errors import InvalidInput
+
 SubParsers = argparse._SubParsersAction  # the type of ``parser.add_subparsers()``
 
 
-class InputError(Exception):
+class InputError(InvalidInput):
     """A command's input is invalid; the CLI prints the message and exits with code 2."""
 
 

@@ -1,28 +1,25 @@
-"""The scheduler's errors: one class per failure a caller can act on."""
+"""The scheduler's errors: one class per failure a caller can act on.
+
+Every error derives from :class:`timezones.errors.TockworkError`; bad input derives from
+:class:`timezones.errors.InvalidInput` (``field``, ``value``), which ``scheduler`` re-exports.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from timezones.errors import InvalidInput, TockworkError
 
-class SchedulerError(Exception):
+
+class SchedulerError(TockworkError):
     """Base class of every error raised by ``scheduler``."""
 
 
-class InvalidSchedule(SchedulerError, ValueError):
+class InvalidSchedule(SchedulerError, InvalidInput):
     """A schedule argument is invalid (unknown zone, malformed rule, bad policy...).
 
     ``field`` names the argument and ``value`` holds what was given; nothing was written.
     """
-
-    def __init__(self, field: str, value: Any, reason: str) -> None:
-        self.field = field
-        self.value = value
-        self.reason = reason
-        shown = repr(value)
-        if len(shown) > 160:
-            shown = shown[:157] + "..."
-        super().__init__(f"invalid {field} {shown}: {reason}")
 
 
 class ScheduleNotFound(SchedulerError, LookupError):
@@ -31,9 +28,9 @@ class ScheduleNotFound(SchedulerError, LookupError):
         super().__init__(f"no schedule {what}")
 
 
-class ScheduleExists(SchedulerError, ValueError):
+class ScheduleExists(SchedulerError, InvalidInput):
     """A named definition with this key already exists in the organization."""
 
     def __init__(self, key: str) -> None:
         self.key = key
-        super().__init__(f"a schedule with key {key!r} already exists")
+        super().__init__("key", key, "a schedule with this key already exists")

@@ -25,7 +25,7 @@ import psycopg
 
 import jobs
 from jobs import Job, effects
-from scheduler.errors import ScheduleNotFound
+from scheduler.errors import InvalidSchedule, ScheduleNotFound
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, next_occurrence
 from scheduler.queries import query
 from scheduler.schedules import get_schedule
@@ -146,7 +146,7 @@ class SimulatedPush:
             ("rate_limit_rate", rate_limit_rate),
         ):
             if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"invalid {name} {rate!r}: must be from 0 to 1")
+                raise InvalidSchedule(name, rate, "must be from 0 to 1")
         self.transient_rate = transient_rate
         self.rate_limit_rate = rate_limit_rate
         self.retry_after = retry_after

@@ -35,6 +35,7 @@ from jobs.enqueue import enqueue_columns
 from jobs.metrics import Metrics
 from jobs.service import stop_on_signals
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
 from scheduler.queries import query
@@ -62,9 +63,9 @@ class Scheduler:
         metrics: Metrics | None = None,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"invalid batch_size {batch_size!r}: must be >= 1")
+            raise InvalidSchedule("batch_size", batch_size, "must be >= 1")
         if lookahead < timedelta(0):
-            raise ValueError(f"invalid lookahead {lookahead!r}: must not be negative")
+            raise InvalidSchedule("lookahead", lookahead, "must not be negative")
         self.conninfo = conninfo
         self.clock = clock
         self.lookahead = lookahead

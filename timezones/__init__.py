@@ -6,10 +6,12 @@ See docs/time-zones.md for the policy table and the choice of tz database.
 from timezones.clock import Clock, FrozenClock, SystemClock
 from timezones.engine import Occurrence, next_after, occurrences
 from timezones.errors import (
+    InvalidInput,
     InvalidPolicy,
     InvalidRule,
     NaiveDatetimeError,
     TimezoneError,
+    TockworkError,
     UnknownZone,
 )
 from timezones.policy import Adjustment, CronWildcard, FoldPolicy, GapPolicy
@@ -46,6 +48,7 @@ __all__ = [
     "FrozenClock",
     "GapPolicy",
     "IntervalRule",
+    "InvalidInput",
     "InvalidPolicy",
     "InvalidRule",
     "MonthlyRule",
@@ -56,6 +59,7 @@ __all__ = [
     "Rule",
     "SystemClock",
     "TimezoneError",
+    "TockworkError",
     "Transition",
     "UnknownZone",
     "WeekdaysRule",

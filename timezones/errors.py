@@ -1,14 +1,69 @@
-"""The error hierarchy of ``timezones``: one base class, one class per failure a caller can act on.
+"""The error hierarchy: one root for all of Tockwork, one class per failure a caller can act on.
 
-Every message names the field and the value, e.g. ``zone: unknown time zone 'America/Chicgo'
-(did you mean 'America/Chicago'?)``. All errors derive from :class:`ValueError`, so code that
-validates input with ``except ValueError`` keeps working.
+``timezones`` is the bottom layer (``timezones`` <- ``jobs`` <- ``scheduler``), so the roots that
+every package shares live here and are re-exported by ``jobs`` and ``scheduler``:
+
+- :class:`TockworkError`: every error any Tockwork package raises on purpose.
+- :class:`InvalidInput`: bad input (an unknown zone, a malformed rule, a bad payload or flag).
+  It carries ``field`` (the argument's name) and ``value`` (what was given), and its message
+  names both, bounded in length. Nothing was written when it is raised. It derives from
+  :class:`ValueError`, so ``except ValueError`` keeps working. The CLI maps it to exit code 2;
+  any other :class:`TockworkError` is an operational failure (exit code 1).
+
+Messages name the field and the value, e.g. ``invalid zone 'America/Chicgo': unknown time zone
+(did you mean 'America/Chicago'?)``.
 """
 
 from __future__ import annotations
 
+from typing import Any
 
-class TimezoneError(ValueError):
+# A value embedded in a message is cut to this many characters: a 1 MB rule must not yield a
+# 1 MB error message.
+MAX_SHOWN = 160
+
+
+def shown(value: Any, limit: int = MAX_SHOWN) -> str:
+    """``repr(value)``, cut to ``limit`` characters with an ellipsis."""
+    text = repr(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
+
+
+class TockworkError(Exception):
+    """Root of every error raised by ``timezones``, ``jobs`` and ``scheduler``."""
+
+
+class InvalidInput(TockworkError, ValueError):
+    """An argument is invalid; nothing was written.
+
+    ``field`` names the argument, ``value`` holds what was given and ``reason`` says what is
+    wrong with it. Built with only a message (``InvalidRule("cron expr: ...")``), the field is
+    the text before the first colon and ``value`` is ``None``.
+    """
+
+    field: str
+    value: Any
+    reason: str
+
+    def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
+        if reason is None:
+            # A preformatted message ("field: reason").
+            message = field
+            head, sep, _ = message.partition(":")
+            self.field = head if sep else ""
+            self.value = value
+            self.reason = message
+            super().__init__(message)
+            return
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid {field} {shown(value)}: {reason}")
+
+
+class TimezoneError(InvalidInput):
     """Base class of every error raised by ``timezones``."""
 
 
