@@ -13,10 +13,20 @@ from timezones.errors import InvalidInput, TockworkError, shown
 
 def test_every_package_shares_the_roots() -> None:
     assert jobs.InvalidInput is scheduler.InvalidInput is timezones.InvalidInput
-    for cls in (jobs.InvalidJob, scheduler.InvalidSchedule, timezones.InvalidRule):
+    inputs: tuple[type[Exception], ...] = (
+        jobs.InvalidJob,
+        scheduler.InvalidSchedule,
+        timezones.InvalidRule,
+    )
+    for cls in inputs:
         assert issubclass(cls, InvalidInput)
         assert issubclass(cls, ValueError)
-    for cls in (jobs.JobsError, scheduler.SchedulerError, timezones.TimezoneError):
+    roots: tuple[type[Exception], ...] = (
+        jobs.JobsError,
+        scheduler.SchedulerError,
+        timezones.TimezoneError,
+    )
+    for cls in roots:
         assert issubclass(cls, TockworkError)
     assert not issubclass(jobs.MigrationError, InvalidInput)
 
