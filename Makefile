@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m scheduler.demo
+	$(PY) -m scheduler.demos.reminders
 
 demo-queue: $(STAMP)
-	$(PY) -m scheduler.demo_queue
+	$(PY) -m scheduler.demos.queue
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -43,10 +43,10 @@ bench: $(STAMP)
 	$(PY) -m bench.scheduler_herd
 
 db-url: $(STAMP)
-	@$(PY) -m jobs.devdb url
+	@$(PY) -m scheduler.devdb url
 
 db-stop: $(STAMP)
-	$(PY) -m jobs.devdb stop
+	$(PY) -m scheduler.devdb stop
 
 clean: db-stop
 	rm -rf $(VENV) .pgdata .pgdata-run .mypy_cache .ruff_cache .pytest_cache

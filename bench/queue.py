@@ -1,7 +1,7 @@
 """Queue benchmark (issue 2 §5): the jobs library beside raw psycopg doing the same work.
 
 Every figure is measured in one run, on one throwaway database (``tockwork_bench_<pid>``, created
-on the server of ``jobs.devdb.database_url()``, migrated, dropped at the end), next to a raw
+on the server of ``scheduler.devdb.database_url()``, migrated, dropped at the end), next to a raw
 psycopg baseline that does the same operation with no library (the limit), and their ratio:
 
 1. enqueue, one job per transaction: ``jobs.enqueue`` + commit vs a raw INSERT + COMMIT loop;
@@ -44,11 +44,10 @@ from multiprocessing.synchronize import Event as MpEvent  # noqa: E402
 from typing import Any, LiteralString  # noqa: E402
 
 import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
-from psycopg.conninfo import make_conninfo  # noqa: E402
 
 import jobs  # noqa: E402
-from jobs.devdb import database_url  # noqa: E402
+from scheduler import devdb  # noqa: E402
+from scheduler.devdb import database_url  # noqa: E402
 
 CTX = multiprocessing.get_context("spawn")  # fresh interpreters: realistic RSS, no forked state
 
@@ -112,19 +111,10 @@ def rss_mib() -> tuple[float, float]:
 @contextmanager
 def throwaway_database(server_url: str) -> Iterator[str]:
     """Create and migrate ``tockwork_bench_<pid>``; drop it (forcibly) afterwards."""
-    name = f"tockwork_bench_{os.getpid()}"
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(drop)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_conninfo(server_url, dbname=name)
-    try:
-        with psycopg.connect(url) as conn:
-            jobs.migrate(conn, ("jobs",))
+    with devdb.throwaway_database(
+        server_url, f"tockwork_bench_{os.getpid()}", components=("jobs",)
+    ) as url:
         yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(drop)
 
 
 def reset(url: str, vacuum: bool = False) -> None:

@@ -1,7 +1,7 @@
 """Scheduler herd benchmark (issue 4, "Speed"): a million reminders due at 08:00, 2 replicas.
 
 Every figure comes from one run on one throwaway database (``tockwork_herd_<pid>``, created on the
-server of ``jobs.devdb.database_url()``, migrated, dropped at the end):
+server of ``scheduler.devdb.database_url()``, migrated, dropped at the end):
 
 1. ``--size`` daily reminders (``daily@08:00``, jitter 300 s) due at 08:00 in one zone, then the
    same number spread over 300 zones; 2 ``scheduler.Scheduler`` replica *processes* tick once at
@@ -57,15 +57,13 @@ from typing import Any, LiteralString, Self  # noqa: E402
 
 import psycopg  # noqa: E402
 from psycopg import _queries as psycopg_queries  # noqa: E402
-from psycopg import sql  # noqa: E402
-from psycopg.conninfo import make_conninfo  # noqa: E402
 
 import jobs  # noqa: E402
 import scheduler.tick as tick_module  # noqa: E402
-from jobs.devdb import database_url  # noqa: E402
 from jobs.queries import load as load_queries  # noqa: E402
 from jobs.queries import query as jobs_query  # noqa: E402
-from scheduler import Scheduler  # noqa: E402
+from scheduler import Scheduler, devdb  # noqa: E402
+from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
 from scheduler.planner import Plan  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
@@ -235,19 +233,10 @@ def scenario(name: str, zones: list[str]) -> Scenario:
 @contextmanager
 def throwaway_database(server_url: str) -> Iterator[str]:
     """Create and migrate ``tockwork_herd_<pid>``; drop it (forcibly) afterwards."""
-    name = f"tockwork_herd_{os.getpid()}"
-    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(drop)
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_conninfo(server_url, dbname=name)
-    try:
-        with psycopg.connect(url) as conn:
-            jobs.migrate(conn, ("jobs", "scheduler"))
+    with devdb.throwaway_database(
+        server_url, f"tockwork_herd_{os.getpid()}", components=("jobs", "scheduler")
+    ) as url:
         yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(drop)
 
 
 def load(url: str, sc: Scenario, n: int) -> float:

@@ -13,9 +13,12 @@ The next occurrence is always computed from the previous *scheduled* occurrence,
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from jobs import Job
 from scheduler.model import CatchUp, QuietAction, Schedule
 from timezones import Occurrence, next_after
 
@@ -133,3 +136,13 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
         result.decisions.append(Decision(o, run_at_for(schedule, o, following), "enqueue"))
         result.enqueued += 1
     return result
+
+
+def schedule_meta(job: Job) -> Mapping[str, Any] | None:
+    """The schedule metadata the scheduler put in a job's payload, or None."""
+    payload = job.payload
+    if isinstance(payload, Mapping):
+        meta = payload.get(SCHEDULE_PAYLOAD_KEY)
+        if isinstance(meta, Mapping):
+            return meta
+    return None

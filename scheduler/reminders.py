@@ -5,18 +5,16 @@ paused the schedule, changed its time or zone, or entered quiet hours. :func:`st
 the schedule when the job runs so that a handler never delivers a superseded reminder, and
 records the occurrence as skipped when it is not due any more.
 
-:class:`SimulatedPush` is a push provider for tests and demos: it records each delivery in the
-``simulated_pushes`` table keyed by the job's effect key (a retried job never notifies twice) and
-can be told to fail transiently, to rate-limit with a Retry-After, or to reject tokens, so a
-reminder pipeline can be tested end to end without a live provider.
+:class:`ReminderHandler` delivers through a push provider; :func:`simulated_app` wires it to
+:class:`scheduler.simulated.SimulatedPush` (the provider for tests and demos, with its own opt-in
+table) for ``tockwork worker --app scheduler.reminders:simulated_app``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,10 +23,12 @@ import psycopg
 
 import jobs
 from jobs import Job, effects
-from scheduler.errors import InvalidSchedule, ScheduleNotFound
-from scheduler.planner import SCHEDULE_PAYLOAD_KEY, next_occurrence
+from scheduler import simulated
+from scheduler.errors import ScheduleNotFound
+from scheduler.planner import next_occurrence, schedule_meta
 from scheduler.queries import query
 from scheduler.schedules import get_schedule
+from scheduler.simulated import SimulatedPush
 from timezones import Clock
 
 
@@ -42,16 +42,6 @@ class Due:
 
     def __bool__(self) -> bool:
         return self.due
-
-
-def schedule_meta(job: Job) -> Mapping[str, Any] | None:
-    """The schedule metadata the scheduler put in a job's payload, or None."""
-    payload = job.payload
-    if isinstance(payload, Mapping):
-        meta = payload.get(SCHEDULE_PAYLOAD_KEY)
-        if isinstance(meta, Mapping):
-            return meta
-    return None
 
 
 def _db_now(conn: psycopg.Connection[Any]) -> datetime:
@@ -116,69 +106,6 @@ def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None =
             _record_skip(conn, job, meta, "quiet_hours", at)
             return Due(False, "quiet_hours")
     return Due(True)
-
-
-def _fraction(*parts: object) -> float:
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
-
-
-class SimulatedPush:
-    """A push provider that records deliveries in ``simulated_pushes`` instead of sending.
-
-    Failures are deterministic per (job, attempt), so a run is reproducible: ``transient_rate``
-    of attempts raise :class:`jobs.TransientError`, ``rate_limit_rate`` raise
-    :class:`jobs.RateLimited` with ``retry_after``, and subjects in ``rejected_subjects`` get
-    :class:`jobs.PermanentError` (a dead device token).
-    """
-
-    def __init__(
-        self,
-        *,
-        transient_rate: float = 0.0,
-        rate_limit_rate: float = 0.0,
-        retry_after: timedelta = timedelta(seconds=1),
-        rejected_subjects: Collection[str] = (),
-        seed: int = 0,
-    ) -> None:
-        for name, rate in (
-            ("transient_rate", transient_rate),
-            ("rate_limit_rate", rate_limit_rate),
-        ):
-            if not 0.0 <= rate <= 1.0:
-                raise InvalidSchedule(name, rate, "must be from 0 to 1")
-        self.transient_rate = transient_rate
-        self.rate_limit_rate = rate_limit_rate
-        self.retry_after = retry_after
-        self.rejected_subjects = frozenset(rejected_subjects)
-        self.seed = seed
-
-    def send(
-        self, conn: psycopg.Connection[Any], job: Job, *, subject: str | None, message: str
-    ) -> bool:
-        """Deliver once: returns False if this job's push was already delivered.
-
-        Runs in the caller's transaction; the delivery row and its effect record commit together.
-        """
-        if subject is not None and subject in self.rejected_subjects:
-            raise jobs.PermanentError(f"device token of {subject} rejected", code="bad_token")
-        draw = _fraction(self.seed, job.id, job.attempt)
-        if draw < self.transient_rate:
-            raise jobs.TransientError("simulated provider timeout", code="provider_timeout")
-        if draw < self.transient_rate + self.rate_limit_rate:
-            raise jobs.RateLimited(self.retry_after, "simulated provider: 429 Retry-After")
-        key = effects.effect_key(job, "push")
-        if not effects.record_once(conn, key, job_id=job.id):
-            return False
-        meta = schedule_meta(job) or {}
-        conn.execute(
-            "INSERT INTO simulated_pushes (effect_key, job_id, schedule_id, occurrence_key,"
-            " occurrence_at, subject, message, attempt) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (key, job.id, meta.get("id"), meta.get("occurrence"),
-             datetime.fromisoformat(meta["at"]) if "at" in meta else None, subject, message,
-             job.attempt),
-        )  # fmt: skip
-        return True
 
 
 class ReminderHandler:
@@ -250,9 +177,22 @@ def simulated_app() -> dict[str, jobs.Handler]:
     url = os.environ.get("DATABASE_URL")
     if not url:
         raise jobs.InvalidJob("DATABASE_URL", url, "the simulated app needs DATABASE_URL")
+    # The provider's table is an opt-in component: using the provider opts in.
+    simulated.install(url)
     provider = SimulatedPush(
         transient_rate=float(os.environ.get("TOCKWORK_SIM_TRANSIENT", "0")),
         rate_limit_rate=float(os.environ.get("TOCKWORK_SIM_RATE_LIMIT", "0")),
         retry_after=timedelta(seconds=float(os.environ.get("TOCKWORK_SIM_RETRY_AFTER", "1"))),
     )
     return {"reminder": reminder_handler(url, provider)}
+
+
+__all__ = [
+    "Due",
+    "ReminderHandler",
+    "SimulatedPush",
+    "reminder_handler",
+    "schedule_meta",
+    "simulated_app",
+    "still_due",
+]

@@ -14,18 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
-from jobs.devdb import database_url
-from jobs.migrate import migrate
-from scheduler.db import COMPONENTS
+from scheduler.devdb import database_url, throwaway_database
+from scheduler.migrations import ALL_COMPONENTS
 
 _counter = itertools.count()
-
-
-def _admin(url: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(url, autocommit=True)
 
 
 @pytest.fixture(scope="session")
@@ -36,49 +29,23 @@ def server_url() -> str:
 @pytest.fixture(scope="session")
 def template_db(server_url: str) -> Iterator[str]:
     name = f"tockwork_tpl_{os.getpid()}"
-    with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = make_conninfo(server_url, dbname=name)
-    with psycopg.connect(url) as conn:
-        migrate(conn, COMPONENTS)
-    yield name
-    with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    with throwaway_database(server_url, name, components=ALL_COMPONENTS):
+        yield name
 
 
 @pytest.fixture
 def empty_db_url(server_url: str) -> Iterator[str]:
     """A fresh database with no schema at all."""
-    name = f"tockwork_e_{os.getpid()}_{next(_counter)}"
-    with _admin(server_url) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield make_conninfo(server_url, dbname=name)
-    with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    with throwaway_database(server_url, f"tockwork_e_{os.getpid()}_{next(_counter)}") as url:
+        yield url
 
 
 @pytest.fixture
 def db_url(server_url: str, template_db: str) -> Iterator[str]:
-    """A fresh, migrated database for this test."""
+    """A fresh database for this test, migrated with every component (opt-in ones included)."""
     name = f"tockwork_t_{os.getpid()}_{next(_counter)}"
-    with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template_db)
-            )
-        )
-    yield make_conninfo(server_url, dbname=name)
-    with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    with throwaway_database(server_url, name, template=template_db) as url:
+        yield url
 
 
 @pytest.fixture

@@ -79,17 +79,3 @@ CREATE TABLE schedule_skips (
 
 CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurrence_at);
 CREATE INDEX schedule_skips_recorded_idx ON schedule_skips (recorded_at);
-
--- The built-in simulated push provider (scheduler/reminders.py): one row per delivery, keyed by
--- the effect key of the job, so a retried job never notifies twice.
-CREATE TABLE simulated_pushes (
-    effect_key text PRIMARY KEY,
-    job_id bigint NOT NULL,
-    schedule_id bigint,
-    occurrence_key text,
-    occurrence_at timestamptz,
-    subject text,
-    message text,
-    attempt integer NOT NULL,
-    delivered_at timestamptz NOT NULL DEFAULT clock_timestamp()
-);

@@ -32,6 +32,13 @@ def test_migrate_on_an_empty_database_then_up_to_date(empty_db_url: str) -> None
     assert "jobs/0001_jobs" in first.stdout
     again = tockwork("migrate", "--database-url", empty_db_url)
     assert (again.returncode, again.stdout.strip()) == (0, "schema is up to date")
+    assert "scheduler.simulated" not in first.stdout
+    opted = tockwork("migrate", "--with", "simulated", "--database-url", empty_db_url)
+    assert opted.returncode == 0, opted.stderr
+    assert opted.stdout.strip() == "applied: scheduler.simulated/0001_simulated_pushes"
+    bogus = tockwork("migrate", "--with", "bogus", "--database-url", empty_db_url)
+    assert bogus.returncode == 2
+    assert "--with" in bogus.stderr and "bogus" in bogus.stderr
 
 
 def test_dead_show_requeue_round_trip(db_url: str, conn: psycopg.Connection[Any]) -> None:

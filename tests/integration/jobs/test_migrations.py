@@ -11,7 +11,8 @@ import pytest
 
 from jobs.errors import MigrationError
 from jobs.migrate import Migration, available, migrate, pending, schema_sql
-from scheduler.db import COMPONENTS
+from scheduler.migrations import ALL_COMPONENTS, COMPONENTS
+from scheduler.simulated import COMPONENT as SIMULATED
 
 # Everything about a table that matters: columns, constraints, indexes and storage options.
 CATALOG = """
@@ -53,7 +54,7 @@ def catalog(url: str) -> list[tuple[Any, ...]]:
 
 def test_migrations_produce_schema_sql_exactly(empty_db_url: str, db_url: str) -> None:
     with psycopg.connect(empty_db_url) as c:
-        for component in COMPONENTS:
+        for component in ALL_COMPONENTS:
             c.execute(schema_sql(component))
     from_schema = catalog(empty_db_url)
     from_migrations = catalog(db_url)  # the migrated template
@@ -64,12 +65,14 @@ def test_migrations_produce_schema_sql_exactly(empty_db_url: str, db_url: str) -
 
 def test_migrate_is_idempotent(db_url: str) -> None:
     with psycopg.connect(db_url) as c:
-        assert migrate(c, COMPONENTS) == []
-        assert pending(c, COMPONENTS) == []
+        assert migrate(c, ALL_COMPONENTS) == []
+        assert pending(c, ALL_COMPONENTS) == []
         rows = c.execute(
             "SELECT component, version FROM tockwork_migrations ORDER BY applied_at, component"
         ).fetchall()
-    assert rows == [(comp, m.version) for comp in COMPONENTS for m in available(comp)]
+    assert sorted(rows) == sorted(
+        (comp, m.version) for comp in ALL_COMPONENTS for m in available(comp)
+    )
 
 
 def test_concurrent_migrators_apply_once(empty_db_url: str) -> None:
@@ -105,3 +108,44 @@ def test_an_edited_applied_migration_is_refused(
     monkeypatch.setattr(module, "available", lambda component: edited)
     with psycopg.connect(db_url) as c, pytest.raises(MigrationError, match="changed after"):
         migrate(c, COMPONENTS)
+
+
+def _has_simulated_table(url: str) -> bool:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT to_regclass('simulated_pushes') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def test_the_simulated_provider_table_is_opt_in(empty_db_url: str) -> None:
+    with psycopg.connect(empty_db_url) as c:
+        migrate(c, COMPONENTS)
+    assert not _has_simulated_table(empty_db_url)
+    with psycopg.connect(empty_db_url) as c:
+        assert migrate(c, (SIMULATED,)) == [f"{SIMULATED}/0001_simulated_pushes"]
+    assert _has_simulated_table(empty_db_url)
+
+
+def test_a_database_with_simulated_deliveries_keeps_them(empty_db_url: str) -> None:
+    """Databases migrated before the component existed got the table from scheduler/0001; the
+    rows they hold survive the move (scheduler/0002 keeps a non-empty table, the component's
+    0001 adopts it)."""
+    first = {c: available(c)[:1] for c in COMPONENTS}
+    with psycopg.connect(empty_db_url) as c, c.transaction():
+        for migrations in first.values():
+            for m in migrations:
+                c.execute(m.sql)
+        c.execute("INSERT INTO simulated_pushes (effect_key, job_id, attempt) VALUES ('k', 1, 1)")
+    # Record those first migrations as applied, as an older Tockwork would have.
+    with psycopg.connect(empty_db_url) as c:
+        migrate(c, ())
+        for component, migrations in first.items():
+            for m in migrations:
+                c.execute(
+                    "INSERT INTO tockwork_migrations (component, version, name, checksum)"
+                    " VALUES (%s, %s, %s, %s)",
+                    (component, m.version, m.name, m.checksum),
+                )
+        c.commit()
+        assert "scheduler/0002_simulated_pushes_out" in migrate(c, ALL_COMPONENTS)
+        row = c.execute("SELECT effect_key FROM simulated_pushes").fetchall()
+    assert row == [("k",)]

@@ -17,27 +17,20 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 import jobs
 from jobs import Job, JobSpec
-from jobs.migrate import migrate
-from scheduler.db import COMPONENTS, resolve_url
+from scheduler.cli.common import resolve_url
+from scheduler.devdb import create_database
+from scheduler.migrations import COMPONENTS
 
 DEMO_DB = "tockwork_demo"
 QUEUES = {"critical_alerts": 4, "notifications": 8, "reports": 1}
 
 
 def _fresh_database(server_url: str) -> str:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DB))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DB)))
-    url = make_conninfo(server_url, dbname=DEMO_DB)
+    url = create_database(server_url, DEMO_DB, components=COMPONENTS, replace=True)
     with psycopg.connect(url) as conn:
-        migrate(conn, COMPONENTS)
         conn.execute(
             "CREATE TABLE deliveries (job_id bigint, user_id int, at timestamptz DEFAULT now())"
         )

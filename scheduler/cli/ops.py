@@ -11,8 +11,7 @@ from datetime import timedelta
 from types import FrameType
 
 from scheduler import health
-from scheduler.cli_common import SubParsers, database_arg, seconds
-from scheduler.db import resolve_url
+from scheduler.cli.common import SubParsers, database_arg, resolve_url, seconds
 
 
 def _health(args: argparse.Namespace) -> health.Health:

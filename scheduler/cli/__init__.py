@@ -1,4 +1,12 @@
-"""The ``tockwork`` command line: one sub-command module per area, wired here.
+"""The ``tockwork`` command line: one sub-command module per command group, wired here.
+
+- ``worker.py``: ``migrate``, ``worker``
+- ``jobs.py``: ``jobs dead|list|show|requeue|cancel``, ``stats``
+- ``schedules.py``: ``scheduler``, ``schedules sync|list|show|preview``
+- ``outbox.py``: ``relay``, ``outbox dead|retry``
+- ``ops.py``: ``healthz``, ``metrics-server``
+- ``preview.py``: ``preview``, ``zones`` (no database)
+- ``common.py``: argument types, ``--app`` import, the database URL and the schema check
 
 Every sub-command module exposes ``register(subparsers)``, which adds its parsers and sets
 ``func`` on them; ``func(args) -> int`` returns the exit code. Bad input (a malformed rule, an
@@ -13,17 +21,18 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from scheduler import cli_jobs, cli_ops, cli_outbox, cli_preview, cli_schedules
-from scheduler.cli_common import SubParsers
+from scheduler.cli import jobs, ops, outbox, preview, schedules, worker
+from scheduler.cli.common import SubParsers
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
-    cli_jobs.register,
-    cli_schedules.register,
-    cli_outbox.register,
-    cli_ops.register,
-    cli_preview.register,
+    worker.register,
+    jobs.register,
+    schedules.register,
+    outbox.register,
+    ops.register,
+    preview.register,
 ]
 
 
@@ -58,7 +67,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

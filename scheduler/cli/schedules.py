@@ -11,8 +11,15 @@ import psycopg
 
 from jobs import logs
 from scheduler import health
-from scheduler.cli_common import InputError, SubParsers, database_arg, instant, seconds
-from scheduler.db import ensure_schema, resolve_url
+from scheduler.cli.common import (
+    InputError,
+    SubParsers,
+    database_arg,
+    ensure_schema,
+    instant,
+    resolve_url,
+    seconds,
+)
 from scheduler.definitions import load_file, sync
 from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import sync_maintenance

@@ -8,6 +8,8 @@ import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from scheduler.devdb import database_url
+from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput
 
 SubParsers = argparse._SubParsersAction  # the type of ``parser.add_subparsers()``
@@ -69,3 +71,30 @@ def import_attribute(spec: str, flag: str = "--app") -> object:
     if inspect.isfunction(value):
         value = value()
     return value
+
+
+def resolve_url(flag: str | None) -> str:
+    """``--database-url`` if given, else ``DATABASE_URL``, else the embedded server."""
+    return flag or database_url()
+
+
+def ensure_schema(url: str, *, apply: bool) -> None:
+    """Apply the core migrations (``apply``) or refuse to start on an out-of-date schema.
+
+    Raises :class:`InputError` naming what is missing, so a command started against a database
+    nobody migrated exits with a clear message (code 2).
+    """
+    import psycopg
+
+    from jobs.migrate import migrate, pending
+
+    with psycopg.connect(url) as conn:
+        if apply:
+            migrate(conn, COMPONENTS)
+            return
+        missing = pending(conn, COMPONENTS)
+    if missing:
+        raise InputError(
+            f"the database schema is not up to date (missing {', '.join(missing)}): "
+            "run 'tockwork migrate' or start with --migrate"
+        )

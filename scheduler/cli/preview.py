@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import timezones
-from scheduler.cli_common import InputError, SubParsers
+from scheduler.cli.common import InputError, SubParsers
 from timezones import FoldPolicy, GapPolicy, Occurrence, SystemClock
 
 

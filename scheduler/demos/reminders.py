@@ -20,12 +20,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 import scheduler
-from jobs.migrate import migrate
-from scheduler.db import COMPONENTS, resolve_url
+from scheduler.cli.common import resolve_url
+from scheduler.devdb import create_database
+from scheduler.migrations import ALL_COMPONENTS
 from timezones import available_zones, get_zone
 
 DEMO_DB = "tockwork_demo"
@@ -52,15 +51,7 @@ def _zones() -> list[str]:
 
 
 def _fresh_database(server_url: str) -> str:
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DB))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DB)))
-    url = make_conninfo(server_url, dbname=DEMO_DB)
-    with psycopg.connect(url) as conn:
-        migrate(conn, COMPONENTS)
-    return url
+    return create_database(server_url, DEMO_DB, components=ALL_COMPONENTS, replace=True)
 
 
 def _create(url: str, due: datetime) -> None:

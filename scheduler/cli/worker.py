@@ -1,0 +1,158 @@
+"""``tockwork migrate | worker``: bring the schema up to date, run handlers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from datetime import timedelta
+
+import psycopg
+
+import jobs
+from jobs import logs, validate
+from jobs.migrate import migrate
+from scheduler import health
+from scheduler.cli.common import (
+    InputError,
+    SubParsers,
+    database_arg,
+    ensure_schema,
+    import_attribute,
+    resolve_url,
+    seconds,
+)
+from scheduler.migrations import COMPONENTS, OPTIONAL
+
+
+def _queue(text: str) -> tuple[str, int]:
+    name, sep, n = text.partition("=")
+    try:
+        concurrency = int(n) if sep else 1
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--queue expects NAME=CONCURRENCY, got {text!r}"
+        ) from None
+    try:
+        validate.queue_name(name, "--queue")
+    except jobs.InvalidJob as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if concurrency < 1:
+        raise argparse.ArgumentTypeError(f"--queue {name}: concurrency must be >= 1, got {n!r}")
+    return name, concurrency
+
+
+def load_app(spec: str) -> Mapping[str, jobs.Handler]:
+    """Import ``module:attribute``: a mapping of job type to handler, or a function making one."""
+    value = import_attribute(spec)
+    if not isinstance(value, Mapping) or not all(callable(h) for h in value.values()):
+        raise InputError(f"--app {spec!r} must name a mapping of job type to handler")
+    return value
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    components = (*COMPONENTS, *(OPTIONAL[name] for name in args.with_components or ()))
+    with psycopg.connect(resolve_url(args.database_url)) as conn:
+        applied = migrate(conn, components)
+    print("applied: " + ", ".join(applied) if applied else "schema is up to date")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, json_lines=args.log_json)
+    handlers = load_app(args.app)
+    queues = dict(args.queue or [("default", 4)])
+    url = resolve_url(args.database_url)
+    # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
+    # find the worker's database here.
+    os.environ["DATABASE_URL"] = url
+    ensure_schema(url, apply=args.migrate)
+    worker = jobs.Worker(
+        url,
+        handlers,
+        queues,
+        name=args.name,
+        lease=args.lease,
+        grace=args.grace,
+        poll_interval=args.poll,
+        listen=not args.no_listen,
+    )
+    server = None
+    if args.metrics_port is not None:
+        check = health.Health(
+            url,
+            listening=lambda: worker.listening,
+            poll_only=args.no_listen,
+            max_scheduler_lag=args.max_scheduler_lag or None,
+        )
+        server = health.serve(url, args.metrics_port, host=args.metrics_host, health=check)
+    try:
+        stats = worker.run()
+    finally:
+        if server is not None:
+            server.stop()
+    summary = {"claimed": stats.claimed, "outcomes": stats.outcomes, "released": stats.released}
+    print(json.dumps(summary), file=sys.stderr)
+    if stats.released:
+        # Handlers that overran the grace period still run in their threads, and their leases
+        # were given back: end the process now rather than let them finish unowned.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("migrate", help="apply the database migrations (safe to run concurrently)")
+    database_arg(p)
+    p.add_argument(
+        "--with",
+        dest="with_components",
+        action="append",
+        choices=sorted(OPTIONAL),
+        help="also apply an opt-in component (repeatable): simulated = the simulated push "
+        "provider's table",
+    )
+    p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("worker", help="run handlers for jobs of the given queues")
+    database_arg(p)
+    p.add_argument("--app", required=True, help="module:attribute naming {job_type: handler}")
+    p.add_argument(
+        "--queue",
+        action="append",
+        type=_queue,
+        metavar="NAME=N",
+        help="a queue and its concurrency (repeatable; default: default=4)",
+    )
+    p.add_argument("--name", help="worker name recorded in leases and history")
+    p.add_argument("--lease", type=seconds("--lease"), default=timedelta(seconds=30))
+    p.add_argument(
+        "--grace",
+        type=seconds("--grace"),
+        default=timedelta(seconds=20),
+        help="seconds running handlers get to finish after SIGTERM",
+    )
+    p.add_argument(
+        "--poll",
+        type=seconds("--poll"),
+        default=timedelta(seconds=1),
+        help="reconciliation poll interval in seconds",
+    )
+    p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
+    p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
+    )
+    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    p.add_argument(
+        "--max-scheduler-lag",
+        type=seconds("--max-scheduler-lag"),
+        default=health.DEFAULT_MAX_SCHEDULER_LAG,
+        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
+    )
+    p.add_argument("--log-json", action="store_true", help="log JSON lines")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_worker)
