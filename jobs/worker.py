@@ -77,6 +77,10 @@ class Worker(Service[WorkerStats]):
     queue to its concurrency (threads). ``clock`` pins time for tests (SQL then uses it as
     ``now``); by default the database clock is the one clock. ``reconnect`` is the policy for a
     lost database connection (:class:`jobs.service.Reconnect`).
+
+    After :meth:`stop` the worker claims nothing more; running handlers get the ``grace``
+    period, then their leases are given back. :meth:`run_until_idle` returns when no job is
+    ready and nothing is running.
     """
 
     def __init__(
@@ -229,9 +233,10 @@ class Worker(Service[WorkerStats]):
     def _db(self, op: Callable[[JobStore], Any], operation: str = "other") -> Any:
         """Run one store operation under the reconnect policy (:class:`jobs.service.Reconnect`).
 
-        After a lost connection the operation runs again on a new one. For a claim that is not
-        idempotent (the lost commit may have claimed jobs, which then wait for their lease to
-        expire): a known limit, kept in this one place.
+        After a lost connection the operation runs again on a new one. A claim is not
+        idempotent: if the lost connection had committed it, its jobs stay leased to nobody
+        until the reaper recovers them after the lease, and its outcomes, written again, come
+        back as fenced. A known limit, kept in this one place until it is fixed.
         """
 
         def timed() -> Any:
