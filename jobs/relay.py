@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,11 +35,10 @@ import psycopg
 
 from jobs.enqueue import enqueue_many
 from jobs.errors import InvalidJob
-from jobs.listener import Listener
 from jobs.model import JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections, query
 from jobs.retry import RetryPolicy, summarize
-from jobs.service import stop_on_signals
+from jobs.service import Reconnect, Service, default_name
 from timezones.clock import Clock
 
 log = logging.getLogger("tockwork.relay")
@@ -69,11 +64,7 @@ class ProjectionError(Exception):
     """A projection returned something that is not a job spec."""
 
 
-def _default_name() -> str:
-    return f"relay:{socket.gethostname()}:{os.getpid()}:{threading.get_ident() % 100000}"
-
-
-class Relay:
+class Relay(Service[RelayStats]):
     """Projects outbox events into jobs (see the module docstring).
 
     ``projections`` is a :class:`jobs.outbox.Projections` or any iterable of
@@ -82,6 +73,9 @@ class Relay:
     :class:`jobs.JobSpec`) fails its event: retried after ``retry.backoff(attempt)``, and set
     aside as dead after ``max_attempts`` claims. ``clock`` pins time for tests (SQL then uses it
     as ``now``); by default the database clock is the one clock.
+
+    :meth:`stop` takes effect after the batch in hand (its events are finished first);
+    :meth:`run_until_idle` returns when a claim finds no event ready now, and does not LISTEN.
     """
 
     def __init__(
@@ -98,6 +92,7 @@ class Relay:
         max_attempts: int = 5,
         retry: RetryPolicy | None = None,
         connect_kwargs: dict[str, Any] | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidJob("batch_size", batch_size, "must be an integer")
@@ -109,129 +104,58 @@ class Relay:
             raise InvalidJob("poll_interval", poll_interval, "must be a positive timedelta")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidJob("max_attempts", max_attempts, "must be a positive integer")
-        self.conninfo = conninfo
+        super().__init__(
+            conninfo,
+            kind="relay",
+            name=name or default_name("relay:"),
+            log=log,
+            clock=clock,
+            connect_kwargs=connect_kwargs,
+            reconnect=reconnect,
+        )
         self.projections = (
             projections if isinstance(projections, Projections) else Projections(projections)
         )
         self.batch_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
-        self.clock = clock
-        self.name = name or _default_name()
         self.listen = listen
         self.max_attempts = max_attempts
         self.retry = retry or RetryPolicy(base=timedelta(seconds=5), cap=timedelta(minutes=30))
-        self.connect_kwargs = dict(connect_kwargs or {})
         self.stats = RelayStats()
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._conn: psycopg.Connection[Any] | None = None
-        self._listener: Listener | None = None
-
-    # -- public control ---------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Ask the relay to stop after the batch in hand (its events are finished first)."""
-        self._stopping.set()
-        self._wake.set()
-
-    def run(self, *, install_signal_handlers: bool = True) -> RelayStats:
-        """Run until :meth:`stop` (or SIGTERM/SIGINT when run in the main thread)."""
-        with (
-            stop_on_signals(self.stop, f"relay {self.name}", log, install=install_signal_handlers),
-            self._session(),
-        ):
-            self._loop(until_idle=False)
-        return self.stats
-
-    def run_until_idle(self) -> RelayStats:
-        """Run until a claim finds no event ready now, then return (scripts, tests)."""
-        with self._session(listen=False):
-            self._loop(until_idle=True)
-        return self.stats
-
-    @property
-    def listening(self) -> bool:
-        return self._listener is not None and self._listener.alive.is_set()
-
-    def wait_listening(self, timeout: float) -> bool:
-        """Wait until the relay's LISTEN is active (tests)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.listening:
-                return True
-            time.sleep(0.01)
-        return False
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    def _result(self) -> RelayStats:
+        return self.stats
+
     @contextmanager
-    def _session(self, *, listen: bool | None = None) -> Iterator[None]:
-        self._stopping.clear()
-        self._conn = psycopg.connect(self.conninfo, autocommit=True, **self.connect_kwargs)
-        if self.listen if listen is None else listen:
-            self._listener = Listener(
-                self.conninfo, self._on_notify, channel=CHANNEL, connect_kwargs=self.connect_kwargs
-            )
-            self._listener.start()
-            self._listener.wait_ready(2.0)
-        log.info(
-            "relay %s started: %d projection(s), batch %d, lease %ss, %s",
-            self.name,
-            len(self.projections),
-            self.batch_size,
-            self.lease.total_seconds(),
-            "listening" if self.listening else "poll-only",
-        )
+    def _session(self, *, until_idle: bool) -> Iterator[None]:
+        self._connection()
         try:
+            if self.listen and not until_idle:
+                self._listen(CHANNEL)
+            log.info(
+                "relay %s started: %d projection(s), batch %d, lease %ss, %s",
+                self.name,
+                len(self.projections),
+                self.batch_size,
+                self.lease.total_seconds(),
+                "listening" if self.listening else "poll-only",
+            )
             yield
         finally:
-            if self._listener is not None:
-                self._listener.stop()
-                self._listener = None
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._unlisten()
+            self.close()
             log.info("relay %s stopped: %s", self.name, self.stats)
 
-    def _on_notify(self, _payload: str) -> None:
-        self._wake.set()
-
-    def _now(self) -> datetime | None:
-        return self.clock.now() if self.clock is not None else None
-
-    def _loop(self, *, until_idle: bool) -> None:
-        poll = self.poll_interval.total_seconds()
-        while not self._stopping.is_set():
-            # Cleared before the claim: a notification that arrives during the batch is kept.
-            self._wake.clear()
-            claimed = self._with_reconnect()
-            if until_idle:
-                if claimed == 0:
-                    return
-            elif claimed < self.batch_size:
-                self._wake.wait(poll)
-
-    def _with_reconnect(self) -> int:
-        """One batch; on a lost connection, reconnect (with growing pauses) and try again."""
-        for delay in (0.0, 0.1, 0.5, 1.0, 2.0, 5.0):
-            if delay:
-                self._stopping.wait(delay)
-                if self._stopping.is_set():
-                    return 0
-                try:
-                    if self._conn is not None:
-                        self._conn.close()
-                    self._conn = psycopg.connect(
-                        self.conninfo, autocommit=True, **self.connect_kwargs
-                    )
-                except psycopg.OperationalError:
-                    continue
-            try:
-                return self.run_batch()
-            except psycopg.OperationalError as exc:
-                log.warning("relay %s: database connection lost (%s); reconnecting", self.name, exc)
-        raise psycopg.OperationalError(f"relay {self.name}: database unreachable")
+    def _step(self, *, until_idle: bool) -> float | None:
+        # A lost connection costs the batch in hand: its claims expire after ``lease`` and the
+        # next claim (this relay's or another's) takes the events over.
+        claimed = self._retrying(self.run_batch)
+        if until_idle:
+            return None if claimed == 0 else 0.0
+        return 0.0 if claimed >= self.batch_size else self.poll_interval.total_seconds()
 
     # -- one batch --------------------------------------------------------------------------
 
@@ -239,7 +163,7 @@ class Relay:
         """Claim, project and settle one batch; return how many events were claimed."""
         conn = self._conn
         assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
-        now = self._now()
+        now = self.now_or_none()
         with conn.cursor() as cur:
             cur.execute(
                 query("claim"),

@@ -24,7 +24,8 @@ stale read), the idempotency key makes the second enqueue a no-op.
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +34,7 @@ from psycopg.types.string import TextLoader
 
 from jobs.enqueue import enqueue_columns
 from jobs.metrics import Metrics
-from jobs.service import stop_on_signals
+from jobs.service import Reconnect, Service, default_name
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
@@ -48,8 +49,14 @@ SCHEDULE_LOCK_CLASS = 0x746F6373
 log = logging.getLogger("tockwork.scheduler")
 
 
-class Scheduler:
-    """One scheduler replica. Run as many as you like."""
+class Scheduler(Service[TickResult]):
+    """One scheduler replica. Run as many as you like.
+
+    :meth:`run` ticks every ``interval`` (at once again after a tick that filled its batches: a
+    herd) until stopped, and first recomputes the schedules of an older tz database;
+    :meth:`run_until_idle` does the same until a tick leaves nothing due. Each tick uses one
+    instant throughout: ``clock``'s if one is injected, else the database's.
+    """
 
     def __init__(
         self,
@@ -61,78 +68,83 @@ class Scheduler:
         interval: timedelta = timedelta(seconds=1),
         connect_kwargs: dict[str, Any] | None = None,
         metrics: Metrics | None = None,
+        name: str | None = None,
+        reconnect: Reconnect | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidSchedule("batch_size", batch_size, "must be >= 1")
         if lookahead < timedelta(0):
             raise InvalidSchedule("lookahead", lookahead, "must not be negative")
-        self.conninfo = conninfo
-        self.clock = clock
+        super().__init__(
+            conninfo,
+            kind="scheduler",
+            name=name or default_name(),
+            log=log,
+            clock=clock,
+            connect_kwargs=connect_kwargs,
+            autocommit=False,
+            reconnect=reconnect,
+        )
         self.lookahead = lookahead
         self.batch_size = batch_size
         self.interval = interval
-        self.connect_kwargs = connect_kwargs or {}
         self.metrics = metrics or Metrics.for_registry()
         self.tzdb = tzdb_version()
         self.totals = TickResult()
-        self._stop = threading.Event()
-        self._conn: psycopg.Connection[Any] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.conninfo, **self.connect_kwargs)
-            # Rules and payloads stay JSON text on this connection: a tick reads them to copy
-            # them into jobs and to find the (cached) parsed rule, and parsing each would cost
-            # more than the rest of the planning.
-            self._conn.adapters.register_loader("jsonb", TextLoader)
-        return self._conn
+    def _connected(self, conn: psycopg.Connection[Any]) -> None:
+        # Rules and payloads stay JSON text on this connection: a tick reads them to copy
+        # them into jobs and to find the (cached) parsed rule, and parsing each would cost
+        # more than the rest of the planning.
+        conn.adapters.register_loader("jsonb", TextLoader)
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
-        if self.clock is not None:
-            return self.clock.now()
+    def _tick_now(self, conn: psycopg.Connection[Any]) -> datetime:
+        """The one instant of a tick: the injected clock's, else the database's (read once)."""
+        at = self.now_or_none()
+        if at is not None:
+            return at
         row = conn.execute(query("now")).fetchone()
         conn.commit()
         assert row is not None
         value: datetime = row[0]
         return value
 
-    def run(self, *, install_signal_handlers: bool = True) -> TickResult:
-        """Tick until stopped; recompute schedules of an older tz database first."""
-        with stop_on_signals(self.stop, "scheduler", log, install=install_signal_handlers):
-            try:
-                self.recompute_stale_tzdb()
-                while not self._stop.is_set():
-                    try:
-                        result = self.tick()
-                    except psycopg.OperationalError as exc:
-                        log.warning("scheduler: database error (%s); retrying", exc)
-                        self.close()
-                        self._stop.wait(1.0)
-                        continue
-                    self.totals.add(result)
-                    if result.batches and result.schedules >= self.batch_size:
-                        continue  # a herd: keep going
-                    self._stop.wait(self.interval.total_seconds())
-            finally:
-                self.close()
+    def _result(self) -> TickResult:
         return self.totals
+
+    @contextmanager
+    def _session(self, *, until_idle: bool) -> Iterator[None]:
+        try:
+            self.recompute_stale_tzdb()
+            log.info(
+                "scheduler %s started: lookahead %ss, batch %d, every %ss, tz database %s",
+                self.name,
+                self.lookahead.total_seconds(),
+                self.batch_size,
+                self.interval.total_seconds(),
+                self.tzdb,
+            )
+            yield
+        finally:
+            self.close()
+            log.info("scheduler %s stopped: %s", self.name, self.totals)
+
+    def _step(self, *, until_idle: bool) -> float | None:
+        # A tick is safe to run again: a lost connection rolls its transaction back.
+        result = self._retrying(self.tick)
+        self.totals.add(result)
+        if result.batches and result.schedules >= self.batch_size:
+            return 0.0  # a herd: keep going
+        return None if until_idle else self.interval.total_seconds()
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> TickResult:
         """One pass over the due schedules, in batches; returns what it did."""
         conn = self._connection()
-        at = now or self._now(conn)
+        at = now or self._tick_now(conn)
         horizon = at + self.lookahead
         result = TickResult()
         while True:
@@ -214,7 +226,8 @@ class Scheduler:
                     skips["ats"].append(d.occurrence.at)
                     skips["kinds"].append(d.kind)
                     skips["reasons"].append(d.reason)
-        enqueued = enqueue_columns(conn, columns, now=self.clock.now() if self.clock else None)
+        # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
+        enqueued = enqueue_columns(conn, columns, now=now)
         created = [0] * len(plans)
         last_job: list[int | None] = [None] * len(plans)
         for p_index, outcome in zip(owners, enqueued, strict=True):
@@ -258,7 +271,7 @@ class Scheduler:
         is recomputed from its cursor, never from "now". Returns how many changed.
         """
         conn = self._connection()
-        now = self._now(conn)
+        now = self._tick_now(conn)
         changed = examined = 0
         while True:
             with conn.transaction():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 
 import jobs
 from jobs import Job, JobSpec, RetryPolicies, RetryPolicy, Worker
+from jobs.service import Reconnect
+from tests.processes import wait_for
 from timezones.clock import FrozenClock
 
 T0 = datetime(2026, 3, 8, 6, 0, tzinfo=UTC)
@@ -261,3 +264,42 @@ def test_stop_gives_back_leases_of_handlers_that_overrun_the_grace(
     finally:
         release.set()
     assert [a.outcome for a in jobs.job_attempts(conn, job_id)] == ["interrupted"]
+
+
+def test_a_running_worker_rides_out_a_lost_connection(
+    conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tockwork")
+    done = threading.Event()
+    worker = Worker(
+        db_url,
+        {"t": lambda _job: done.set()},
+        listen=False,
+        poll_interval=timedelta(seconds=0.02),
+        connect_kwargs={"application_name": "tockwork-test-worker"},
+        name="w1",
+        reconnect=Reconnect(backoff=RetryPolicy(base=timedelta(seconds=0.01), jitter=0.0)),
+    )
+    worker.start()
+    with psycopg.connect(db_url, autocommit=True) as auto:
+        try:
+            assert worker.wait_started(10)
+            wait_for(
+                auto,
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = 'tockwork-test-worker'",
+            )
+            auto.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'tockwork-test-worker'"
+            )
+            jobs.enqueue(auto, "t", {})  # reaches the worker on its new connection only
+            assert done.wait(10)
+        finally:
+            worker.stop()
+            assert worker.wait(30)
+    assert worker.stats.outcomes == {"succeeded": 1}
+    lost = [r.getMessage() for r in caplog.records if "connection lost" in r.getMessage()]
+    restored = [r.getMessage() for r in caplog.records if "connection restored" in r.getMessage()]
+    assert [m.split(":")[0] for m in lost] == ["worker w1"]
+    assert len(restored) == 1

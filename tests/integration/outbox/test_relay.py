@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,10 @@ import jobs
 from jobs import JobSpec, outbox
 from jobs.outbox import Event, Projection, Projections
 from jobs.relay import Relay
+from jobs.retry import RetryPolicy
+from jobs.service import Reconnect
 from tests.integration.outbox.apps import projections as app
+from tests.processes import wait_for
 from timezones.clock import FrozenClock
 
 T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
@@ -238,3 +242,39 @@ def test_relay_arguments_are_validated(db_url: str) -> None:
         Relay(db_url, app, lease=timedelta(0))
     with pytest.raises(jobs.InvalidJob, match="max_attempts"):
         Relay(db_url, app, max_attempts=0)
+
+
+def test_a_running_relay_rides_out_a_lost_connection(
+    auto: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tockwork")
+    relay = Relay(
+        db_url,
+        app,
+        listen=False,
+        poll_interval=timedelta(seconds=0.02),
+        connect_kwargs={"application_name": "tockwork-test-relay"},
+        name="r1",
+        reconnect=Reconnect(backoff=RetryPolicy(base=timedelta(seconds=0.01), jitter=0.0)),
+    )
+    relay.start()
+    try:
+        assert relay.wait_started(10)
+        wait_for(
+            auto,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tockwork-test-relay'",
+        )
+        auto.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'tockwork-test-relay'"
+        )
+        record(auto, "o-1", "order.placed")  # reaches the relay on its new connection only
+        wait_for(auto, "SELECT count(*) FROM jobs")
+    finally:
+        relay.stop()
+        assert relay.wait(10)
+    assert (relay.stats.processed, relay.stats.jobs_created) == (1, 1)
+    lost = [r.getMessage() for r in caplog.records if "connection lost" in r.getMessage()]
+    restored = [r.getMessage() for r in caplog.records if "connection restored" in r.getMessage()]
+    assert [m.split(":")[0] for m in lost] == ["relay r1"]
+    assert len(restored) == 1
