@@ -41,7 +41,8 @@ from jobs.enqueue import enqueue_many
 from jobs.errors import InvalidJob
 from jobs.listener import Listener
 from jobs.model import JobSpec
-from jobs.outbox import CHANNEL, Event, Projection, Projections, query
+from jobs.outbox import CHANNEL, Event, Projection, Projections
+from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
 from jobs.service import stop_on_signals
 from timezones.clock import Clock
@@ -242,7 +243,7 @@ class Relay:
         now = self._now()
         with conn.cursor() as cur:
             cur.execute(
-                query("claim"),
+                query("outbox_event_claim"),
                 {"limit": self.batch_size, "lease": self.lease, "relay": self.name, "now": now},
             )
             rows = cur.fetchall()
@@ -319,7 +320,7 @@ class Relay:
             try:
                 with conn.transaction(), conn.cursor() as cur:
                     cur.execute(
-                        query("mark_processed"),
+                        query("outbox_event_mark_processed"),
                         {
                             "ids": [e.id for e in pending],
                             "tokens": [e.attempt for e in pending],
@@ -375,7 +376,7 @@ class Relay:
             )
         with conn.cursor() as cur:
             cur.execute(
-                query("mark_failed"),
+                query("outbox_event_mark_failed"),
                 {
                     "ids": [e.id for e, _ in failures],
                     "tokens": [e.attempt for e, _ in failures],

@@ -38,6 +38,7 @@ import psycopg
 from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.listener import Listener
+from jobs.maintenance import RescueConfig, rescue_leases
 from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
@@ -427,7 +428,7 @@ class Worker:
             return
         self._next_reap = time.monotonic() + self.reap_interval.total_seconds()
         reaped: list[tuple[int, str, str]] = self._db(
-            lambda s: s.reap(self.reap_limit, self._now()), "reap"
+            lambda s: rescue_leases(s, RescueConfig(self.reap_limit, 1), now=self._now()), "reap"
         )
         for _, queue, _ in reaped:
             self.metrics.lease_expirations.labels(queue).inc()

@@ -15,8 +15,7 @@ from typing import Any
 import psycopg
 
 import jobs
-from jobs import logs, validate
-from jobs.migrate import migrate
+from jobs import logs, migrate, validate
 from scheduler import health
 from scheduler.cli_common import (
     InputError,
@@ -246,7 +245,7 @@ def _stats_table(stats: list[jobs.QueueStats]) -> str:
 def _more_stats(conn: psycopg.Connection[Any]) -> str:
     """The outbox and the scheduler, one line each (the figures /metrics exports too)."""
     box = jobs.outbox.stats(conn)
-    row = conn.execute(scheduler_query("due_lag"), {"now": None}).fetchone()
+    row = conn.execute(scheduler_query("schedule_due_lag"), {"now": None}).fetchone()
     lag = float(row[0]) if row else 0.0
     return (
         f"\noutbox: pending {box.pending}, oldest pending {box.oldest_pending_age:.1f}s, "

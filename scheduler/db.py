@@ -21,7 +21,8 @@ def ensure_schema(url: str, *, apply: bool) -> None:
     """
     import psycopg
 
-    from jobs.migrate import migrate, pending
+    from jobs import migrate
+    from jobs import pending_migrations as pending
     from scheduler.cli_common import InputError
 
     with psycopg.connect(url) as conn:

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import scheduler
-from jobs.migrate import migrate
+from jobs import migrate
 from scheduler.db import COMPONENTS, resolve_url
 from timezones import available_zones, get_zone
 

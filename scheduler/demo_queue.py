@@ -21,8 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import jobs
-from jobs import Job, JobSpec
-from jobs.migrate import migrate
+from jobs import Job, JobSpec, migrate
 from scheduler.db import COMPONENTS, resolve_url
 
 DEMO_DB = "tockwork_demo"

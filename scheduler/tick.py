@@ -31,10 +31,7 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
-from jobs.enqueue import enqueue_columns
-from jobs.metrics import Metrics
-from jobs.service import stop_on_signals
-from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, enqueue_columns, stop_on_signals
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
@@ -100,7 +97,7 @@ class Scheduler:
     def _now(self, conn: psycopg.Connection[Any]) -> datetime:
         if self.clock is not None:
             return self.clock.now()
-        row = conn.execute(query("now")).fetchone()
+        row = conn.execute(query("pg_now")).fetchone()
         conn.commit()
         assert row is not None
         value: datetime = row[0]
@@ -161,7 +158,7 @@ class Scheduler:
         result = TickResult(batches=1)
         with conn.transaction():
             rows = conn.execute(
-                query("lock_due"),
+                query("schedule_due_lock"),
                 {"horizon": horizon, "limit": self.batch_size, "lock_class": SCHEDULE_LOCK_CLASS},
             ).fetchall()
             schedules: list[Schedule] = []
@@ -224,7 +221,7 @@ class Scheduler:
             else:
                 result.duplicates += 1
         if skips["ids"]:
-            conn.execute(query("record_skips"), {**skips, "now": now})
+            conn.execute(query("schedule_skip_record"), {**skips, "now": now})
         update: dict[str, list[Any]] = {
             "ids": [], "cursor_ats": [], "next_run_ats": [], "next_keys": [], "last_keys": [],
             "last_ats": [], "last_job_ids": [], "enqueued": [], "missed": [], "skipped": [],
@@ -247,7 +244,7 @@ class Scheduler:
             result.enqueued += created[i]
             result.missed += missed
             result.skipped += skipped
-        conn.execute(query("advance"), {**update, "now": now})
+        conn.execute(query("schedule_advance"), {**update, "now": now})
 
     # -- tz database changes ----------------------------------------------------------------
 
@@ -263,7 +260,7 @@ class Scheduler:
         while True:
             with conn.transaction():
                 rows = conn.execute(
-                    query("stale_tzdb"), {"tzdb": self.tzdb, "limit": batch_size}
+                    query("schedule_stale_tzdb"), {"tzdb": self.tzdb, "limit": batch_size}
                 ).fetchall()
                 if not rows:
                     break
@@ -277,7 +274,7 @@ class Scheduler:
                     if (occ.at if occ else None) != s.next_run_at:
                         changed += 1
                 conn.execute(
-                    query("set_next"),
+                    query("schedule_set_next"),
                     {"ids": ids, "next_run_ats": nexts, "next_keys": keys, "tzdb": self.tzdb,
                      "now": now},
                 )  # fmt: skip
