@@ -9,6 +9,11 @@ body, and the whole is healthy only if every check passes:
 * ``scheduler_lag``: the most overdue active schedule is overdue by less than the threshold (a
   stopped or overwhelmed scheduler shows here first). No ``schedules`` table passes.
 
+The lag is read by the scheduler with its own SQL (``schedule_due_lag`` in
+scheduler/sql/schedule.sql): the queue's collector (:class:`jobs.metrics.DatabaseCollector`)
+knows no scheduler table, and :func:`register_metrics` adds ``tockwork_scheduler_lag_seconds``
+to it through its probe hook.
+
 The lag check is about the whole deployment, not this process: point a *readiness* or alerting
 probe at it, and a *liveness* probe at a health without it (``max_scheduler_lag=None``), or a
 stopped scheduler would make the orchestrator restart healthy workers.
