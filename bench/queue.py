@@ -41,11 +41,12 @@ from dataclasses import dataclass, field  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from multiprocessing.queues import Queue as MpQueue  # noqa: E402
 from multiprocessing.synchronize import Event as MpEvent  # noqa: E402
-from typing import Any, LiteralString  # noqa: E402
+from typing import Any, ClassVar, LiteralString, Self  # noqa: E402
 
 import psycopg  # noqa: E402
 
 import jobs  # noqa: E402
+from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
 
@@ -233,61 +234,40 @@ class DrainResult:
         return self.rate * self.span / self.wall
 
 
-def _count_store_calls() -> dict[str, float]:
-    """Count the worker's claim/complete statements (measurement only: wraps, changes nothing)."""
-    from jobs.store import PgJobStore
+class StatementCounter(psycopg.Cursor[Any]):
+    """Counts the drain workers' claim and complete statements.
 
-    calls: dict[str, float] = {"claim": 0, "complete": 0, "first_claim": 0.0, "last_complete": 0.0}
-    claim, complete = PgJobStore.claim, PgJobStore.complete
+    A ``cursor_factory`` given through ``jobs.Worker(connect_kwargs=...)``: it measures and
+    changes nothing in the library. ``first_claim`` is stamped as the first claim is sent,
+    ``last_complete`` when the rows of the latest complete have arrived (in the worker's
+    pipelined cycle too).
+    """
 
-    def counted_claim(self: PgJobStore, *a: Any) -> list[jobs.Job]:
-        if not calls["claim"]:
+    calls: ClassVar[dict[str, float]] = {
+        "claim": 0, "complete": 0, "first_claim": 0.0, "last_complete": 0.0,
+    }  # fmt: skip
+    _names: ClassVar[dict[str, str]] = {}
+    _counted: str | None = None
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
+        names = self._names
+        if not names:
+            names.update({jobs_query("job_claim"): "claim", jobs_query("job_complete"): "complete"})
+        name = names.get(query) if isinstance(query, str) else None
+        calls = self.calls
+        if name == "claim" and not calls["claim"]:
             calls["first_claim"] = time.perf_counter()
-        calls["claim"] += 1
-        return claim(self, *a)
-
-    def counted_complete(self: PgJobStore, *a: Any) -> dict[int, str]:
-        calls["complete"] += 1
-        result = complete(self, *a)
-        calls["last_complete"] = time.perf_counter()
+        result = super().execute(query, params, **kwargs)
+        if name is not None:
+            calls[name] += 1
+        self._counted = name
         return result
 
-    cycle = PgJobStore.complete_and_claim
-
-    def counted_cycle(self: PgJobStore, finished: Any, wanted: Any, *a: Any) -> Any:
-        # The worker writes outcomes and claims in one pipelined transaction (one "cycle").
-        if wanted and not calls["claim"]:
-            calls["first_claim"] = time.perf_counter()
-        calls["claim"] += 1 if wanted else 0
-        calls["complete"] += 1 if finished else 0
-        result = cycle(self, finished, wanted, *a)
-        if finished:
-            calls["last_complete"] = time.perf_counter()
-        return result
-
-    setattr(PgJobStore, "claim", counted_claim)  # noqa: B010 (a method patch, typed loosely)
-    setattr(PgJobStore, "complete", counted_complete)  # noqa: B010
-    setattr(PgJobStore, "complete_and_claim", counted_cycle)  # noqa: B010
-    return calls
-
-
-# Candidate fixes for jobs/sql/queries.sql, measured by patching the loaded query text inside the
-# worker processes (--experiment); the library's files are not touched.
-EXPERIMENTS: dict[str, tuple[str, str, str]] = {
-    # Both fixes measured here first (claim through ANY(ARRAY(...)) on the primary key, and
-    # complete probing the primary key with the id array) have landed in jobs/sql/queries.sql.
-}
-
-
-def apply_experiments(names: list[str]) -> None:
-    from jobs.queries import load
-
-    loaded = load("jobs")
-    for name in names:
-        key, old, new = EXPERIMENTS[name]
-        if old not in loaded[key]:
-            raise RuntimeError(f"experiment {name}: query {key!r} changed; update the bench")
-        loaded[key] = loaded[key].replace(old, new)
+    def fetchall(self) -> list[Any]:
+        rows = super().fetchall()
+        if self._counted == "complete":
+            self.calls["last_complete"] = time.perf_counter()
+        return rows
 
 
 def _library_drain_child(
@@ -296,21 +276,19 @@ def _library_drain_child(
     prefetch: int,
     listen: bool,
     connect_kwargs: dict[str, Any],
-    experiments: list[str],
     profile: str | None,
     ready: MpQueue[Any],
     go: MpEvent,
     results: MpQueue[Any],
 ) -> None:
-    apply_experiments(experiments)
-    calls = _count_store_calls()
+    calls = StatementCounter.calls
     worker = jobs.Worker(
         url,
         {"noop": _noop},
         {"default": concurrency},
         listen=listen,
         prefetch=prefetch,
-        connect_kwargs=connect_kwargs,
+        connect_kwargs={**connect_kwargs, "cursor_factory": StatementCounter},
     )
     ready.put(os.getpid())
     go.wait()
@@ -600,8 +578,7 @@ def _phase_drain(
     print(f"drain {args.drain:,} no-op jobs: raw x2, library x1, library x2 ...", flush=True)
     raw2 = run_drain(url, args.drain, 2, _raw_drain_child, (args.raw_batch,))
     options = {"options": args.worker_options} if args.worker_options else {}
-    experiments = [e for e in args.experiment.split(",") if e]
-    lib_args = (args.concurrency, args.prefetch, True, options, experiments)
+    lib_args = (args.concurrency, args.prefetch, True, options)
     lib1 = run_drain(url, args.drain, 1, _library_drain_child, (*lib_args, None))
     attempts1 = counts(url)[2]
     lib2 = run_drain(url, args.drain, 2, _library_drain_child, (*lib_args, args.profile))
@@ -642,7 +619,6 @@ def _phase_drain(
         f"drain: jobs.Worker(queues={{'default': {args.concurrency}}}, "
         f"prefetch={args.prefetch}, listen=True"
         + (f", connect_kwargs={options}" if options else "")
-        + (f", EXPERIMENT {experiments}" if experiments else "")
         + f"); raw: claim {args.raw_batch} (SKIP LOCKED) + complete, autocommit; "
         "wall time from start signal to the last process's report"
     )
@@ -735,11 +711,6 @@ def main() -> int:
         default="",
         help="libpq options for the drain workers' connections, e.g. '-c synchronous_commit=off'",
     )
-    parser.add_argument(
-        "--experiment",
-        default="",
-        help=f"drain workers run patched queries: comma-separated of {', '.join(EXPERIMENTS)}",
-    )
     parser.add_argument("--samples", type=int, default=500, help="latency samples per mode")
     parser.add_argument("--gap-ms", type=float, default=5.0, help="mean gap between samples")
     parser.add_argument("--poll", type=float, default=0.5, help="poll interval, LISTEN off (s)")
@@ -749,9 +720,6 @@ def main() -> int:
         args.single, args.many, args.drain, args.samples = 200, 10_000, 2000, 40
         args.batch, args.poll = 2000, 0.2
     phases = {p.strip() for p in args.only.split(",") if p.strip()}
-    unknown = {e for e in args.experiment.split(",") if e} - set(EXPERIMENTS)
-    if unknown:
-        parser.error(f"--experiment: unknown {sorted(unknown)}")
     if not phases <= set(PHASES):
         parser.error(f"--only: unknown phase(s) {sorted(phases - set(PHASES))}")
 

@@ -44,7 +44,6 @@ import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import pstats  # noqa: E402
-import re  # noqa: E402
 import time  # noqa: E402
 from _queue import Empty  # noqa: E402  (queue.Empty; bench/queue.py shadows queue for mypy)
 from collections.abc import Callable, Iterator  # noqa: E402
@@ -60,7 +59,6 @@ from psycopg import _queries as psycopg_queries  # noqa: E402
 
 import jobs  # noqa: E402
 import scheduler.tick as tick_module  # noqa: E402
-from jobs.queries import load as load_queries  # noqa: E402
 from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import Scheduler, devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
@@ -310,11 +308,11 @@ def _statement_names() -> dict[str, str]:
     if not _STATEMENTS:
         _STATEMENTS.update(
             {
-                scheduler_query("lock_due"): "sql lock_due",
-                scheduler_query("advance"): "sql advance",
-                scheduler_query("record_skips"): "sql record_skips",
-                jobs_query("enqueue_many"): "sql enqueue_many",
-                jobs_query("find_many_by_key"): "sql find_many_by_key",
+                scheduler_query("schedule_due_lock"): "sql schedule_due_lock",
+                scheduler_query("schedule_advance"): "sql schedule_advance",
+                scheduler_query("schedule_skip_record"): "sql schedule_skip_record",
+                jobs_query("job_enqueue_many"): "sql job_enqueue_many",
+                jobs_query("job_find_many_by_key"): "sql job_find_many_by_key",
             }
         )
     return _STATEMENTS
@@ -422,11 +420,18 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
     def g(*names: str) -> float:
         return sum(stats.get(n, 0.0) for n in names)
 
-    enqueue_sql = g("sql enqueue_many", "sql find_many_by_key")
-    enqueue_dump = g("dump enqueue_many", "dump find_many_by_key")
-    advance = g("sql advance", "dump advance", "sql record_skips", "dump record_skips")
+    enqueue_sql = g("sql job_enqueue_many", "sql job_find_many_by_key")
+    enqueue_dump = g("dump job_enqueue_many", "dump job_find_many_by_key")
+    advance = g(
+        "sql schedule_advance",
+        "dump schedule_advance",
+        "sql schedule_skip_record",
+        "dump schedule_skip_record",
+    )
     parts = {
-        "sql lock_due (lease + advisory locks)": g("sql lock_due", "dump lock_due"),
+        "sql schedule_due_lock (lease + advisory locks)": g(
+            "sql schedule_due_lock", "dump schedule_due_lock"
+        ),
         "py fetchall (row loading)": g("py fetchall (row loading)"),
         "py schedule_from_row": g("py schedule_from_row"),
         "py plan (next_after x2, jitter)": g("py plan"),
@@ -437,9 +442,13 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
         - enqueue_sql
         - enqueue_dump,
         "py enqueue_many: psycopg dumps the arrays": enqueue_dump,
-        "sql enqueue_many (INSERT jobs), round trip": enqueue_sql,
-        "py advance: psycopg dumps the arrays": g("dump advance", "dump record_skips"),
-        "sql advance (UPDATE schedules), round trip": g("sql advance", "sql record_skips"),
+        "sql job_enqueue_many (INSERT jobs), round trip": enqueue_sql,
+        "py advance: psycopg dumps the arrays": g(
+            "dump schedule_advance", "dump schedule_skip_record"
+        ),
+        "sql schedule_advance (UPDATE schedules), round trip": g(
+            "sql schedule_advance", "sql schedule_skip_record"
+        ),
         "sql other": g("sql other", "dump other"),
     }
     parts["commit + rest of the batch loop"] = g("batch total") - sum(parts.values())
@@ -604,24 +613,9 @@ def run_replicas(target: Callable[..., None], arg_list: list[Any]) -> tuple[floa
 
 
 # -- experiments: candidate fixes, applied by monkeypatching inside the replica ------------------
-
-_ARRAY_PARAM = re.compile(r"%\((\w+)\)s(::\w+\[\])")
-
-
-def patch_binary_arrays() -> None:
-    """Send the array parameters of the tick's statements in binary (``%(x)b``).
-
-    psycopg encodes a text-format array element by element in Python, escaping every quote of
-    every JSON payload with a regex and formatting every timestamp; the binary format skips that.
-    """
-    for package, names in (
-        ("jobs", ("enqueue_many", "find_many_by_key")),
-        ("scheduler", ("advance", "record_skips", "set_next")),
-    ):
-        queries = load_queries(package)
-        for name in names:
-            queries[name] = _ARRAY_PARAM.sub(r"%(\1)b\2", queries[name])
-
+# Never the query text: the loaded queries are read-only (jobs/queries.py). A candidate SQL fix is
+# measured by editing the .sql file on a branch; the binary array parameters measured here first
+# have landed in the files.
 
 _RULES: dict[str, Rule] = {}
 
@@ -647,7 +641,6 @@ def patch_rule_cache() -> None:
 
 
 PATCHES: dict[str, Callable[[], None]] = {
-    "binary-arrays": patch_binary_arrays,
     "rule-cache": patch_rule_cache,
 }
 

@@ -2,11 +2,14 @@
 
 import logging
 
-from jobs import effects, outbox
-from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue
-from jobs.enqueue import enqueue, enqueue_async, enqueue_many
+from jobs import effects, logs, maintenance, metrics, outbox, queries, validate
+from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue, supersede
+from jobs.enqueue import enqueue, enqueue_async, enqueue_columns, enqueue_many
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
+from jobs.listener import CHANNEL as JOBS_CHANNEL
+from jobs.metrics import Metrics
 from jobs.migrate import migrate
+from jobs.migrate import pending as pending_migrations
 from jobs.model import Attempt, Enqueued, Job, JobRecord, JobSpec, JobStatus, QueueStats
 from jobs.outcomes import (
     Cancel,
@@ -17,7 +20,12 @@ from jobs.outcomes import (
     Snooze,
     TransientError,
 )
+from jobs.relay import MAX_BATCH as RELAY_MAX_BATCH
+from jobs.relay import Relay
 from jobs.retry import RetryPolicies, RetryPolicy
+from jobs.service import Reconnect, Service, default_name, stop_on_signals
+from jobs.store import JobStore, PgJobStore
+from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from jobs.worker import Handler, Worker, WorkerStats
 from timezones.errors import InvalidInput, TockworkError
 
@@ -42,6 +50,7 @@ __all__ = [
     "PermanentError",
     "QueueStats",
     "RateLimited",
+    "Relay",
     "Retry",
     "RetryPolicies",
     "RetryPolicy",
@@ -62,4 +71,32 @@ __all__ = [
     "outbox",
     "queue_stats",
     "requeue",
+]
+
+# Advanced: the building blocks the scheduler (the composition root) is made of, public so that
+# no package above reaches into jobs' internals. Stable like the rest, but most applications
+# never need them: enqueue_columns skips validation (input validated earlier), supersede frees
+# idempotency keys, and the modules hold the maintenance tasks over the queue's tables
+# (maintenance), the service shape every long-running loop shares (Service, Reconnect), the
+# Prometheus instruments and collector (metrics, Metrics), the one SQL
+# query loader (queries), the input validators (validate) and the logging set-up (logs).
+__all__ += [
+    "DEFAULT_MAX_ATTEMPTS",
+    "JOBS_CHANNEL",
+    "RELAY_MAX_BATCH",
+    "JobStore",
+    "Metrics",
+    "PgJobStore",
+    "Reconnect",
+    "Service",
+    "default_name",
+    "enqueue_columns",
+    "logs",
+    "maintenance",
+    "metrics",
+    "pending_migrations",
+    "queries",
+    "stop_on_signals",
+    "supersede",
+    "validate",
 ]

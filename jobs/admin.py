@@ -78,7 +78,7 @@ def requeue(
     params["since"] = validate.aware(since, "since")
     params["until"] = validate.aware(until, "until")
     params["now"] = validate.aware(now, "now")
-    rows = conn.execute(query("requeue"), params).fetchall()
+    rows = conn.execute(query("job_requeue"), params).fetchall()
     return [row[0] for row in rows]
 
 
@@ -100,7 +100,7 @@ def cancel(
     )
     params["reason"] = reason
     params["now"] = validate.aware(now, "now")
-    rows = conn.execute(query("cancel"), params).fetchall()
+    rows = conn.execute(query("job_cancel"), params).fetchall()
     return [row[0] for row in rows]
 
 
@@ -113,7 +113,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
 def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
     """One job by id; raises :class:`jobs.JobNotFound`."""
     _ids([job_id])
-    row = conn.execute(query("get_job"), {"id": job_id}).fetchone()
+    row = conn.execute(query("job_get"), {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
     return _record(row)
@@ -122,7 +122,7 @@ def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
 def job_attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
     """A job's execution history, oldest first."""
     _ids([job_id])
-    rows = conn.execute(query("job_attempts"), {"id": job_id}).fetchall()
+    rows = conn.execute(query("job_attempt_list"), {"id": job_id}).fetchall()
     return [Attempt(*row) for row in rows]
 
 
@@ -145,12 +145,12 @@ def list_jobs(
     }
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidJob("limit", limit, "must be from 1 to 100000")
-    return [_record(row) for row in conn.execute(query("list_jobs"), params).fetchall()]
+    return [_record(row) for row in conn.execute(query("job_list"), params).fetchall()]
 
 
 def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> list[QueueStats]:
     """Per queue: ready count, oldest ready age (seconds), leased, retrying, dead, scheduled."""
-    rows = conn.execute(query("queue_stats"), {"now": validate.aware(now, "now")}).fetchall()
+    rows = conn.execute(query("job_queue_stats"), {"now": validate.aware(now, "now")}).fetchall()
     return [QueueStats(*row) for row in rows]
 
 
@@ -183,5 +183,5 @@ def supersede(
         "suffix": suffix,
         "now": validate.aware(now, "now"),
     }
-    name = "supersede_by_keys" if org is not None else "supersede_by_keys_no_org"
+    name = "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
     return [row[0] for row in conn.execute(query(name), params).fetchall()]

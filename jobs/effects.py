@@ -51,7 +51,7 @@ def record_once(
     if not isinstance(key, str) or not 1 <= len(key) <= 600:
         raise InvalidJob("key", key, "must be a string of 1-600 characters")
     row = conn.execute(
-        query("record_effect"),
+        query("job_effect_record"),
         {
             "effect_key": key,
             "job_id": job_id,

@@ -54,7 +54,7 @@ def _params(
 
 
 def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
-    return query("find_by_key" if params["organization_id"] else "find_by_key_no_org")
+    return query("job_find_by_key" if params["organization_id"] else "job_find_by_key_no_org")
 
 
 def enqueue(
@@ -89,7 +89,7 @@ def enqueue(
     )
     with conn.cursor() as cur:
         for _ in range(_CONFLICT_ROUNDS):
-            cur.execute(query("enqueue"), params)
+            cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=True)
@@ -127,7 +127,7 @@ async def enqueue_async(
     )
     async with conn.cursor() as cur:
         for _ in range(_CONFLICT_ROUNDS):
-            await cur.execute(query("enqueue"), params)
+            await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=True)
@@ -218,7 +218,7 @@ def enqueue_columns(
         return _copy_columns(conn, columns, now)
     params: dict[str, Any] = {**columns, "now": now}
     with conn.cursor() as cur:
-        cur.execute(query("enqueue_many"), params)
+        cur.execute(query("job_enqueue_many"), params)
         results: list[Enqueued | None] = [
             Enqueued(id=job_id, created=True) if created else None
             for _ord, job_id, created, _notified in cur.fetchall()
@@ -226,7 +226,7 @@ def enqueue_columns(
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:
             cur.execute(
-                query("find_many_by_key"),
+                query("job_find_many_by_key"),
                 {
                     "organization_ids": [columns["organization_ids"][i] for i in missing],
                     "job_types": [columns["job_types"][i] for i in missing],
@@ -249,12 +249,12 @@ def _copy_columns(
     """A batch without idempotency keys cannot conflict: COPY it, with ids drawn up front."""
     n = len(columns["queues"])
     with conn.cursor() as cur:
-        row = cur.execute(query("allocate_ids"), {"now": now, "n": n}).fetchone()
+        row = cur.execute(query("job_allocate_ids"), {"now": now, "n": n}).fetchone()
         assert row is not None
         db_now: datetime = row[0]
         ids: list[int] = row[1]
         run_ats = [at or db_now for at in columns["run_ats"]]
-        with cur.copy(query("copy_jobs")) as copy:
+        with cur.copy(query("job_copy")) as copy:
             for item in zip(
                 ids,
                 columns["organization_ids"],
@@ -271,5 +271,5 @@ def _copy_columns(
             {q for q, at in zip(columns["queues"], run_ats, strict=True) if at <= db_now}
         )
         if ready:
-            cur.execute(query("wake_queues"), {"queues": ready})
+            cur.execute(query("job_wake_queues"), {"queues": ready})
     return [Enqueued(id=job_id, created=True) for job_id in ids]

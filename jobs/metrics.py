@@ -46,7 +46,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from jobs.admin import queue_stats
-from jobs.queries import load
+from jobs.queries import query
 
 log = logging.getLogger("tockwork.metrics")
 
@@ -66,10 +66,6 @@ _JOB = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 HealthCheck = Callable[[], tuple[bool, Mapping[str, Any]]]
-
-
-def _queries() -> dict[str, Any]:
-    return load("jobs", "metrics.sql")
 
 
 def error_class(code: str | None) -> str:
@@ -195,7 +191,11 @@ def metrics(registry: CollectorRegistry | None = None) -> Metrics:
 # -- database gauges --------------------------------------------------------------------------
 
 Probe = Callable[[psycopg.Connection[Any], datetime | None], Iterable[Metric]]
-"""Extra scrape-time figures read on the collector's connection (the scheduler adds its lag)."""
+"""Extra scrape-time figures read on the collector's connection, inside its read-only transaction.
+
+The hook by which a package above the queue adds gauges from its own tables with its own SQL:
+``scheduler.health.register_metrics`` adds ``tockwork_scheduler_lag_seconds`` this way.
+"""
 
 
 class DatabaseCollector(Collector):
@@ -249,21 +249,19 @@ class DatabaseCollector(Collector):
 
     def _read(self) -> list[Metric]:
         now = self.now() if self.now is not None else None
-        q = _queries()
         kwargs = {"connect_timeout": max(1, round(self.timeout)), **self.connect_kwargs}
         with (
             psycopg.connect(self.conninfo, autocommit=True, **kwargs) as conn,
             conn.transaction(),
         ):
-            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(query("pg_set_transaction_read_only"))
             conn.execute(
-                "SELECT set_config('statement_timeout', %s, true)",
-                (f"{int(self.timeout * 1000)}ms",),
+                query("pg_set_local_statement_timeout"),
+                {"timeout": f"{int(self.timeout * 1000)}ms"},
             )
             families = self._queue_families(conn, now)
-            present, has_dead = conn.execute(q["outbox_exists"]).fetchone() or (False, False)
-            if present:
-                families.extend(self._outbox_families(conn, now, has_dead=has_dead))
+            if conn.execute(query("outbox_event_table_exists")).fetchone() == (True,):
+                families.extend(self._outbox_families(conn, now))
             for probe in self.probes:
                 families.extend(probe(conn, now))
         return families
@@ -292,11 +290,8 @@ class DatabaseCollector(Collector):
         return [ready, oldest, leased, retrying, dead, scheduled]
 
     @staticmethod
-    def _outbox_families(
-        conn: psycopg.Connection[Any], now: datetime | None, *, has_dead: bool
-    ) -> list[Metric]:
-        name = "outbox_gauges" if has_dead else "outbox_gauges_no_dead"
-        row = conn.execute(_queries()[name], {"now": now}).fetchone()
+    def _outbox_families(conn: psycopg.Connection[Any], now: datetime | None) -> list[Metric]:
+        row = conn.execute(query("outbox_event_gauges"), {"now": now}).fetchone()
         assert row is not None
         pending = GaugeMetricFamily(
             "tockwork_outbox_pending", "Outbox events waiting to be projected (not set aside)."
@@ -307,14 +302,11 @@ class DatabaseCollector(Collector):
             "High-watermark lag: age of the oldest pending outbox event (0 when none).",
         )
         lag.add_metric([], row[1])
-        families: list[Metric] = [pending, lag]
-        if row[2] is not None:
-            dead = GaugeMetricFamily(
-                "tockwork_outbox_dead", "Outbox events set aside after failing, awaiting a person."
-            )
-            dead.add_metric([], row[2])
-            families.append(dead)
-        return families
+        dead = GaugeMetricFamily(
+            "tockwork_outbox_dead", "Outbox events set aside after failing, awaiting a person."
+        )
+        dead.add_metric([], row[2])
+        return [pending, lag, dead]
 
 
 _collectors: weakref.WeakKeyDictionary[CollectorRegistry, DatabaseCollector] = (

@@ -20,6 +20,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from jobs.errors import MigrationError
+from jobs.queries import query
 
 # pg_advisory_xact_lock(class, object): the class id is ours ('tock' as an int4), so other
 # applications' advisory locks never collide with these.
@@ -27,17 +28,6 @@ LOCK_CLASS = 0x746F636B
 MIGRATION_LOCK = 1
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-_BOOTSTRAP: LiteralString = """
-CREATE TABLE IF NOT EXISTS tockwork_migrations (
-    component text NOT NULL,
-    version integer NOT NULL,
-    name text NOT NULL,
-    checksum text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (component, version)
-)
-"""
 
 
 @dataclass(frozen=True)
@@ -81,9 +71,11 @@ def migrate(conn: psycopg.Connection[Any], components: Sequence[str] = ("jobs",)
     """
     applied_now: list[str] = []
     with conn.transaction(), conn.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
-        cur.execute(_BOOTSTRAP)
-        cur.execute("SELECT component, version, checksum FROM tockwork_migrations")
+        cur.execute(
+            query("tockwork_migration_lock"), {"lock_class": LOCK_CLASS, "lock_id": MIGRATION_LOCK}
+        )
+        cur.execute(query("tockwork_migration_create_table"))
+        cur.execute(query("tockwork_migration_list"))
         done = {(c, v): s for c, v, s in cur.fetchall()}
         for component in components:
             for migration in available(component):
@@ -103,9 +95,13 @@ def migrate(conn: psycopg.Connection[Any], components: Sequence[str] = ("jobs",)
                         f"failed: {exc}"
                     ) from exc
                 cur.execute(
-                    "INSERT INTO tockwork_migrations (component, version, name, checksum)"
-                    " VALUES (%s, %s, %s, %s)",
-                    (component, migration.version, migration.name, migration.checksum),
+                    query("tockwork_migration_record"),
+                    {
+                        "component": component,
+                        "version": migration.version,
+                        "name": migration.name,
+                        "checksum": migration.checksum,
+                    },
                 )
                 applied_now.append(f"{component}/{migration.version:04d}_{migration.name}")
     return applied_now
@@ -114,12 +110,12 @@ def migrate(conn: psycopg.Connection[Any], components: Sequence[str] = ("jobs",)
 def pending(conn: psycopg.Connection[Any], components: Sequence[str] = ("jobs",)) -> list[str]:
     """Migrations not yet applied (read-only)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('tockwork_migrations') IS NOT NULL")
+        cur.execute(query("tockwork_migration_table_exists"))
         row = cur.fetchone()
         done: set[tuple[str, int]] = set()
         if row and row[0]:
-            cur.execute("SELECT component, version FROM tockwork_migrations")
-            done = {(c, v) for c, v in cur.fetchall()}
+            cur.execute(query("tockwork_migration_list"))
+            done = {(c, v) for c, v, _checksum in cur.fetchall()}
     return [
         f"{c}/{m.version:04d}_{m.name}"
         for c in components

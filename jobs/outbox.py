@@ -27,24 +27,19 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 
 from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.model import JobSpec
-from jobs.queries import load
+from jobs.queries import query
 
 CHANNEL = "outbox_ready"
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 MAX_NAME = 200
 PROJECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
-
-
-def query(name: str) -> LiteralString:
-    """The outbox's named query ``name`` (jobs/sql/outbox.sql)."""
-    return load("jobs", "outbox.sql")[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +216,7 @@ def record(
         "occurred_at": validate.aware(occurred_at, "occurred_at"),
     }
     with conn.cursor() as cur:
-        cur.execute(query("record"), params)
+        cur.execute(query("outbox_event_record"), params)
         row = cur.fetchone()
     assert row is not None
     event_id: uuid.UUID = row[0]
@@ -257,7 +252,7 @@ def dead_events(conn: psycopg.Connection[Any], *, limit: int = 100) -> list[Dead
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidJob("limit", limit, "must be a positive integer")
     with conn.cursor() as cur:
-        cur.execute(query("list_dead"), {"limit": limit})
+        cur.execute(query("outbox_event_list_dead"), {"limit": limit})
         return [DeadEvent(*row) for row in cur.fetchall()]
 
 
@@ -280,14 +275,16 @@ def retry_dead(
             except (ValueError, TypeError, AttributeError):
                 raise InvalidJob("ids", value, "must be event ids (UUIDs)") from None
     with conn.cursor() as cur:
-        cur.execute(query("retry_dead"), {"ids": wanted, "now": validate.aware(now, "now")})
+        cur.execute(
+            query("outbox_event_retry_dead"), {"ids": wanted, "now": validate.aware(now, "now")}
+        )
         return [row[0] for row in cur.fetchall()]
 
 
 def stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> OutboxStats:
     """Pending and dead counts and the age in seconds of the oldest pending event."""
     with conn.cursor() as cur:
-        cur.execute(query("stats"), {"now": validate.aware(now, "now")})
+        cur.execute(query("outbox_event_stats"), {"now": validate.aware(now, "now")})
         row = cur.fetchone()
     assert row is not None
     return OutboxStats(pending=row[0], dead=row[1], oldest_pending_age=row[2])

@@ -36,7 +36,8 @@ import psycopg
 from jobs.enqueue import enqueue_many
 from jobs.errors import InvalidJob
 from jobs.model import JobSpec
-from jobs.outbox import CHANNEL, Event, Projection, Projections, query
+from jobs.outbox import CHANNEL, Event, Projection, Projections
+from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
 from jobs.service import Reconnect, Service, default_name
 from timezones.clock import Clock
@@ -166,7 +167,7 @@ class Relay(Service[RelayStats]):
         now = self.now_or_none()
         with conn.cursor() as cur:
             cur.execute(
-                query("claim"),
+                query("outbox_event_claim"),
                 {"limit": self.batch_size, "lease": self.lease, "relay": self.name, "now": now},
             )
             rows = cur.fetchall()
@@ -243,7 +244,7 @@ class Relay(Service[RelayStats]):
             try:
                 with conn.transaction(), conn.cursor() as cur:
                     cur.execute(
-                        query("mark_processed"),
+                        query("outbox_event_mark_processed"),
                         {
                             "ids": [e.id for e in pending],
                             "tokens": [e.attempt for e in pending],
@@ -299,7 +300,7 @@ class Relay(Service[RelayStats]):
             )
         with conn.cursor() as cur:
             cur.execute(
-                query("mark_failed"),
+                query("outbox_event_mark_failed"),
                 {
                     "ids": [e.id for e, _ in failures],
                     "tokens": [e.attempt for e, _ in failures],

@@ -171,7 +171,7 @@ class PgJobStore:
         params = self._claim_params(wanted, worker, lease, now)
         if params is None:
             return []
-        return self._claimed(self.conn.execute(query("claim"), params).fetchall())
+        return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
 
     def complete(
         self, finished: Sequence[Finished], worker: str, now: datetime | None
@@ -179,7 +179,7 @@ class PgJobStore:
         if not finished:
             return {}
         params = self._complete_params(finished, worker, now)
-        rows = self.conn.execute(query("complete"), params).fetchall()
+        rows = self.conn.execute(query("job_complete"), params).fetchall()
         return {job_id: outcome for job_id, outcome in rows}
 
     def complete_and_claim(
@@ -197,15 +197,17 @@ class PgJobStore:
             return self.complete(finished, worker, now), []
         with self.conn.transaction(), self.conn.pipeline():
             done = self.conn.execute(
-                query("complete"), self._complete_params(finished, worker, now)
+                query("job_complete"), self._complete_params(finished, worker, now)
             )
-            got = self.conn.execute(query("claim"), claim_params)
+            got = self.conn.execute(query("job_claim"), claim_params)
             written_rows = done.fetchall()
             claimed_rows = got.fetchall()
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
-        row = self.conn.execute(query("next_due"), {"queues": list(queues), "now": now}).fetchone()
+        row = self.conn.execute(
+            query("job_next_due"), {"queues": list(queues), "now": now}
+        ).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
     def heartbeat(
@@ -214,7 +216,7 @@ class PgJobStore:
         if not leases:
             return set()
         rows = self.conn.execute(
-            query("heartbeat"),
+            query("job_heartbeat"),
             {
                 "ids": [i for i, _ in leases],
                 "tokens": [t for _, t in leases],
@@ -225,7 +227,7 @@ class PgJobStore:
         return {row[0] for row in rows}
 
     def reap(self, limit: int, now: datetime | None) -> list[tuple[int, str, str]]:
-        rows = self.conn.execute(query("reap"), {"limit": limit, "now": now}).fetchall()
+        rows = self.conn.execute(query("job_reap"), {"limit": limit, "now": now}).fetchall()
         return [(job_id, queue, status) for job_id, queue, status in rows]
 
     def release(
@@ -234,7 +236,7 @@ class PgJobStore:
         if not leases:
             return []
         rows = self.conn.execute(
-            query("release"),
+            query("job_release"),
             {
                 "ids": [i for i, _ in leases],
                 "tokens": [t for _, t in leases],

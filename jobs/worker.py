@@ -35,6 +35,7 @@ import psycopg
 from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL
+from jobs.maintenance import RescueConfig, rescue_leases
 from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
@@ -392,7 +393,8 @@ class Worker(Service[WorkerStats]):
             return
         self._next_reap = time.monotonic() + self.reap_interval.total_seconds()
         reaped: list[tuple[int, str, str]] = self._db(
-            lambda s: s.reap(self.reap_limit, self.now_or_none()), "reap"
+            lambda s: rescue_leases(s, RescueConfig(self.reap_limit, 1), now=self.now_or_none()),
+            "reap",
         )
         for _, queue, _ in reaped:
             self.metrics.lease_expirations.labels(queue).inc()

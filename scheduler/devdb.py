@@ -22,7 +22,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from jobs.migrate import migrate
+from jobs import migrate
+from scheduler.queries import query
 
 DEFAULT_DIR = Path(os.environ.get("TOCKWORK_PGDATA", Path.cwd() / ".pgdata"))
 
@@ -91,10 +92,12 @@ def create_database(
     with _admin(server_url) as conn:
         if replace:
             drop_database(server_url, name)
-        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template is not None:
-            create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
-        conn.execute(create)
+        clause = (
+            sql.SQL("TEMPLATE {}").format(sql.Identifier(template))
+            if template is not None
+            else sql.SQL("")
+        )
+        conn.execute(sql.SQL(query("pg_database_create")).format(sql.Identifier(name), clause))
     url = make_conninfo(server_url, dbname=name)
     if components:
         with psycopg.connect(url) as conn:
@@ -105,9 +108,7 @@ def create_database(
 def drop_database(server_url: str, name: str) -> None:
     """Drop database ``name`` if it exists, terminating its connections."""
     with _admin(server_url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+        conn.execute(sql.SQL(query("pg_database_drop")).format(sql.Identifier(name)))
 
 
 @contextmanager

@@ -9,6 +9,11 @@ body, and the whole is healthy only if every check passes:
 * ``scheduler_lag``: the most overdue active schedule is overdue by less than the threshold (a
   stopped or overwhelmed scheduler shows here first). No ``schedules`` table passes.
 
+The lag is read by the scheduler with its own SQL (``schedule_due_lag`` in
+scheduler/sql/schedule.sql): the queue's collector (:class:`jobs.metrics.DatabaseCollector`)
+knows no scheduler table, and :func:`register_metrics` adds ``tockwork_scheduler_lag_seconds``
+to it through its probe hook.
+
 The lag check is about the whole deployment, not this process: point a *readiness* or alerting
 probe at it, and a *liveness* probe at a health without it (``max_scheduler_lag=None``), or a
 stopped scheduler would make the orchestrator restart healthy workers.
@@ -27,14 +32,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from psycopg import sql
 
-from jobs.listener import CHANNEL
+from jobs import JOBS_CHANNEL
 from jobs.metrics import (
     DatabaseCollector,
     MetricsServer,
     make_wsgi_app,
     register_database,
 )
-from jobs.queries import load
 from scheduler.queries import query
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
@@ -49,20 +53,16 @@ class Check:
     value: float | None = None
 
 
-def _metrics_queries() -> dict[str, Any]:
-    return load("jobs", "metrics.sql")
-
-
 def scheduler_lag(conn: psycopg.Connection[Any], now: datetime | None = None) -> float | None:
     """Seconds the most overdue active schedule is overdue (0 if none); None without schedules."""
-    row = conn.execute(_metrics_queries()["schedules_exist"]).fetchone()
+    row = conn.execute(query("schedule_table_exists")).fetchone()
     if row != (True,):
         return None
     if now is None:
-        now_row = conn.execute(query("now")).fetchone()
+        now_row = conn.execute(query("pg_now")).fetchone()
         assert now_row is not None
         now = now_row[0]
-    lag_row = conn.execute(query("due_lag"), {"now": now}).fetchone()
+    lag_row = conn.execute(query("schedule_due_lag"), {"now": now}).fetchone()
     assert lag_row is not None
     return max(0.0, float(lag_row[0]))
 
@@ -145,10 +145,9 @@ class Health:
 
     def _database(self, conn: psycopg.Connection[Any]) -> Check:
         conn.execute(
-            "SELECT set_config('statement_timeout', %s, false)",
-            (f"{int(self.timeout * 1000)}ms",),
+            query("pg_set_statement_timeout"), {"timeout": f"{int(self.timeout * 1000)}ms"}
         )
-        conn.execute("SELECT 1")
+        conn.execute(query("pg_ping"))
         return Check(True, "reachable")
 
     def _listen(self, conn: psycopg.Connection[Any]) -> Check:
@@ -158,7 +157,7 @@ class Health:
             if self.listening():
                 return Check(True, "listening")
             return Check(False, "LISTEN down: polling only until it reconnects")
-        channel = sql.Identifier(CHANNEL)
+        channel = sql.Identifier(JOBS_CHANNEL)
         conn.execute(sql.SQL("LISTEN {}").format(channel))
         conn.execute(sql.SQL("UNLISTEN {}").format(channel))
         return Check(True, "database accepts LISTEN")

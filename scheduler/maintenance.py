@@ -13,6 +13,11 @@ definition key               rule (UTC)            what the job does
                                                    tz database version
 ===========================  ===================  =============================================
 
+This module declares and schedules the work; the work on the queue's tables (lease recovery,
+retention of jobs, attempts, effects and outbox events) lives with those tables in
+:mod:`jobs.maintenance`, as procrastinate's ``builtin_tasks`` wrap the manager that owns the
+table. Only the retention of the scheduler's own ``schedule_skips`` is done here.
+
 Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
 of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
 unless ``dead_days`` is set. Sync the definitions with ``tockwork scheduler --maintenance`` (or
@@ -32,7 +37,7 @@ from typing import Any
 import psycopg
 
 import jobs
-from jobs.store import PgJobStore
+from jobs import maintenance as queue_maintenance
 from scheduler.definitions import Definition, SyncResult, sync
 from scheduler.queries import query
 
@@ -40,6 +45,7 @@ log = logging.getLogger("tockwork.maintenance")
 
 PREFIX = "tockwork."
 BATCH = 5000
+LEASE_BATCH = 1000
 DEFAULT_AGES = {
     "succeeded_days": 7,
     "attempts_days": 30,
@@ -78,18 +84,26 @@ def sync_maintenance(
 
 
 def _now(conn: psycopg.Connection[Any]) -> datetime:
-    row = conn.execute(query("now")).fetchone()
+    row = conn.execute(query("pg_now")).fetchone()
     assert row is not None
     value: datetime = row[0]
     return value
 
 
-def _batched(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
-    """Run a bounded delete until it deletes nothing; each batch commits on its own."""
+def _days(name: str, days: Any) -> timedelta:
+    if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
+        raise jobs.InvalidJob(name, days, "must be a number of days >= 0")
+    return timedelta(days=days)
+
+
+def _delete_skips(conn: psycopg.Connection[Any], before: datetime) -> int:
+    """The scheduler's own table: bounded deletes until one deletes less than a batch."""
     total = 0
     while True:
         with conn.transaction():
-            deleted = conn.execute(query(name), {**params, "limit": BATCH}).rowcount
+            deleted = conn.execute(
+                query("schedule_skip_delete_before"), {"before": before, "limit": BATCH}
+            ).rowcount
         total += max(deleted, 0)
         if deleted < BATCH:
             return total
@@ -103,48 +117,42 @@ def retention(
 ) -> dict[str, int]:
     """Delete what is older than its age, in bounded batches; returns counts per kind.
 
-    ``conn`` must not be inside a transaction (each batch commits).
+    The queue's tables are cleaned by :func:`jobs.maintenance.clean`; the schedule skips here.
+    Every age is checked before anything is deleted. ``conn`` must not be inside a transaction
+    (each batch commits).
     """
     settings = {**DEFAULT_AGES, **(ages or {})}
     at = now or _now(conn)
-
-    def before(name: str) -> datetime:
-        days = settings[name]
-        if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
-            raise jobs.InvalidJob(name, days, "must be a number of days >= 0")
-        return at - timedelta(days=days)
-
     dead_days = settings.get("dead_days")
-    dead_before = None if dead_days is None else at - timedelta(days=float(dead_days))
+    config = queue_maintenance.RetentionConfig(
+        finished_retention=_days("succeeded_days", settings["succeeded_days"]),
+        dead_retention=None if dead_days is None else _days("dead_days", float(dead_days)),
+        attempt_retention=_days("attempts_days", settings["attempts_days"]),
+        effect_retention=_days("effects_days", settings["effects_days"]),
+        outbox_retention=_days("outbox_days", settings["outbox_days"]),
+        batch_size=BATCH,
+    )
+    skips_before = at - _days("skips_days", settings["skips_days"])
+    queue = queue_maintenance.clean(conn, config, now=at)
     counts = {
-        "jobs": _batched(
-            conn,
-            "retention_jobs",
-            {"before": before("succeeded_days"), "dead_before": dead_before},
-        ),
-        "attempts": _batched(conn, "retention_attempts", {"before": before("attempts_days")}),
-        "effects": _batched(conn, "retention_effects", {"before": before("effects_days")}),
-        "skips": _batched(conn, "retention_skips", {"before": before("skips_days")}),
-        "outbox": _batched(conn, "retention_outbox", {"before": before("outbox_days")}),
+        "jobs": queue["jobs"],
+        "attempts": queue["attempts"],
+        "effects": queue["effects"],
+        "skips": _delete_skips(conn, skips_before),
+        "outbox": queue["outbox"],
     }
     log.info("retention: deleted %s", counts)
     return counts
 
 
 def lease_recovery(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> int:
-    """Return every expired lease to the queue (or to dead), in bounded batches.
+    """Return every expired lease to the queue (or to dead), in batches of ``LEASE_BATCH``.
 
     Each batch is its own transaction when ``conn`` is idle (a savepoint inside the caller's
     transaction otherwise).
     """
-    store = PgJobStore(conn)
-    total = 0
-    while True:
-        with conn.transaction():
-            reaped = store.reap(1000, now)
-        total += len(reaped)
-        if len(reaped) < 1000:
-            return total
+    config = queue_maintenance.RescueConfig(batch_size=LEASE_BATCH)
+    return queue_maintenance.recover_leases(conn, config, now=now)
 
 
 def app() -> dict[str, jobs.Handler]:

@@ -1,11 +1,12 @@
-"""The scheduler component's named SQL queries (scheduler/sql/queries.sql)."""
+"""The scheduler component's named SQL queries (scheduler/sql/*.sql), through jobs' one loader."""
 
 from __future__ import annotations
 
 from typing import LiteralString
 
-from jobs.queries import load
+from jobs import queries
 
 
 def query(name: str) -> LiteralString:
-    return load("scheduler")[name]
+    """The scheduler component's query ``name``."""
+    return queries.load("scheduler")[name]

@@ -45,7 +45,7 @@ class Due:
 
 
 def _db_now(conn: psycopg.Connection[Any]) -> datetime:
-    row = conn.execute(query("now")).fetchone()
+    row = conn.execute(query("pg_now")).fetchone()
     assert row is not None
     value: datetime = row[0]
     return value
@@ -58,7 +58,7 @@ def _record_skip(
     if not effects.record_once(conn, effects.effect_key(job, "schedule-skip"), job_id=job.id):
         return
     conn.execute(
-        query("record_skips"),
+        query("schedule_skip_record"),
         {
             "ids": [meta["id"]],
             "keys": [meta["occurrence"]],
@@ -68,7 +68,7 @@ def _record_skip(
             "now": now,
         },
     )
-    conn.execute(query("count_skip"), {"id": meta["id"]})
+    conn.execute(query("schedule_count_skip"), {"id": meta["id"]})
 
 
 def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None = None) -> Due:

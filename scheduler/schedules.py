@@ -20,13 +20,11 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 import jobs
 from jobs import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import (
-    COLUMNS,
     CatchUp,
     QuietAction,
     QuietHours,
@@ -50,7 +48,6 @@ from timezones import (
 )
 
 _UNSET: Any = object()
-_COLUMNS = sql.SQL(COLUMNS)
 
 # Each of these fields changes when the schedule fires: changing one supersedes what was
 # enqueued ahead of time.
@@ -62,7 +59,7 @@ def _now(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
         if now.tzinfo is None or now.utcoffset() is None:
             raise InvalidSchedule("now", now, "must be timezone-aware")
         return now.astimezone(UTC)
-    row = conn.execute(query("now")).fetchone()
+    row = conn.execute(query("pg_now")).fetchone()
     assert row is not None
     value: datetime = row[0]
     return value
@@ -270,7 +267,7 @@ def create_schedule(
         "quiet_hours": quiet_hours, "gap": gap, "fold": fold, "paused": paused, "source": source,
     }  # fmt: skip
     params = _prepare_create(item, _now(conn, now), tzdb_version())
-    row = conn.execute(query("insert_schedule"), params).fetchone()
+    row = conn.execute(query("schedule_insert"), params).fetchone()
     if row is None:
         raise ScheduleExists(params["key"])
     return get_schedule(conn, row[0])
@@ -300,7 +297,7 @@ def create_schedules(
     if not rows:
         return []
     with conn.cursor() as cur:
-        cur.executemany(query("insert_schedule"), rows, returning=True)
+        cur.executemany(query("schedule_insert"), rows, returning=True)
         ids: list[int] = []
         index = 0
         while True:
@@ -364,10 +361,10 @@ def get_schedule(
     for_update: bool = False,
 ) -> Schedule:
     """One schedule by id, or by ``key`` within an organization."""
-    lock = sql.SQL(" FOR NO KEY UPDATE" if for_update else "")
+    name = "schedule_get_for_update" if for_update else "schedule_get"
     if schedule_id is not None:
-        statement = sql.SQL("SELECT {} FROM schedules WHERE id = %s{}").format(_COLUMNS, lock)
-        row = conn.execute(statement, (schedule_id,)).fetchone()
+        params = {"id": schedule_id, "key": None, "organization_id": None}
+        row = conn.execute(query(name), params).fetchone()
         if row is None:
             raise ScheduleNotFound(f"with id {schedule_id}")
         return schedule_from_row(tuple(row))
@@ -376,10 +373,7 @@ def get_schedule(
     org = _wrap(
         "organization_id", organization_id, lambda: job_validate.organization_id(organization_id)
     )
-    statement = sql.SQL(
-        "SELECT {} FROM schedules WHERE key = %s AND organization_id IS NOT DISTINCT FROM %s{}"
-    ).format(_COLUMNS, lock)
-    row = conn.execute(statement, (key, org)).fetchone()
+    row = conn.execute(query(name), {"id": None, "key": key, "organization_id": org}).fetchone()
     if row is None:
         raise ScheduleNotFound(f"with key {key!r}")
     return schedule_from_row(tuple(row))
@@ -394,22 +388,17 @@ def list_schedules(
     limit: int = 1000,
 ) -> list[Schedule]:
     """Schedules, optionally of one organization, one subject or one source; by id."""
-    clauses: list[sql.Composable] = [sql.SQL("true")]
-    params: list[Any] = []
-    if organization_id is not _UNSET:
-        clauses.append(sql.SQL("organization_id IS NOT DISTINCT FROM %s"))
-        params.append(job_validate.organization_id(organization_id))
-    if subject is not None:
-        clauses.append(sql.SQL("subject = %s"))
-        params.append(_subject(subject))
-    if source is not None:
-        clauses.append(sql.SQL("source = %s"))
-        params.append(source)
-    params.append(limit)
-    statement = sql.SQL("SELECT {} FROM schedules WHERE {} ORDER BY id LIMIT %s").format(
-        _COLUMNS, sql.SQL(" AND ").join(clauses)
-    )
-    rows = conn.execute(statement, params).fetchall()
+    by_organization = organization_id is not _UNSET
+    params = {
+        "by_organization": by_organization,
+        "organization_id": job_validate.organization_id(organization_id)
+        if by_organization
+        else None,
+        "subject": None if subject is None else _subject(subject),
+        "source": source,
+        "limit": limit,
+    }
+    rows = conn.execute(query("schedule_list"), params).fetchall()
     return [schedule_from_row(tuple(r)) for r in rows]
 
 
@@ -430,7 +419,7 @@ def _supersede(conn: psycopg.Connection[Any], schedule: Schedule, at: datetime, 
     if not ahead:
         return 0
     keys = [occurrence_idempotency_key(schedule.id, o.key) for o in ahead]
-    cancelled = jobs.admin.supersede(
+    cancelled = jobs.supersede(
         conn,
         job_type=schedule.job_type,
         idempotency_keys=keys,
@@ -440,7 +429,7 @@ def _supersede(conn: psycopg.Connection[Any], schedule: Schedule, at: datetime, 
         now=at,
     )
     conn.execute(
-        query("record_skips"),
+        query("schedule_skip_record"),
         {
             "ids": [schedule.id] * len(ahead),
             "keys": [o.key for o in ahead],
@@ -553,7 +542,7 @@ def _apply(
         version_step=1,
         now=at,
     )
-    conn.execute(query("update_schedule"), params)
+    conn.execute(query("schedule_update"), params)
     return get_schedule(conn, current.id)
 
 
@@ -578,7 +567,7 @@ def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | N
     except ScheduleNotFound:
         return False
     _supersede(conn, current, _now(conn, now), "deleted")
-    conn.execute("DELETE FROM schedules WHERE id = %s", (schedule_id,))
+    conn.execute(query("schedule_delete"), {"id": schedule_id})
     return True
 
 

@@ -32,10 +32,7 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
-from jobs.enqueue import enqueue_columns
-from jobs.metrics import Metrics
-from jobs.service import Reconnect, Service, default_name
-from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, Reconnect, Service, default_name, enqueue_columns
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
@@ -105,7 +102,7 @@ class Scheduler(Service[TickResult]):
         at = self.now_or_none()
         if at is not None:
             return at
-        row = conn.execute(query("now")).fetchone()
+        row = conn.execute(query("pg_now")).fetchone()
         conn.commit()
         assert row is not None
         value: datetime = row[0]
@@ -173,7 +170,7 @@ class Scheduler(Service[TickResult]):
         result = TickResult(batches=1)
         with conn.transaction():
             rows = conn.execute(
-                query("lock_due"),
+                query("schedule_due_lock"),
                 {"horizon": horizon, "limit": self.batch_size, "lock_class": SCHEDULE_LOCK_CLASS},
             ).fetchall()
             schedules: list[Schedule] = []
@@ -237,7 +234,7 @@ class Scheduler(Service[TickResult]):
             else:
                 result.duplicates += 1
         if skips["ids"]:
-            conn.execute(query("record_skips"), {**skips, "now": now})
+            conn.execute(query("schedule_skip_record"), {**skips, "now": now})
         update: dict[str, list[Any]] = {
             "ids": [], "cursor_ats": [], "next_run_ats": [], "next_keys": [], "last_keys": [],
             "last_ats": [], "last_job_ids": [], "enqueued": [], "missed": [], "skipped": [],
@@ -260,7 +257,7 @@ class Scheduler(Service[TickResult]):
             result.enqueued += created[i]
             result.missed += missed
             result.skipped += skipped
-        conn.execute(query("advance"), {**update, "now": now})
+        conn.execute(query("schedule_advance"), {**update, "now": now})
 
     # -- tz database changes ----------------------------------------------------------------
 
@@ -276,7 +273,7 @@ class Scheduler(Service[TickResult]):
         while True:
             with conn.transaction():
                 rows = conn.execute(
-                    query("stale_tzdb"), {"tzdb": self.tzdb, "limit": batch_size}
+                    query("schedule_stale_tzdb"), {"tzdb": self.tzdb, "limit": batch_size}
                 ).fetchall()
                 if not rows:
                     break
@@ -290,7 +287,7 @@ class Scheduler(Service[TickResult]):
                     if (occ.at if occ else None) != s.next_run_at:
                         changed += 1
                 conn.execute(
-                    query("set_next"),
+                    query("schedule_set_next"),
                     {"ids": ids, "next_run_ats": nexts, "next_keys": keys, "tzdb": self.tzdb,
                      "now": now},
                 )  # fmt: skip

@@ -21,14 +21,15 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from scheduler.cli import jobs, ops, outbox, preview, schedules, worker
+from scheduler.cli import jobs as jobs_commands
+from scheduler.cli import ops, outbox, preview, schedules, worker
 from scheduler.cli.common import SubParsers
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
 _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     worker.register,
-    jobs.register,
+    jobs_commands.register,
     schedules.register,
     outbox.register,
     ops.register,

@@ -86,7 +86,8 @@ def ensure_schema(url: str, *, apply: bool) -> None:
     """
     import psycopg
 
-    from jobs.migrate import migrate, pending
+    from jobs import migrate
+    from jobs import pending_migrations as pending
 
     with psycopg.connect(url) as conn:
         if apply:

@@ -162,7 +162,7 @@ def _stats_table(stats: list[jobs.QueueStats]) -> str:
 def _more_stats(conn: psycopg.Connection[Any]) -> str:
     """The outbox and the scheduler, one line each (the figures /metrics exports too)."""
     box = jobs.outbox.stats(conn)
-    row = conn.execute(scheduler_query("due_lag"), {"now": None}).fetchone()
+    row = conn.execute(scheduler_query("schedule_due_lag"), {"now": None}).fetchone()
     lag = float(row[0]) if row else 0.0
     return (
         f"\noutbox: pending {box.pending}, oldest pending {box.oldest_pending_age:.1f}s, "

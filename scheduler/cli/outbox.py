@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import psycopg
 
-from jobs import logs, outbox
+from jobs import RELAY_MAX_BATCH as MAX_BATCH
+from jobs import Relay, logs, outbox
 from jobs.outbox import Projection, Projections
-from jobs.relay import MAX_BATCH, Relay
 from scheduler.cli.common import (
     InputError,
     SubParsers,

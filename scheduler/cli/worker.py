@@ -12,8 +12,7 @@ from datetime import timedelta
 import psycopg
 
 import jobs
-from jobs import logs, validate
-from jobs.migrate import migrate
+from jobs import logs, migrate, validate
 from scheduler import health
 from scheduler.cli.common import (
     InputError,

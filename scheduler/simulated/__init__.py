@@ -22,8 +22,7 @@ from typing import Any, LiteralString
 import psycopg
 
 import jobs
-from jobs import Job, effects
-from jobs.migrate import migrate
+from jobs import Job, effects, migrate
 from jobs.queries import load
 from scheduler.errors import InvalidSchedule
 from scheduler.planner import schedule_meta
@@ -33,7 +32,7 @@ COMPONENT = "scheduler.simulated"
 
 
 def query(name: str) -> LiteralString:
-    return load(COMPONENT, "simulated_push.sql")[name]
+    return load(COMPONENT)[name]
 
 
 @cache

@@ -1,11 +1,23 @@
-"""Dependencies point one way: timezones <- jobs <- scheduler."""
+"""Dependencies point one way: timezones <- jobs <- scheduler, in Python imports and in SQL.
+
+* Imports: no module imports a package above its own, and ``scheduler`` uses only the public
+  API of ``jobs`` (the names in ``jobs.__all__``).
+* SQL: every ``.sql`` file of a package (named queries, migrations, schema) touches only the
+  tables that package owns. The queue's maintenance lives in ``jobs``; the scheduler's lag gauge
+  is read by ``scheduler`` with its own SQL.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
@@ -39,3 +51,223 @@ def test_the_check_sees_imports() -> None:
     """The scanner itself finds both import forms (so the test above can fail)."""
     here = imported_packages(Path(__file__))
     assert {"ast", "pytest", "pathlib", "__future__"} <= here
+
+
+# -- scheduler uses the public API of jobs --------------------------------------------------------
+
+# None: everything the scheduler uses of jobs is public. A needed exception would go here as
+# (path, name), with the reason.
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
+
+
+def private_jobs_uses(source: str, public: Iterable[str], modules: Iterable[str]) -> set[str]:
+    """What ``source`` uses of ``jobs`` outside ``public`` (``jobs.X``, ``from jobs(.X) import``).
+
+    A public submodule (in ``modules``, for example ``outbox``) is public with its names.
+    """
+    api, public_modules = set(public), set(modules)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] != "jobs":
+                continue
+            if len(parts) == 1:
+                found.update(f"jobs.{a.name}" for a in node.names if a.name not in api)
+            elif parts[1] not in public_modules:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "jobs" and len(parts) > 1 and parts[1] not in public_modules:
+                    found.add(alias.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "jobs"
+            and node.attr not in api
+        ):
+            found.add(f"jobs.{node.attr}")
+    return found
+
+
+def test_scheduler_uses_only_the_public_api_of_jobs() -> None:
+    modules = [n for n in jobs.__all__ if isinstance(getattr(jobs, n), ModuleType)]
+    assert "outbox" in modules and "enqueue" not in modules  # jobs.enqueue is the function
+    used = {
+        (str(f.relative_to(ROOT)), name)
+        for f in sorted((ROOT / "scheduler").rglob("*.py"))
+        for name in private_jobs_uses(f.read_text(encoding="utf-8"), jobs.__all__, modules)
+    }
+    assert used - KNOWN_PRIVATE_IMPORTS == set()
+    # An exception that is no longer needed goes from the list.
+    assert (
+        used | {k for k in KNOWN_PRIVATE_IMPORTS if not (ROOT / k[0]).exists()}
+        >= KNOWN_PRIVATE_IMPORTS
+    )
+
+
+def test_every_public_name_of_jobs_exists() -> None:
+    assert [name for name in jobs.__all__ if not hasattr(jobs, name)] == []
+    assert len(set(jobs.__all__)) == len(jobs.__all__)
+
+
+def test_the_api_check_sees_private_uses() -> None:
+    source = (
+        "import jobs\nimport jobs.store\nfrom jobs import Worker, secret\n"
+        "from jobs.enqueue import enqueue_columns\nfrom jobs.outbox import Projection\n"
+        "jobs.admin.supersede()\njobs.enqueue()\n"
+    )
+    assert private_jobs_uses(source, ["Worker", "enqueue", "outbox"], ["outbox"]) == {
+        "jobs.store", "jobs.secret", "jobs.enqueue", "jobs.admin",
+    }  # fmt: skip
+
+
+# -- SQL: each package touches only its own tables ------------------------------------------------
+
+OWNERS: dict[str, frozenset[str]] = {
+    "jobs": frozenset(
+        {"jobs", "job_attempts", "job_effects", "outbox_events", "tockwork_migrations"}
+    ),
+    "scheduler": frozenset({"schedules", "schedule_skips"}),
+    # The simulated push provider's opt-in migration component (its own package and sql/).
+    "scheduler/simulated": frozenset({"simulated_pushes"}),
+}
+
+# The scheduler's migration 0001 was applied in the field and cannot be edited: it creates the
+# simulated provider's table, and 0002 drops it again when it is empty (the opt-in component
+# scheduler/simulated/ then owns it). These two files are the only exceptions.
+KNOWN_FOREIGN_TABLES = {
+    ("scheduler/sql/migrations/0001_schedules.sql", "simulated_pushes"),
+    ("scheduler/sql/migrations/0002_simulated_pushes_out.sql", "simulated_pushes"),
+}
+
+_COMMENT = re.compile(r"--[^\n]*")
+_STRING = re.compile(r"'(?:[^']|'')*'")
+# Functions that name a table in a string literal.
+_REGCLASS = re.compile(r"\b(?:to_regclass|pg_get_serial_sequence)\s*\(\s*'([\w.]+)'", re.I)
+_CTE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.I)
+# Keyword pairs that are not table references: row locks, upserts, FK actions, comparisons,
+# extract(field FROM ...), COPY's input.
+_NOT_A_TABLE = re.compile(
+    r"\bFOR\s+(?:NO\s+KEY\s+)?UPDATE\b|\bFOR\s+(?:KEY\s+)?SHARE\b|\bDO\s+UPDATE\b"
+    r"|\bON\s+(?:UPDATE|DELETE)\b|\bDISTINCT\s+FROM\b|\bextract\s*\(\s*\w+\s+FROM\b"
+    r"|\bFROM\s+STDIN\b",
+    re.I,
+)
+_TABLE_REF = re.compile(
+    r"\b(FROM|JOIN|INTO|UPDATE|COPY|REFERENCES|TRUNCATE(?:\s+TABLE)?"
+    r"|(?:CREATE|ALTER|DROP)\s+(?:UNLOGGED\s+)?TABLE(?:\s+IF\s+(?:NOT\s+)?EXISTS)?"
+    r"|CREATE\s+(?:UNIQUE\s+)?INDEX(?:\s+CONCURRENTLY)?(?:\s+IF\s+NOT\s+EXISTS)?\s+\w+\s+ON)"
+    r"\s+(?:ONLY\s+)?([A-Za-z_][\w.]*)(\s*\()?",
+    re.I,
+)
+_KEYWORDS = {"lateral", "select", "only", "stdin"}
+
+
+def tables_touched(text: str) -> set[str]:
+    """The tables a SQL text reads, writes, creates, alters or names (to_regclass('t'), ...)."""
+    text = _COMMENT.sub(" ", text)
+    tables = {name.split(".")[-1].lower() for name in _REGCLASS.findall(text)}
+    text = _NOT_A_TABLE.sub(" ", _STRING.sub("''", text))
+    ctes = {name.lower() for name in _CTE.findall(text)}
+    for match in _TABLE_REF.finditer(text):
+        keyword, name, call = match.group(1).upper(), match.group(2).lower(), match.group(3)
+        if call and keyword in ("FROM", "JOIN"):
+            continue  # a set-returning function: unnest(...), generate_series(...)
+        name = name.split(".")[-1]
+        if name not in ctes and name not in _KEYWORDS:
+            tables.add(name)
+    return tables
+
+
+def owner(path: str) -> str:
+    """The package (longest matching folder in OWNERS) a repository path belongs to."""
+    matches = [p for p in OWNERS if path == p or path.startswith(p + "/")]
+    assert matches, f"{path} belongs to no package in OWNERS"
+    return max(matches, key=len)
+
+
+def foreign_tables(files: Mapping[str, str]) -> dict[str, list[str]]:
+    """``{path: tables it touches that its package does not own}``, known exceptions aside."""
+    found: dict[str, list[str]] = {}
+    for path, text in files.items():
+        foreign = {
+            t for t in tables_touched(text) - OWNERS[owner(path)]
+            if (path, t) not in KNOWN_FOREIGN_TABLES
+        }  # fmt: skip
+        if foreign:
+            found[path] = sorted(foreign)
+    return found
+
+
+def sql_files() -> dict[str, str]:
+    return {
+        str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
+        for package in ("jobs", "scheduler")
+        for f in sorted((ROOT / package).rglob("*.sql"))
+    }
+
+
+def test_each_package_sql_touches_only_its_own_tables() -> None:
+    files = sql_files()
+    assert any("/migrations/" in p for p in files) and any(p.endswith("schema.sql") for p in files)
+    assert foreign_tables(files) == {}
+
+
+def test_every_owned_table_is_seen_in_its_package_sql() -> None:
+    """The parser finds the tables (so the ownership test above is not vacuous)."""
+    seen: dict[str, set[str]] = {}
+    for path, text in sql_files().items():
+        seen.setdefault(owner(path), set()).update(tables_touched(text))
+    assert OWNERS["jobs"] <= seen["jobs"]
+    assert OWNERS["scheduler"] <= seen["scheduler"]
+
+
+def test_known_exceptions_are_still_needed() -> None:
+    files = sql_files()
+    stale = {
+        (p, t) for p, t in KNOWN_FOREIGN_TABLES if p in files and t not in tables_touched(files[p])
+    }
+    assert stale == set()
+
+
+def test_a_scheduler_query_reading_the_queue_tables_fails() -> None:
+    files = {
+        "scheduler/sql/schedule.sql": "-- name: x\nSELECT count(*) FROM jobs WHERE id = 1;",
+        "jobs/sql/job.sql": "-- name: y\nSELECT to_regclass('schedules') IS NOT NULL;",
+        "scheduler/simulated/sql/simulated_push.sql": "-- name: z\nDELETE FROM schedule_skips;",
+        "scheduler/sql/migrations/0002_x.sql": "CREATE TABLE simulated_pushes (id int);",
+    }
+    assert foreign_tables(files) == {
+        "scheduler/sql/schedule.sql": ["jobs"],
+        "jobs/sql/job.sql": ["schedules"],
+        "scheduler/simulated/sql/simulated_push.sql": ["schedule_skips"],
+        "scheduler/sql/migrations/0002_x.sql": ["simulated_pushes"],
+    }
+
+
+def test_the_sql_scanner_tells_tables_from_ctes_functions_and_keywords() -> None:
+    text = """
+    -- FROM commented_out
+    WITH doomed AS MATERIALIZED (
+        SELECT j.id FROM jobs AS j
+        JOIN job_attempts a ON a.job_id = j.id
+        CROSS JOIN LATERAL (SELECT 1 FROM unnest(%(ids)b::bigint[]) AS t(id)) AS l
+        WHERE j.organization_id IS NOT DISTINCT FROM %(org)s
+          AND extract(epoch FROM j.run_at - now()) > 0 AND j.queue <> 'FROM strings'
+        FOR NO KEY UPDATE SKIP LOCKED
+    )
+    DELETE FROM ONLY public.job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);
+    INSERT INTO outbox_events (id) SELECT g FROM generate_series(1, 3) AS g
+        ON CONFLICT (id) DO UPDATE SET id = excluded.id;
+    UPDATE schedules SET paused = true;
+    COPY schedule_skips (id) FROM STDIN;
+    CREATE UNIQUE INDEX IF NOT EXISTS x_idx ON simulated_pushes (effect_key);
+    CREATE TABLE IF NOT EXISTS tockwork_migrations (id int REFERENCES other_table (id));
+    SELECT to_regclass('probed'), nextval(pg_get_serial_sequence('sequenced', 'id'));
+    """
+    assert tables_touched(text) == {
+        "jobs", "job_attempts", "job_effects", "outbox_events", "schedules", "schedule_skips",
+        "simulated_pushes", "tockwork_migrations", "other_table", "probed", "sequenced",
+    }  # fmt: skip

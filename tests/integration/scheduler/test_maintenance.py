@@ -114,3 +114,21 @@ def test_retention_deletes_processed_outbox_events_and_keeps_dead_ones(
     assert maintenance.retention(conn, now=NOW)["outbox"] == 2
     left = [r[0] for r in conn.execute("SELECT id FROM outbox_events").fetchall()]
     assert left == [ids[2]]
+
+
+def test_retention_deletes_old_schedule_skips(conn: psycopg.Connection[Any]) -> None:
+    schedule = scheduler.create_schedule(
+        conn, job_type="r", rule="daily@06:00", zone="UTC", now=NOW - timedelta(days=60)
+    )
+    for days in (40, 31, 29):
+        conn.execute(
+            "INSERT INTO schedule_skips (schedule_id, occurrence_key, occurrence_at, kind,"
+            " recorded_at) VALUES (%s, %s, %s, 'skipped', %s)",
+            (schedule.id, f"k{days}", NOW, NOW - timedelta(days=days)),
+        )
+    conn.commit()
+    counts = maintenance.retention(conn, now=NOW)
+    assert counts["skips"] == 2
+    left = [r[0] for r in conn.execute("SELECT occurrence_key FROM schedule_skips").fetchall()]
+    assert left == ["k29"]
+    assert maintenance.retention(conn, {"skips_days": 0}, now=NOW)["skips"] == 1

@@ -1,17 +1,39 @@
-"""The named-query loader."""
+"""The named-query loader: one loader, every package's files, read-only, names defined once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from jobs.queries import load, parse_named
+from jobs.queries import load, parse_named, query_files
 
 
 def test_every_query_is_loaded_by_name() -> None:
     queries = load("jobs")
-    assert {"enqueue", "claim", "complete", "heartbeat", "reap", "release"} <= set(queries)
-    assert queries["claim"].lstrip().startswith("-- Lease") or "SKIP LOCKED" in queries["claim"]
+    assert {"job_enqueue", "job_claim", "job_complete", "job_heartbeat", "job_reap",
+            "job_release"} <= set(queries)  # fmt: skip
+    assert (
+        queries["job_claim"].lstrip().startswith("-- Lease")
+        or "SKIP LOCKED" in queries["job_claim"]
+    )
     assert all(q.strip() for q in queries.values())
+
+
+def test_the_loader_reads_every_query_file_of_a_package_but_the_schema() -> None:
+    files = {f.name for f in query_files("jobs")}
+    assert {"job.sql", "job_attempt.sql", "job_effect.sql", "outbox_event.sql"} <= files
+    assert "schema.sql" not in files
+    assert "outbox_event_claim" in load("jobs")  # from outbox_event.sql
+    assert "schedule_due_lock" in load("scheduler")  # from scheduler/sql/schedule.sql
+    assert "schedule_due_lock" not in load("jobs")
+
+
+def test_loaded_queries_are_read_only() -> None:
+    queries = load("jobs")
+    with pytest.raises(TypeError):
+        queries["job_claim"] = "SELECT 1"  # type: ignore[index]
+    assert load("jobs") is queries  # loaded once
 
 
 def test_blocks_split_at_name_lines() -> None:
@@ -22,3 +44,16 @@ def test_blocks_split_at_name_lines() -> None:
 def test_duplicate_names_are_an_error() -> None:
     with pytest.raises(ValueError, match="twice"):
         parse_named("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+def test_a_name_in_two_files_of_a_package_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "twofiles_pkg"
+    (root / "sql").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "sql" / "a.sql").write_text("-- name: thing_get\nSELECT 1;\n")
+    (root / "sql" / "b.sql").write_text("-- name: thing_get\nSELECT 2;\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"'thing_get' is defined in both a\.sql and b\.sql"):
+        load("twofiles_pkg")

@@ -1,8 +1,9 @@
--- Named queries of the transactional outbox (jobs/outbox.py, jobs/relay.py).
+-- Named queries on the outbox_events table: the transactional outbox (jobs/outbox.py,
+-- jobs/relay.py), its gauges (jobs/metrics.py) and its retention (jobs/maintenance.py).
 -- Every time predicate takes %(now)s and falls back to the database clock.
 -- An event is pending while processed_at and dead_at are both NULL.
 
--- name: record
+-- name: outbox_event_record
 -- Insert one event in the caller's transaction and wake the relays. The notification payload is
 -- constant, so PostgreSQL folds all of one transaction's notifications into one. An event is
 -- available from when it occurred (never later than now: a caller's clock running ahead must not
@@ -18,7 +19,7 @@ WITH ins AS (
 )
 SELECT id, pg_notify('outbox_ready', 'ready')::text IS NOT NULL AS notified FROM ins;
 
--- name: claim
+-- name: outbox_event_claim
 -- Lease up to %(limit)s pending events. An event is claimable when it is available, not under a
 -- live lease (a claim older than %(lease)s is expired and may be taken over), and no earlier
 -- pending event of the same aggregate exists: that is the per-aggregate ordering guarantee
@@ -53,7 +54,7 @@ WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
           o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
 
--- name: mark_processed
+-- name: outbox_event_mark_processed
 -- Mark events processed, each only while the caller still holds its claim (same attempts).
 -- Returns the ids that were marked; the caller enqueues jobs for those only, in this transaction.
 UPDATE outbox_events AS o
@@ -66,7 +67,7 @@ WHERE o.id = i.id AND o.attempts = i.token
   AND o.processed_at IS NULL AND o.dead_at IS NULL
 RETURNING o.id;
 
--- name: mark_failed
+-- name: outbox_event_mark_failed
 -- Record failed projections: retry after a delay, or set the event aside (dead) for good.
 -- Fenced like mark_processed.
 UPDATE outbox_events AS o
@@ -82,7 +83,7 @@ WHERE o.id = i.id AND o.attempts = i.token
   AND o.processed_at IS NULL AND o.dead_at IS NULL
 RETURNING o.id, o.dead_at IS NOT NULL AS dead;
 
--- name: list_dead
+-- name: outbox_event_list_dead
 SELECT id, organization_id, aggregate_type, aggregate_id, event_type, schema_version, payload,
        occurred_at, attempts, last_error, dead_at
 FROM outbox_events
@@ -90,7 +91,7 @@ WHERE dead_at IS NOT NULL
 ORDER BY dead_at, seq
 LIMIT %(limit)s;
 
--- name: retry_dead
+-- name: outbox_event_retry_dead
 -- Put dead events back in the stream with a fresh attempt budget (all of them when ids is NULL).
 UPDATE outbox_events
 SET dead_at = NULL, attempts = 0, available_at = coalesce(%(now)s::timestamptz, now()),
@@ -99,7 +100,7 @@ WHERE dead_at IS NOT NULL
   AND (%(ids)b::uuid[] IS NULL OR id = ANY(%(ids)b::uuid[]))
 RETURNING id;
 
--- name: stats
+-- name: outbox_event_stats
 -- Pending and dead counts and the age of the oldest pending event; only the partial indexes are
 -- read, never the processed history.
 SELECT (SELECT count(*) FROM outbox_events
@@ -109,3 +110,30 @@ SELECT (SELECT count(*) FROM outbox_events
                 - (SELECT min(occurred_at) FROM outbox_events
                    WHERE processed_at IS NULL AND dead_at IS NULL)), 0)::float8
            AS oldest_pending_age;
+
+-- name: outbox_event_delete_processed
+-- Retention: one bounded batch of the events processed more than %(age)s seconds ago. Dead
+-- events (processed_at NULL) wait for a person.
+WITH doomed AS (
+    SELECT id FROM outbox_events
+    WHERE processed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s::float8)
+    LIMIT %(limit)s
+)
+DELETE FROM outbox_events WHERE id IN (SELECT id FROM doomed);
+
+-- name: outbox_event_table_exists
+-- The metrics collector's probe: a database migrated before the outbox (jobs 0002) has no
+-- outbox gauges rather than a failed scrape.
+SELECT to_regclass('outbox_events') IS NOT NULL;
+
+-- name: outbox_event_gauges
+-- The metrics collector (jobs/metrics.py), once per scrape:
+-- Pending events (neither processed nor set aside), the high-watermark lag (the age of the
+-- oldest pending event, seconds, 0 when none) and the dead count. Served by the pending and
+-- dead partial indexes.
+SELECT count(*) FILTER (WHERE dead_at IS NULL)::bigint AS pending,
+       coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                - min(occurred_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest_age,
+       count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint AS dead
+FROM outbox_events
+WHERE processed_at IS NULL;

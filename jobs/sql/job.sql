@@ -1,8 +1,9 @@
--- Named queries of the jobs component, loaded by jobs/queries.py.
+-- Named queries on the jobs table (and the attempt rows its writes record), loaded by
+-- jobs/queries.py.
 -- Every time predicate takes %(now)s and falls back to the database clock, so production has one
 -- clock (the database's) and tests pin it.
 
--- name: enqueue
+-- name: job_enqueue
 -- Insert one job; on an idempotency conflict insert nothing and return no row (the caller then
 -- looks the existing job up). Wakes the queue's workers only when the job is ready now; NOTIFY
 -- payloads are de-duplicated by PostgreSQL within a transaction, so a transaction that enqueues
@@ -23,17 +24,17 @@ SELECT id,
             THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
 FROM ins;
 
--- name: find_by_key
+-- name: job_find_by_key
 SELECT id FROM jobs
 WHERE organization_id = %(organization_id)s::uuid
   AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
 
--- name: find_by_key_no_org
+-- name: job_find_by_key_no_org
 SELECT id FROM jobs
 WHERE organization_id IS NULL
   AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
 
--- name: enqueue_many
+-- name: job_enqueue_many
 -- Insert many jobs in one statement. Ids are drawn up front so that every input row can be
 -- matched to its job: a row whose id comes back was created, the others hit an idempotency key
 -- (within the batch or in the table) and are looked up by the caller.
@@ -66,7 +67,7 @@ SELECT i.ord, i.id, (ins.id IS NOT NULL) AS created,
 FROM input AS i LEFT JOIN ins ON ins.id = i.id
 ORDER BY i.ord;
 
--- name: find_many_by_key
+-- name: job_find_many_by_key
 SELECT k.ord, j.id
 FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(idempotency_keys)b::text[])
      WITH ORDINALITY AS k(organization_id, job_type, idempotency_key, ord)
@@ -74,7 +75,7 @@ JOIN jobs AS j
   ON j.organization_id IS NOT DISTINCT FROM k.organization_id
  AND j.job_type = k.job_type AND j.idempotency_key = k.idempotency_key;
 
--- name: claim
+-- name: job_claim
 -- Lease up to n ready jobs per queue in one short statement. SKIP LOCKED lets claimers pass
 -- each other; every claim bumps the fencing token, so only the current holder can write the
 -- outcome.
@@ -108,7 +109,7 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
           j.created_at;
 
--- name: complete
+-- name: job_complete
 -- Record the outcomes of a batch of attempts. A row is updated only while the caller still
 -- holds its lease (same fencing token); an outcome that lost its lease is kept in the history
 -- as 'fenced' and changes nothing else.
@@ -153,7 +154,7 @@ SELECT i.id, i.attempt, i.queue, i.job_type, %(worker)s, i.started_at,
 FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
 RETURNING job_id, outcome;
 
--- name: heartbeat
+-- name: job_heartbeat
 -- Extend the leases the caller still holds (same fencing token); the ids not returned were
 -- lost: reaped, released, or taken over by another claim.
 UPDATE jobs AS j
@@ -162,7 +163,7 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
--- name: reap
+-- name: job_reap
 -- Return expired leases to the queue (or to dead when attempts are exhausted) and record a
 -- 'lease_expired' attempt. Bounded and SKIP LOCKED: any number of workers may run it at once.
 WITH expired AS (
@@ -200,7 +201,7 @@ history AS (
 )
 SELECT u.id, u.queue, u.status FROM updated AS u;
 
--- name: release
+-- name: job_release
 -- Give leases back on shutdown: the jobs are ready again at once, and the interrupted attempt
 -- is recorded. The attempt still counts, so a job that never finishes within the grace period
 -- cannot loop forever.
@@ -231,7 +232,7 @@ history AS (
 )
 SELECT id, queue FROM updated;
 
--- name: requeue
+-- name: job_requeue
 -- Dead (or cancelled) jobs back to pending with a fresh set of attempts. Their history stays.
 WITH updated AS (
     UPDATE jobs
@@ -253,7 +254,7 @@ SELECT u.id, (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS
 FROM updated AS u
 ORDER BY u.id;
 
--- name: cancel
+-- name: job_cancel
 -- Cancel waiting or dead jobs. A leased job is running right now and cannot be cancelled here;
 -- its handler decides (raise jobs.Cancel).
 UPDATE jobs
@@ -267,7 +268,7 @@ WHERE status = ANY(%(statuses)b::text[])
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
 RETURNING id;
 
--- name: list_jobs
+-- name: job_list
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
        last_error_summary, completed_at, created_at
@@ -279,17 +280,13 @@ WHERE status = ANY(%(statuses)b::text[])
 ORDER BY id
 LIMIT %(limit)s;
 
--- name: get_job
+-- name: job_get
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
        last_error_summary, completed_at, created_at
 FROM jobs WHERE id = %(id)s;
 
--- name: job_attempts
-SELECT attempt, worker, started_at, finished_at, outcome, error_code, error_summary, duration_ms
-FROM job_attempts WHERE job_id = %(id)s ORDER BY id;
-
--- name: queue_stats
+-- name: job_queue_stats
 -- One cheap pass over the unfinished rows (the partial indexes keep them few).
 SELECT queue,
        count(*) FILTER (WHERE status IN ('pending', 'retrying')
@@ -308,13 +305,7 @@ WHERE status IN ('pending', 'retrying', 'leased', 'dead')
 GROUP BY queue
 ORDER BY queue;
 
--- name: record_effect
-INSERT INTO job_effects (effect_key, job_id, detail, recorded_at)
-VALUES (%(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (effect_key) DO NOTHING
-RETURNING effect_key;
-
--- name: supersede_by_keys
+-- name: job_supersede_by_keys
 -- Cancel the waiting jobs that hold these idempotency keys and free the keys (renamed with a
 -- suffix), so a replacement can be enqueued under the same key. Running jobs are left alone.
 UPDATE jobs
@@ -329,7 +320,7 @@ WHERE organization_id = %(organization_id)s::uuid
   AND status IN ('pending', 'retrying')
 RETURNING id, idempotency_key;
 
--- name: supersede_by_keys_no_org
+-- name: job_supersede_by_keys_no_org
 UPDATE jobs
 SET status = 'cancelled',
     idempotency_key = idempotency_key || %(suffix)s,
@@ -342,7 +333,7 @@ WHERE organization_id IS NULL
   AND status IN ('pending', 'retrying')
 RETURNING id, idempotency_key;
 
--- name: next_due
+-- name: job_next_due
 -- Seconds until the earliest waiting job of these queues becomes ready (NULL: none waits), so
 -- an idle worker wakes when a scheduled job falls due rather than at its next poll.
 SELECT extract(epoch FROM min(run_at) - coalesce(%(now)s::timestamptz, now()))::float8
@@ -351,16 +342,34 @@ WHERE queue = ANY(%(queues)s::text[])
   AND status IN ('pending', 'retrying')
   AND run_at > coalesce(%(now)s::timestamptz, now());
 
--- name: allocate_ids
+-- name: job_allocate_ids
 -- Ids for a COPY of new jobs, and the database clock (the default run_at and created_at).
 SELECT coalesce(%(now)s::timestamptz, now()),
        ARRAY(SELECT nextval(pg_get_serial_sequence('jobs', 'id'))
              FROM generate_series(1, %(n)s::int));
 
--- name: copy_jobs
+-- name: job_copy
 COPY jobs (id, organization_id, queue, job_type, payload, priority, run_at, max_attempts,
            created_at)
 FROM STDIN;
 
--- name: wake_queues
+-- name: job_wake_queues
 SELECT count(pg_notify('tockwork_jobs', q)) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: job_delete_finished
+-- Retention (jobs/maintenance.py): one bounded batch of the jobs that succeeded or were
+-- cancelled more than %(finished_age)s seconds ago. Dead jobs are kept until a person requeues
+-- or cancels them, unless %(dead_age)s (seconds) is given. Ages are exact seconds
+-- (make_interval(secs => ...)), so the session's time zone never stretches a day.
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE (status IN ('succeeded', 'cancelled')
+           AND completed_at < coalesce(%(now)s::timestamptz, now())
+                              - make_interval(secs => %(finished_age)s::float8))
+       OR (%(dead_age)s::float8 IS NOT NULL AND status = 'dead'
+           AND completed_at < coalesce(%(now)s::timestamptz, now())
+                              - make_interval(secs => %(dead_age)s::float8))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM jobs WHERE id IN (SELECT id FROM doomed);

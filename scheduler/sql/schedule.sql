@@ -1,6 +1,6 @@
--- Named queries of the scheduler component, loaded by scheduler/queries.py.
+-- Named queries on the schedules table, loaded by scheduler/queries.py (jobs/queries.py's loader).
 
--- name: insert_schedule
+-- name: schedule_insert
 INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
                        gap_policy, fold_policy, jitter_seconds, catch_up,
                        catch_up_grace_seconds, catch_up_max, quiet_start, quiet_end,
@@ -15,7 +15,7 @@ VALUES (%(organization_id)s::uuid, %(key)s::text, %(subject)s::text, %(job_type)
 ON CONFLICT (organization_id, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
--- name: update_schedule
+-- name: schedule_update
 UPDATE schedules
 SET subject = %(subject)s::text, job_type = %(job_type)s, queue = %(queue)s,
     payload = %(payload)s::jsonb, rule = %(rule)s::jsonb, zone = %(zone)s,
@@ -29,10 +29,7 @@ SET subject = %(subject)s::text, job_type = %(job_type)s, queue = %(queue)s,
     version = version + %(version_step)s, updated_at = %(now)s
 WHERE id = %(id)s;
 
--- name: now
-SELECT now();
-
--- name: lock_due
+-- name: schedule_due_lock
 -- One tick batch: lease due schedules with row locks (SKIP LOCKED, so replicas split the work
 -- instead of queueing behind each other), then take each one's transaction-scoped advisory lock
 -- (our own class id) without waiting. A row locked here was re-read after any concurrent commit
@@ -53,7 +50,7 @@ WITH due AS MATERIALIZED (
 SELECT due.*, pg_try_advisory_xact_lock(%(lock_class)s, (due.id %% 2147483647)::int) AS locked
 FROM due;
 
--- name: advance
+-- name: schedule_advance
 UPDATE schedules AS s
 SET cursor_at = coalesce(u.cursor_at, s.cursor_at),
     next_run_at = u.next_run_at,
@@ -74,17 +71,10 @@ FROM unnest(%(ids)b::bigint[], %(cursor_ats)b::timestamptz[], %(next_run_ats)b::
           missed, skipped, tzdb)
 WHERE s.id = u.id;
 
--- name: record_skips
-INSERT INTO schedule_skips (schedule_id, occurrence_key, occurrence_at, kind, reason,
-                            recorded_at)
-SELECT * , %(now)s::timestamptz
-FROM unnest(%(ids)b::bigint[], %(keys)b::text[], %(ats)b::timestamptz[], %(kinds)b::text[],
-            %(reasons)b::text[]);
-
--- name: count_skip
+-- name: schedule_count_skip
 UPDATE schedules SET skipped_count = skipped_count + 1 WHERE id = %(id)s;
 
--- name: stale_tzdb
+-- name: schedule_stale_tzdb
 SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
        fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
        quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
@@ -97,7 +87,7 @@ ORDER BY id
 LIMIT %(limit)s
 FOR NO KEY UPDATE SKIP LOCKED;
 
--- name: set_next
+-- name: schedule_set_next
 UPDATE schedules AS s
 SET next_run_at = u.next_run_at, next_occurrence_key = u.next_key, tzdb_version = %(tzdb)s,
     updated_at = %(now)s
@@ -105,46 +95,66 @@ FROM unnest(%(ids)b::bigint[], %(next_run_ats)b::timestamptz[], %(next_keys)b::t
      AS u(id, next_run_at, next_key)
 WHERE s.id = u.id;
 
--- name: due_lag
+-- name: schedule_due_lag
 -- How far overdue the most overdue active schedule is (seconds; 0 when none is).
 SELECT coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(next_run_at)),
                 0)::float8
 FROM schedules WHERE NOT paused AND next_run_at <= coalesce(%(now)s::timestamptz, now());
 
--- name: retention_jobs
--- One bounded batch of finished jobs (succeeded, cancelled) older than the cutoff. Dead jobs
--- are kept until a person requeues or cancels them (unless dead_before is given).
-WITH doomed AS (
-    SELECT id FROM jobs
-    WHERE (status IN ('succeeded', 'cancelled') AND completed_at < %(before)s)
-       OR (%(dead_before)s::timestamptz IS NOT NULL AND status = 'dead'
-           AND completed_at < %(dead_before)s::timestamptz)
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM jobs WHERE id IN (SELECT id FROM doomed);
+-- name: schedule_table_exists
+-- The scheduler-lag probe of /healthz and /metrics: a database without the scheduler's
+-- migrations has no lag to report.
+SELECT to_regclass('schedules') IS NOT NULL;
 
--- name: retention_attempts
-WITH doomed AS (
-    SELECT id FROM job_attempts WHERE finished_at < %(before)s LIMIT %(limit)s
-)
-DELETE FROM job_attempts WHERE id IN (SELECT id FROM doomed);
+-- name: schedule_get
+-- One schedule by %(id)s, or (id NULL) by %(key)s within %(organization_id)s (NULL: the
+-- schedules of no organization). Optional filters written as "(param IS NULL OR col = param)":
+-- one static query (procrastinate's list_jobs), and PostgreSQL folds the NULL tests of each
+-- execution's custom plan away, so the id path stays a primary-key probe.
+SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+       created_at, updated_at
+FROM schedules
+WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+  AND (%(key)s::text IS NULL
+       OR (key = %(key)s::text
+           AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid));
 
--- name: retention_effects
-WITH doomed AS (
-    SELECT effect_key FROM job_effects WHERE recorded_at < %(before)s LIMIT %(limit)s
-)
-DELETE FROM job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);
+-- name: schedule_get_for_update
+-- schedule_get, locking the row for a change (FOR NO KEY UPDATE, the row lock the tick takes
+-- too).
+SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+       created_at, updated_at
+FROM schedules
+WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+  AND (%(key)s::text IS NULL
+       OR (key = %(key)s::text
+           AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid))
+FOR NO KEY UPDATE;
 
--- name: retention_skips
-WITH doomed AS (
-    SELECT id FROM schedule_skips WHERE recorded_at < %(before)s LIMIT %(limit)s
-)
-DELETE FROM schedule_skips WHERE id IN (SELECT id FROM doomed);
+-- name: schedule_list
+-- Schedules in id order, each filter optional. The organization filter has a flag of its own,
+-- %(by_organization)s, because a NULL organization_id is a value to match (no organization).
+SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+       created_at, updated_at
+FROM schedules
+WHERE (NOT %(by_organization)s::bool
+       OR organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid)
+  AND (%(subject)s::text IS NULL OR subject = %(subject)s::text)
+  AND (%(source)s::text IS NULL OR source = %(source)s::text)
+ORDER BY id
+LIMIT %(limit)s;
 
--- name: retention_outbox
--- Processed events only: dead ones (processed_at NULL) wait for a person.
-WITH doomed AS (
-    SELECT id FROM outbox_events WHERE processed_at < %(before)s LIMIT %(limit)s
-)
-DELETE FROM outbox_events WHERE id IN (SELECT id FROM doomed);
+-- name: schedule_delete
+DELETE FROM schedules WHERE id = %(id)s;

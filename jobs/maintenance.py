@@ -1,0 +1,232 @@
+"""Maintenance of the queue's own tables: lease recovery and retention, in bounded batches.
+
+The queue owns its tables (``jobs``, ``job_attempts``, ``job_effects``, ``outbox_events``), so
+the work that keeps them healthy lives here, beside their SQL. Shaped like River's
+``internal/maintenance/job_cleaner.go``: each task has a config with defaults and validation,
+and a batch loop that runs one short statement per batch (each its own transaction) and stops
+when a batch comes back short. No batch holds a lock for long; a duplicate run finds nothing
+left to do.
+
+* :func:`rescue_leases` / :func:`recover_leases` return expired leases to the queue (or to
+  dead when the attempts are spent). Every worker's reaper runs one bounded batch per
+  ``reap_interval``; ``scheduler.maintenance`` schedules a full pass every minute, which covers
+  a fleet with no worker running.
+* :func:`clean` deletes what is finished and old: succeeded and cancelled jobs, attempt
+  history, effect records and processed outbox events. Dead jobs and dead events wait for a
+  person unless ``dead_retention`` is set.
+
+Nothing here schedules itself: the scheduler declares when these run
+(``scheduler.maintenance``), as procrastinate's ``builtin_tasks`` wrap the manager that owns the
+table. ``on_batch`` is a test signal (River's ``testsignal``): ``None`` costs nothing in
+production, and a test passes a callback to see every batch instead of polling.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, LiteralString
+
+import psycopg
+
+from jobs.errors import InvalidJob
+from jobs.queries import query
+from jobs.store import JobStore, PgJobStore
+
+log = logging.getLogger("tockwork.maintenance")
+
+BatchSignal = Callable[[str, int], None]
+"""Called after each batch with the kind (``"leases"``, ``"jobs"``, ...) and its row count."""
+
+Rescued = tuple[int, str, str]
+"""An expired lease recovered: ``(job id, queue, new status)``."""
+
+
+def _batch_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJob("batch_size", value, "must be a positive integer")
+    return value
+
+
+def _age(field: str, value: Any) -> timedelta:
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise InvalidJob(field, value, "must be a timedelta >= 0")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RescueConfig:
+    """How the lease rescuer works (River's ``JobRescuerConfig``)."""
+
+    batch_size: int = 1000
+    """Expired leases recovered per statement."""
+
+    max_batches: int | None = None
+    """Stop after this many batches (a worker's reaper runs one); None: until a batch is short."""
+
+    def __post_init__(self) -> None:
+        _batch_size(self.batch_size)
+        if self.max_batches is not None and (
+            isinstance(self.max_batches, bool)
+            or not isinstance(self.max_batches, int)
+            or self.max_batches < 1
+        ):
+            raise InvalidJob("max_batches", self.max_batches, "must be None or a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """How long the queue keeps what is finished (River's ``JobCleanerConfig``)."""
+
+    finished_retention: timedelta = timedelta(days=7)
+    """Succeeded and cancelled jobs, counted from ``completed_at``."""
+
+    dead_retention: timedelta | None = None
+    """Dead jobs, counted from ``completed_at``; None keeps them until a person acts."""
+
+    attempt_retention: timedelta = timedelta(days=30)
+    """Attempt history (``job_attempts``), counted from ``finished_at``, whatever the job."""
+
+    effect_retention: timedelta = timedelta(days=30)
+    """Effect records (``job_effects``): a retry older than this could repeat its effect."""
+
+    outbox_retention: timedelta = timedelta(days=7)
+    """Processed outbox events, counted from ``processed_at``; dead events are kept."""
+
+    batch_size: int = 5000
+    """Rows deleted per statement (each batch is its own transaction)."""
+
+    def __post_init__(self) -> None:
+        _age("finished_retention", self.finished_retention)
+        if self.dead_retention is not None:
+            _age("dead_retention", self.dead_retention)
+        _age("attempt_retention", self.attempt_retention)
+        _age("effect_retention", self.effect_retention)
+        _age("outbox_retention", self.outbox_retention)
+        _batch_size(self.batch_size)
+
+
+def _batches(
+    kind: str,
+    run_batch: Callable[[], int],
+    batch_size: int,
+    max_batches: int | None = None,
+    on_batch: BatchSignal | None = None,
+) -> int:
+    """Run ``run_batch`` until it handles fewer than ``batch_size`` rows; the total handled."""
+    total = batches = 0
+    while True:
+        handled = max(run_batch(), 0)
+        total += handled
+        batches += 1
+        if on_batch is not None:
+            on_batch(kind, handled)
+        if handled < batch_size or (max_batches is not None and batches >= max_batches):
+            return total
+
+
+def rescue_leases(
+    store: JobStore,
+    config: RescueConfig | None = None,
+    *,
+    now: datetime | None = None,
+    on_batch: BatchSignal | None = None,
+) -> list[Rescued]:
+    """Recover expired leases through ``store`` (each batch one :meth:`JobStore.reap`).
+
+    The store decides the transactions: :class:`jobs.store.PgJobStore` on an autocommit
+    connection (a worker's) commits every batch on its own.
+    """
+    config = config or RescueConfig()
+    rescued: list[Rescued] = []
+
+    def batch() -> int:
+        found = store.reap(config.batch_size, now)
+        rescued.extend(found)
+        return len(found)
+
+    _batches("leases", batch, config.batch_size, config.max_batches, on_batch)
+    return rescued
+
+
+def recover_leases(
+    conn: psycopg.Connection[Any],
+    config: RescueConfig | None = None,
+    *,
+    now: datetime | None = None,
+    on_batch: BatchSignal | None = None,
+) -> int:
+    """Return every expired lease to the queue (or to dead); the number recovered.
+
+    Each batch is its own transaction when ``conn`` is idle (a savepoint inside the caller's
+    transaction otherwise).
+    """
+    config = config or RescueConfig()
+    store = PgJobStore(conn)
+
+    def batch() -> int:
+        with conn.transaction():
+            return len(store.reap(config.batch_size, now))
+
+    return _batches("leases", batch, config.batch_size, config.max_batches, on_batch)
+
+
+def _delete(
+    conn: psycopg.Connection[Any],
+    kind: str,
+    name: LiteralString,
+    params: dict[str, Any],
+    config: RetentionConfig,
+    on_batch: BatchSignal | None,
+) -> int:
+    def batch() -> int:
+        with conn.transaction():
+            return conn.execute(query(name), {**params, "limit": config.batch_size}).rowcount
+
+    return _batches(kind, batch, config.batch_size, on_batch=on_batch)
+
+
+def clean(
+    conn: psycopg.Connection[Any],
+    config: RetentionConfig | None = None,
+    *,
+    now: datetime | None = None,
+    on_batch: BatchSignal | None = None,
+) -> dict[str, int]:
+    """Delete what is older than its retention, in bounded batches; the counts per kind.
+
+    Kinds: ``jobs``, ``attempts``, ``effects``, ``outbox``. Ages count back from ``now``
+    (default: the database clock of each batch). ``conn`` must not be inside a transaction
+    (each batch commits).
+    """
+    config = config or RetentionConfig()
+    dead = config.dead_retention
+    tasks: list[tuple[str, LiteralString, dict[str, Any]]] = [
+        (
+            "jobs",
+            "job_delete_finished",
+            {
+                "finished_age": config.finished_retention.total_seconds(),
+                "dead_age": None if dead is None else dead.total_seconds(),
+            },
+        ),
+        (
+            "attempts",
+            "job_attempt_delete_before",
+            {"age": config.attempt_retention.total_seconds()},
+        ),
+        ("effects", "job_effect_delete_before", {"age": config.effect_retention.total_seconds()}),
+        (
+            "outbox",
+            "outbox_event_delete_processed",
+            {"age": config.outbox_retention.total_seconds()},
+        ),
+    ]
+    counts = {
+        kind: _delete(conn, kind, name, {**params, "now": now}, config, on_batch)
+        for kind, name, params in tasks
+    }
+    log.debug("queue retention: deleted %s", counts)
+    return counts

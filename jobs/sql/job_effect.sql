@@ -1,0 +1,16 @@
+-- Named queries on the job_effects table (side effects recorded once, jobs/effects.py).
+
+-- name: job_effect_record
+INSERT INTO job_effects (effect_key, job_id, detail, recorded_at)
+VALUES (%(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (effect_key) DO NOTHING
+RETURNING effect_key;
+
+-- name: job_effect_delete_before
+-- Retention: one bounded batch of effect records older than %(age)s seconds.
+WITH doomed AS (
+    SELECT effect_key FROM job_effects
+    WHERE recorded_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s::float8)
+    LIMIT %(limit)s
+)
+DELETE FROM job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);

@@ -1,0 +1,20 @@
+-- Named statements of the scheduler component that touch no table (River's pg_misc.sql).
+
+-- name: pg_now
+-- The database clock: production plans with one clock, the database's.
+SELECT now();
+
+-- name: pg_set_statement_timeout
+-- For the whole session (the /healthz checks run on one short-lived connection).
+SELECT set_config('statement_timeout', %(timeout)s, false);
+
+-- name: pg_ping
+SELECT 1;
+
+-- name: pg_database_create
+-- Development databases (scheduler/devdb.py): the placeholders take the database's name (a
+-- psycopg.sql.Identifier) and an optional TEMPLATE clause.
+CREATE DATABASE {} {}
+
+-- name: pg_database_drop
+DROP DATABASE IF EXISTS {} WITH (FORCE)
