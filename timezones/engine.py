@@ -35,7 +35,7 @@ from typing import Any, cast
 from timezones.cron import CronSpec, parse_cron
 from timezones.epoch import DAY, EPOCH, FIRST_LOCAL, SECOND, epoch_seconds, local_seconds
 from timezones.epoch import seconds_of_day as _seconds_of_day
-from timezones.errors import InvalidRule, TimezoneError
+from timezones.errors import InvalidRule, TimezoneError, shown
 from timezones.occurrence import Occurrence
 from timezones.policy import (
     Adjustment,
@@ -96,7 +96,7 @@ def _compile(rule: Rule) -> Plan:
         return compile_rrule(rule.rrule, rule.dtstart)
     if isinstance(rule, IntervalRule):
         return IntervalPlan((rule.anchor - EPOCH) // SECOND, rule.seconds)
-    raise InvalidRule("rule", rule, f"unsupported rule {rule!r}")
+    raise InvalidRule("rule", rule, f"unsupported rule {shown(rule)}")
 
 
 def plan_of(rule: Rule) -> Plan:
@@ -249,7 +249,7 @@ def next_after(
         found = _ENTRIES.get(zone) if type(zone) is str else None
         entry = zone_entry(zone) if found is None else found
         gap_p, fold_p = plan.default_gap, FoldPolicy.FIRST
-    zone_of_after = after.tzinfo
+    zone_of_after = getattr(after, "tzinfo", None)  # not a datetime: epoch_seconds says so
     if zone_of_after is None or (
         type(zone_of_after) not in _KNOWN_TZINFO_TYPES and after.utcoffset() is None
     ):
@@ -295,7 +295,7 @@ def occurrences(
     a = epoch_seconds(after, "after")
     limit = None if until is None else epoch_seconds(until, "until")
     if count is not None and count < 0:
-        raise TimezoneError("count", count, f"must be >= 0, got {count!r}")
+        raise TimezoneError("count", count, f"must be >= 0, got {shown(count)}")
     return _iterate(plan, entry, a, limit, count, gap_p, fold_p)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 
-from timezones.errors import InvalidInput, NaiveDatetimeError
+from timezones.errors import NaiveDatetimeError, TimezoneError, shown
 
 __all__ = [
     "DAY",
@@ -47,7 +47,7 @@ LAST_LOCAL = (date(9999, 12, 31).toordinal() - EPOCH_ORDINAL) * DAY
 def epoch_seconds(value: datetime, field: str) -> int:
     """Whole UTC seconds since 1970 (floored) of an aware datetime; naive input is an error."""
     if not isinstance(value, datetime):
-        raise InvalidInput(field, value, f"expected an aware datetime, got {value!r}")
+        raise TimezoneError(field, value, f"expected an aware datetime, got {shown(value)}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise NaiveDatetimeError(
             field,

@@ -31,7 +31,7 @@ import bisect
 from datetime import UTC, datetime, tzinfo
 
 from timezones.epoch import local_seconds
-from timezones.errors import InvalidPolicy, TimezoneError
+from timezones.errors import InvalidPolicy, TimezoneError, shown
 from timezones.policy import Adjustment, FoldPolicy, GapPolicy, fold_policy, gap_policy
 from timezones.zones import MAX_OFFSET, ZoneTable, zone_entry
 
@@ -170,7 +170,7 @@ def resolve_local(
     dropped.
     """
     if not isinstance(local, datetime):
-        raise TimezoneError("local", local, f"expected a naive datetime, got {local!r}")
+        raise TimezoneError("local", local, f"expected a naive datetime, got {shown(local)}")
     if local.tzinfo is not None:
         raise TimezoneError(
             "local",

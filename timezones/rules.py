@@ -11,7 +11,13 @@ Three spellings of one rule, all parsed by :func:`parse_rule`:
   ``rrule:FREQ=WEEKLY;BYDAY=MO`` (optionally ``rrule:DTSTART=2026-01-05T08:00;FREQ=...``),
   ``every:15m`` (optionally ``every:15m@2026-01-01T00:00:00Z``).
 
-Rules hold local wall times only (``time``, naive ``datetime``); the zone is given separately.
+Rules hold local wall times only; the zone is given separately. Two kinds appear, under the
+persisted field name ``at`` and a descriptive alias (docs/time-zones.md, "Glossary"):
+
+* a **time of day** (``datetime.time``): ``DailyRule.at``, read it as ``rule.time_of_day``;
+* a **local wall time** (naive ``datetime``): ``OnceRule.at``, read it as ``rule.wall_time``.
+
+``IntervalRule.anchor`` is the one instant (aware, UTC) a rule holds.
 Invalid rules fail here, at parse time, with :class:`InvalidRule` naming the field and value.
 """
 
@@ -108,7 +114,12 @@ class _Rule(BaseModel):
 
 
 class _AtRule(_Rule):
-    at: time
+    at: time  # the time of day; persisted as "at"
+
+    @property
+    def time_of_day(self) -> time:
+        """The local time of day the rule fires at (the field ``at``)."""
+        return self.at
 
     @field_validator("at", mode="before")
     @classmethod
@@ -174,7 +185,12 @@ class OnceRule(_Rule):
     """A single local date-time."""
 
     kind: Literal["once"] = "once"
-    at: datetime
+    at: datetime  # a naive local wall time; persisted as "at"
+
+    @property
+    def wall_time(self) -> datetime:
+        """The naive local date-time the rule fires at (the field ``at``)."""
+        return self.at
 
     @field_validator("at", mode="before")
     @classmethod
@@ -217,7 +233,7 @@ class RRuleRule(_Rule):
         try:
             compile_rrule(self.rrule, self.dtstart)
         except InvalidInput as exc:
-            raise ValueError(f"invalid RRULE {self.rrule!r}: {exc.reason}") from None
+            raise ValueError(f"invalid RRULE {shown(self.rrule)}: {exc.reason}") from None
         return self
 
     @field_serializer("dtstart")

@@ -485,11 +485,17 @@ def get_zone(name: str) -> zoneinfo.ZoneInfo:
 
 @dataclass(frozen=True)
 class Transition:
-    """One change of UTC offset: ``at`` is the first instant of the new offset."""
+    """One change of UTC offset: ``at`` (also ``instant``) is the first instant of the new
+    offset, aware, in UTC."""
 
     at: datetime
     offset_before: timedelta
     offset_after: timedelta
+
+    @property
+    def instant(self) -> datetime:
+        """The first instant of the new offset (the field ``at``)."""
+        return self.at
 
     @property
     def kind(self) -> Literal["gap", "fold"]:
