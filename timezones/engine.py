@@ -249,7 +249,10 @@ def next_after(
         found = _ENTRIES.get(zone) if type(zone) is str else None
         entry = zone_entry(zone) if found is None else found
         gap_p, fold_p = plan.default_gap, FoldPolicy.FIRST
-    zone_of_after = getattr(after, "tzinfo", None)  # not a datetime: epoch_seconds says so
+    try:
+        zone_of_after = after.tzinfo
+    except AttributeError:  # not a datetime: epoch_seconds raises the typed error
+        zone_of_after = None
     if zone_of_after is None or (
         type(zone_of_after) not in _KNOWN_TZINFO_TYPES and after.utcoffset() is None
     ):
