@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from timezones import Rule, get_zone, parse_rule
+from timezones import FoldPolicy, GapPolicy, Rule, get_zone, parse_rule, resolve_local
 
 
 class CatchUp(StrEnum):
@@ -57,13 +57,21 @@ class QuietHours:
     def end_after(self, local: datetime, zone: ZoneInfo) -> datetime:
         """The instant (UTC) the window containing ``local`` ends.
 
-        A window end that falls in a DST gap is shifted forward by the gap (PEP 495 fold=0).
+        The end is a local wall time, resolved in ``zone`` by ``timezones.resolve_local`` with
+        ``gap=shift_forward`` (an end at 02:30 on a 02:00 -> 03:00 night is 03:30 new time) and
+        ``fold=first`` (an end at 01:30 on a fall-back night is the earlier 01:30).
         """
         day = local.date()
         if self.start > self.end and local.time().replace(tzinfo=None) >= self.start:
             day += timedelta(days=1)
-        end = datetime.combine(day, self.end, tzinfo=zone)
-        return end.astimezone(UTC)
+        end = resolve_local(
+            datetime.combine(day, self.end),
+            zone,
+            gap=GapPolicy.SHIFT_FORWARD,
+            fold=FoldPolicy.FIRST,
+        )
+        assert end is not None  # shift_forward always gives an instant
+        return end
 
     def to_json(self) -> dict[str, str]:
         return {

@@ -81,5 +81,5 @@ class FrozenClock:
 
 def _utc(value: datetime, field: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
-        raise NaiveDatetimeError(f"{field}: naive datetime {value.isoformat()!r} has no zone")
+        raise NaiveDatetimeError(field, value, f"naive datetime {value.isoformat()!r} has no zone")
     return value.astimezone(UTC)

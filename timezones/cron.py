@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
 
-from timezones.errors import InvalidRule
+from timezones.epoch import days_in_month as _days_in_month
+from timezones.errors import InvalidRule, shown
 
 __all__ = ["CronSpec", "parse_cron"]
 
@@ -90,18 +91,12 @@ class CronSpec:
         return None
 
 
-def _days_in_month(year: int, month: int) -> int:
-    if month == 2:
-        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
-    return 30 if month in (4, 6, 9, 11) else 31
-
-
 def _value(text: str, names: list[str] | None, offset: int, field: str, expr: str) -> int:
     lowered = text.lower()
     if names is not None and lowered in names:
         return names.index(lowered) + offset
     if not text.isdigit():
-        raise InvalidRule(f"cron {field}: invalid value {text!r} in {expr!r}")
+        raise InvalidRule(f"cron {field}", text, f"invalid value {shown(text)} in {shown(expr)}")
     return int(text)
 
 
@@ -112,12 +107,18 @@ def _field(
     values: set[int] = set()
     for part in text.split(","):
         if not part:
-            raise InvalidRule(f"cron {field}: empty list item in {text!r} of {expr!r}")
+            raise InvalidRule(
+                f"cron {field}", text, f"empty list item in {shown(text)} of {shown(expr)}"
+            )
         base, slash, step_text = part.partition("/")
         step = 1
         if slash:
             if not step_text.isdigit() or int(step_text) == 0:
-                raise InvalidRule(f"cron {field}: invalid step {step_text!r} in {expr!r}")
+                raise InvalidRule(
+                    f"cron {field}",
+                    step_text,
+                    f"invalid step {shown(step_text)} in {shown(expr)}",
+                )
             step = int(step_text)
         if base == "*":
             first, last = low, high
@@ -130,9 +131,13 @@ def _field(
             last = high if slash else first
         for v in (first, last):
             if not low <= v <= high:
-                raise InvalidRule(f"cron {field}: value {v} out of range {low}-{high} in {expr!r}")
+                raise InvalidRule(
+                    f"cron {field}", v, f"value {v} out of range {low}-{high} in {shown(expr)}"
+                )
         if first > last:
-            raise InvalidRule(f"cron {field}: range {base!r} runs backwards in {expr!r}")
+            raise InvalidRule(
+                f"cron {field}", base, f"range {shown(base)} runs backwards in {shown(expr)}"
+            )
         values.update(range(first, last + 1, step))
     return frozenset(values)
 
@@ -140,15 +145,17 @@ def _field(
 def parse_cron(expr: str) -> CronSpec:
     """Parse a 5-field Vixie expression or a macro (``@daily``); raise :class:`InvalidRule`."""
     if not isinstance(expr, str):
-        raise InvalidRule(f"cron expr: expected text, got {expr!r}")
+        raise InvalidRule("cron expr", expr, f"expected text, got {shown(expr)}")
     text = " ".join(expr.split())
     if text.startswith("@"):
         if text.lower() not in _MACROS:
-            raise InvalidRule(f"cron expr: unsupported macro {expr!r}")
+            raise InvalidRule("cron expr", expr, f"unsupported macro {shown(expr)}")
         text = _MACROS[text.lower()]
     fields = text.split(" ")
     if len(fields) != 5:
-        raise InvalidRule(f"cron expr: expected 5 fields, got {len(fields)} in {expr!r}")
+        raise InvalidRule(
+            "cron expr", expr, f"expected 5 fields, got {len(fields)} in {shown(expr)}"
+        )
     minute, hour, dom, month, dow = fields
     minutes = _field(minute, 0, 59, "minute", expr)
     hours = _field(hour, 0, 23, "hour", expr)
@@ -159,7 +166,7 @@ def parse_cron(expr: str) -> CronSpec:
     dom_star, dow_star = dom.startswith("*"), dow.startswith("*")
     either = not dom_star and not dow_star
     if not either and not any(d <= _MAX_DAYS[m - 1] for m in months for d in doms):
-        raise InvalidRule(f"cron expr: day of month and month never meet in {expr!r}")
+        raise InvalidRule("cron expr", expr, f"day of month and month never meet in {shown(expr)}")
     times = tuple(sorted(h * 3600 + m * 60 for h in hours for m in minutes))
     return CronSpec(
         minutes=minutes,

@@ -64,7 +64,19 @@ class InvalidInput(TockworkError, ValueError):
 
 
 class TimezoneError(InvalidInput):
-    """Base class of every error raised by ``timezones``."""
+    """Base class of every error raised by ``timezones``.
+
+    Built as ``TimezoneError(field, value, reason)`` like every :class:`InvalidInput`; the
+    message reads ``"{field}: {reason}"`` and the reason names the value (bounded with
+    :func:`shown`), e.g. ``zone: unknown time zone 'America/Chicgo' in tz database 2026f (did
+    you mean 'America/Chicago'?)``. That is the wording ``timezones`` has always used, and what
+    docs and callers quote.
+    """
+
+    def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
+        super().__init__(field, value, reason)
+        if reason is not None:
+            self.args = (f"{field}: {reason}",)
 
 
 class InvalidRule(TimezoneError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from timezones.errors import InvalidPolicy
+from timezones.errors import InvalidPolicy, shown
 
 __all__ = ["Adjustment", "CronWildcard", "FoldPolicy", "GapPolicy", "fold_policy", "gap_policy"]
 
@@ -59,7 +59,9 @@ def gap_policy(value: GapPolicy | str | None, default: GapPolicy) -> GapPolicy:
         return GapPolicy(value)
     except ValueError:
         allowed = ", ".join(p.value for p in GapPolicy)
-        raise InvalidPolicy(f"gap: unknown policy {value!r} (use one of {allowed})") from None
+        raise InvalidPolicy(
+            "gap", value, f"unknown policy {shown(value)} (use one of {allowed})"
+        ) from None
 
 
 def fold_policy(
@@ -72,4 +74,6 @@ def fold_policy(
         return FoldPolicy(value)
     except ValueError:
         allowed = ", ".join(p.value for p in FoldPolicy)
-        raise InvalidPolicy(f"fold: unknown policy {value!r} (use one of {allowed})") from None
+        raise InvalidPolicy(
+            "fold", value, f"unknown policy {shown(value)} (use one of {allowed})"
+        ) from None

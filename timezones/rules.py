@@ -11,7 +11,13 @@ Three spellings of one rule, all parsed by :func:`parse_rule`:
   ``rrule:FREQ=WEEKLY;BYDAY=MO`` (optionally ``rrule:DTSTART=2026-01-05T08:00;FREQ=...``),
   ``every:15m`` (optionally ``every:15m@2026-01-01T00:00:00Z``).
 
-Rules hold local wall times only (``time``, naive ``datetime``); the zone is given separately.
+Rules hold local wall times only; the zone is given separately. Two kinds appear, under the
+persisted field name ``at`` and a descriptive alias (docs/time-zones.md, "Glossary"):
+
+* a **time of day** (``datetime.time``): ``DailyRule.at``, read it as ``rule.time_of_day``;
+* a **local wall time** (naive ``datetime``): ``OnceRule.at``, read it as ``rule.wall_time``.
+
+``IntervalRule.anchor`` is the one instant (aware, UTC) a rule holds.
 Invalid rules fail here, at parse time, with :class:`InvalidRule` naming the field and value.
 """
 
@@ -36,8 +42,9 @@ from pydantic import (
 )
 
 from timezones.cron import parse_cron
-from timezones.errors import InvalidRule
+from timezones.errors import InvalidInput, InvalidRule, shown
 from timezones.policy import CronWildcard
+from timezones.rrule_plan import compile_rrule
 
 __all__ = [
     "RULE_VERSION",
@@ -96,7 +103,7 @@ def _format_local(value: datetime) -> str:
 
 class _Rule(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    # The compiled form used by the engine (timezones.engine), built on first use.
+    # The compiled slot source (timezones.slots), built on first use by timezones.engine.
     _plan: Any = PrivateAttr(default=None)
 
     def __str__(self) -> str:
@@ -107,7 +114,12 @@ class _Rule(BaseModel):
 
 
 class _AtRule(_Rule):
-    at: time
+    at: time  # the time of day; persisted as "at"
+
+    @property
+    def time_of_day(self) -> time:
+        """The local time of day the rule fires at (the field ``at``)."""
+        return self.at
 
     @field_validator("at", mode="before")
     @classmethod
@@ -173,7 +185,12 @@ class OnceRule(_Rule):
     """A single local date-time."""
 
     kind: Literal["once"] = "once"
-    at: datetime
+    at: datetime  # a naive local wall time; persisted as "at"
+
+    @property
+    def wall_time(self) -> datetime:
+        """The naive local date-time the rule fires at (the field ``at``)."""
+        return self.at
 
     @field_validator("at", mode="before")
     @classmethod
@@ -213,12 +230,10 @@ class RRuleRule(_Rule):
 
     @model_validator(mode="after")
     def _check_expands(self) -> RRuleRule:
-        from timezones.engine import compile_rrule
-
         try:
-            compile_rrule(self)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"invalid RRULE {self.rrule!r}: {exc}") from None
+            compile_rrule(self.rrule, self.dtstart)
+        except InvalidInput as exc:
+            raise ValueError(f"invalid RRULE {shown(self.rrule)}: {exc.reason}") from None
         return self
 
     @field_serializer("dtstart")
@@ -321,13 +336,14 @@ _RULE_TYPES = (
 )
 
 
-def _error_message(exc: ValidationError, source: object) -> str:
+def _invalid(exc: ValidationError, source: object) -> InvalidRule:
+    """The rule as a whole is the field; the reason lists each failing part and its value."""
     parts = []
     for error in exc.errors(include_url=False):
         loc = ".".join(str(x) for x in error["loc"] if x not in _KINDS) or "rule"
         message = str(error["msg"]).removeprefix("Value error, ")
-        parts.append(f"{loc}: {message} (got {error.get('input')!r})")
-    return f"invalid rule {source!r}: " + "; ".join(parts)
+        parts.append(f"{loc}: {message} (got {shown(error.get('input'))})")
+    return InvalidRule("rule", source, f"{shown(source)} is not a valid rule: " + "; ".join(parts))
 
 
 _KINDS = {"daily", "weekdays", "weekly", "monthly", "once", "rrule", "cron", "interval"}
@@ -337,15 +353,17 @@ def _from_mapping(data: Mapping[str, Any], source: object) -> Rule:
     payload = dict(data)
     version = payload.pop("version", RULE_VERSION)
     if version != RULE_VERSION:
-        raise InvalidRule(f"version: unsupported rule version {version!r} (expected 1)")
+        raise InvalidRule(
+            "version", version, f"unsupported rule version {shown(version)} (expected 1)"
+        )
     kind = payload.get("kind")
     if kind not in _KINDS:
         allowed = ", ".join(sorted(_KINDS))
-        raise InvalidRule(f"kind: unknown rule kind {kind!r} (use one of {allowed})")
+        raise InvalidRule("kind", kind, f"unknown rule kind {shown(kind)} (use one of {allowed})")
     try:
         return _ADAPTER.validate_python(payload)
     except ValidationError as exc:
-        raise InvalidRule(_error_message(exc, source)) from None
+        raise _invalid(exc, source) from None
 
 
 def _from_text(text: str) -> Rule:
@@ -354,9 +372,9 @@ def _from_text(text: str) -> Rule:
         try:
             data = json.loads(stripped)
         except json.JSONDecodeError as exc:
-            raise InvalidRule(f"rule: invalid JSON {text!r}: {exc.msg}") from None
+            raise InvalidRule("rule", text, f"invalid JSON {shown(text)}: {exc.msg}") from None
         if not isinstance(data, dict):
-            raise InvalidRule(f"rule: expected a JSON object, got {text!r}")
+            raise InvalidRule("rule", text, f"expected a JSON object, got {shown(text)}")
         return _from_mapping(data, text)
     head, sep, body = stripped.partition(":")
     head_kind, at_sep, at = stripped.partition("@")
@@ -365,8 +383,10 @@ def _from_text(text: str) -> Rule:
         payload = {"kind": head_kind, "at": at}
     elif not sep:
         raise InvalidRule(
-            f"rule: cannot parse {text!r} (examples: daily@08:00, weekly:mon,fri@18:30, "
-            "monthly:last@09:00, once:2026-12-24T18:00, cron:30 2 * * *, every:15m)"
+            "rule",
+            text,
+            f"cannot parse {shown(text)} (examples: daily@08:00, weekly:mon,fri@18:30, "
+            "monthly:last@09:00, once:2026-12-24T18:00, cron:30 2 * * *, every:15m)",
         )
     elif head == "weekly":
         days, _, at = body.rpartition("@")
@@ -390,7 +410,7 @@ def _from_text(text: str) -> Rule:
         if at_sep2:
             payload["anchor"] = anchor
     else:
-        raise InvalidRule(f"kind: unknown rule kind {head!r} in {text!r}")
+        raise InvalidRule("kind", head, f"unknown rule kind {shown(head)} in {shown(text)}")
     return _from_mapping(payload, text)
 
 
@@ -406,7 +426,7 @@ def parse_rule(value: str | Mapping[str, Any] | _Rule) -> Rule:
         return _from_text(value)
     if isinstance(value, Mapping):
         return _from_mapping(value, dict(value))
-    raise InvalidRule(f"rule: expected text or a mapping, got {value!r}")
+    raise InvalidRule("rule", value, f"expected text or a mapping, got {shown(value)}")
 
 
 def rule_to_json(rule: Rule) -> dict[str, Any]:

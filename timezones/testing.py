@@ -24,10 +24,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from timezones.clock import FrozenClock
-from timezones.engine import Occurrence, next_after, occurrences
+from timezones.engine import next_after, occurrences, plan_of
 from timezones.errors import NaiveDatetimeError
+from timezones.occurrence import Occurrence
 from timezones.policy import FoldPolicy, GapPolicy
 from timezones.rules import Rule, parse_rule
+from timezones.slots import IntervalPlan
 from timezones.zones import Transition, get_zone, transitions
 
 __all__ = [
@@ -78,7 +80,7 @@ def frozen_clock(at: datetime | str) -> FrozenClock:
     if isinstance(at, str):
         at = datetime.fromisoformat(at.replace("Z", "+00:00"))
     if at.tzinfo is None:
-        raise NaiveDatetimeError(f"at: naive datetime {at.isoformat()!r} has no zone")
+        raise NaiveDatetimeError("at", at, f"naive datetime {at.isoformat()!r} has no zone")
     return FrozenClock(at)
 
 
@@ -135,10 +137,8 @@ def _around(schedule: Schedule, rule: Rule, change: Transition) -> list[DstRepor
 
 def _nominal_slots(rule: Rule, zone: str, lo: datetime, hi: datetime) -> list[datetime]:
     """Nominal local slots whose local date lies in the window (missing dates included)."""
-    from timezones import engine
-
-    plan = engine._plan_of(rule)
-    if plan.wall_clock is not None or isinstance(plan, engine._IntervalPlan):
+    plan = plan_of(rule)
+    if plan.wall_clock is not None or isinstance(plan, IntervalPlan):
         return []
     tz = get_zone(zone)
     epoch = datetime(1970, 1, 1)

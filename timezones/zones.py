@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Literal
 
-from timezones.errors import UnknownZone
+from timezones.epoch import DAY as _DAY
+from timezones.epoch import EPOCH as _EPOCH
+from timezones.epoch import EPOCH_ORDINAL as _EPOCH_ORDINAL
+from timezones.epoch import days_in_month as _days_in_month
+from timezones.epoch import epoch_seconds
+from timezones.epoch import is_leap as _is_leap
+from timezones.errors import TimezoneError, UnknownZone, shown
 
 __all__ = [
     "Transition",
@@ -49,9 +55,6 @@ __all__ = [
 
 TzDatabase = Literal["tzdata", "system"]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_DAY = 86400
 # |UTC offset| never exceeds 26 hours in any tzdb zone (LMT included); used to bound searches.
 MAX_OFFSET = 26 * 3600
 _FOOTER_CHUNK_YEARS = 100
@@ -119,16 +122,6 @@ class _PosixRule:
         return (day - _EPOCH_ORDINAL) * _DAY + self.seconds
 
 
-def _is_leap(year: int) -> bool:
-    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-
-
-def _days_in_month(year: int, month: int) -> int:
-    if month == 2:
-        return 29 if _is_leap(year) else 28
-    return 30 if month in (4, 6, 9, 11) else 31
-
-
 @dataclass(frozen=True)
 class _Footer:
     std: int
@@ -168,7 +161,7 @@ class _Footer:
 def _parse_tzif(data: bytes) -> tuple[list[int], list[int], _Footer | None, int]:
     """Return (changes, offsets with len = len(changes) + 1, footer, last raw transition)."""
     if data[:4] != b"TZif":
-        raise ValueError("not a TZif file")
+        raise TimezoneError("tzif", data[:4], f"not a TZif file (starts {data[:4]!r})")
     version = data[4:5]
     header = struct.Struct(">6l")
     isutcnt, isstdcnt, leapcnt, timecnt, typecnt, charcnt = header.unpack_from(data, 20)
@@ -358,10 +351,16 @@ def use_tz_database(source: TzDatabase = "tzdata", *, path: str | None = None) -
     elif source == "system":
         directory = path or next(iter(zoneinfo.TZPATH), None)
         if directory is None or not os.path.isdir(directory):
-            raise UnknownZone(f"tz database path: no system time-zone directory at {directory!r}")
+            raise UnknownZone(
+                "tz database path",
+                directory,
+                f"no system time-zone directory at {shown(directory)}",
+            )
         new = _Database("system", directory)
     else:
-        raise UnknownZone(f"tz database: unknown source {source!r} (use 'tzdata' or 'system')")
+        raise UnknownZone(
+            "tz database", source, f"unknown source {shown(source)} (use 'tzdata' or 'system')"
+        )
     with _state_lock:
         _database = new
         _entries.clear()
@@ -411,8 +410,10 @@ def _refuse_fixed_offset(name: str) -> UnknownZone:
         suggestions.append(f"Etc/GMT{hours:+d}" if hours else "Etc/UTC")
     hint = ", ".join(suggestions) if suggestions else "an IANA name such as Europe/Paris"
     return UnknownZone(
-        f"zone: fixed UTC offset {name!r} is not a time zone; recurring rules need an IANA "
-        f"zone name whose offset follows the local clock, e.g. {hint}"
+        "zone",
+        name,
+        f"fixed UTC offset {shown(name)} is not a time zone; recurring rules need an IANA "
+        f"zone name whose offset follows the local clock, e.g. {hint}",
     )
 
 
@@ -421,7 +422,7 @@ def _entry_for_key(name: str) -> ZoneEntry:
     if entry is not None:
         return entry
     if not isinstance(name, str) or not name:
-        raise UnknownZone(f"zone: {name!r} is not a time zone name")
+        raise UnknownZone("zone", name, f"{shown(name)} is not a time zone name")
     keys = available_zones()
     if name not in keys:
         if _FIXED_OFFSET_RE.match(name.strip()):
@@ -432,7 +433,9 @@ def _entry_for_key(name: str) -> ZoneEntry:
             matches = difflib.get_close_matches(name, sorted(keys), n=1, cutoff=0.6)
             close = matches[0] if matches else None
         hint = f" (did you mean {close!r}?)" if close else ""
-        raise UnknownZone(f"zone: unknown time zone {name!r} in tz database {tzdb_version()}{hint}")
+        raise UnknownZone(
+            "zone", name, f"unknown time zone {shown(name)} in tz database {tzdb_version()}{hint}"
+        )
     data = _database.read(name)
     import io
 
@@ -460,8 +463,10 @@ def zone_entry(zone: str | tzinfo) -> ZoneEntry:
     if zone is UTC:
         return _entry_for_key("UTC")
     raise UnknownZone(
-        f"zone: {zone!r} is not an IANA time zone; pass a name such as 'Europe/Paris' "
-        "(fixed offsets are refused for recurring rules)"
+        "zone",
+        zone,
+        f"{shown(zone)} is not an IANA time zone; pass a name such as 'Europe/Paris' "
+        "(fixed offsets are refused for recurring rules)",
     )
 
 
@@ -480,11 +485,17 @@ def get_zone(name: str) -> zoneinfo.ZoneInfo:
 
 @dataclass(frozen=True)
 class Transition:
-    """One change of UTC offset: ``at`` is the first instant of the new offset."""
+    """One change of UTC offset: ``at`` (also ``instant``) is the first instant of the new
+    offset, aware, in UTC."""
 
     at: datetime
     offset_before: timedelta
     offset_after: timedelta
+
+    @property
+    def instant(self) -> datetime:
+        """The first instant of the new offset (the field ``at``)."""
+        return self.at
 
     @property
     def kind(self) -> Literal["gap", "fold"]:
@@ -498,8 +509,6 @@ class Transition:
 
 def transitions(zone: str | tzinfo, start: datetime, end: datetime) -> list[Transition]:
     """Every offset change of ``zone`` with ``start <= at < end`` (aware instants)."""
-    from timezones.engine import epoch_seconds
-
     table = zone_entry(zone).table
     lo, hi = epoch_seconds(start, "start"), epoch_seconds(end, "end")
     table.ensure(hi)

@@ -2,7 +2,8 @@
 
 Independent of the engine by construction: zones come from ``ZoneInfo.from_file`` over the
 ``tzdata`` package, wall clocks from ``datetime.astimezone`` minute by minute, cron fields from
-a separate tiny matcher. The fire set F of reference §4.2 is computed literally:
+a separate tiny matcher. The fire set F of docs/dst-semantics.md (section 2) is computed
+literally:
 
 * every nominal slot in the window is looked up in the map "wall time -> UTC minutes that show
   it"; one instant fires, two go through the fold policy, none is a gap: ``at_transition`` is

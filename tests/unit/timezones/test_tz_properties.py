@@ -1,9 +1,9 @@
-"""Property tests: the engine against the brute-force oracle (tests/oracle) and §5 invariants.
+"""Property tests: the engine against the brute-force oracle (tests/oracle) and the invariants.
 
 Instants are drawn near the offset changes of every zone of the tz database (found by the
 oracle, not by the engine) and uniformly. ``N(a)`` is ``next_after(rule, zone, a)``, ``F`` the
 fire set, ``loc(u)`` the wall clock of ``u``. Every docstring names the invariants it checks
-(numbers of reference/dst-semantics.md §5).
+by their numbers in docs/dst-semantics.md, section 10 ("Invariants").
 """
 
 from __future__ import annotations
