@@ -1,0 +1,47 @@
+"""The documentation is self-contained: every link and path it cites resolves inside the repository.
+
+Users get the repository, not the workplace it was written in: a reference such as
+``../shared/reference/...`` or a link to a file that moved is a broken promise.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SOURCES = [
+    *DOCS,
+    *(
+        p
+        for pkg in ("jobs", "scheduler", "timezones", "tests", "bench")
+        for p in (ROOT / pkg).rglob("*.py")
+    ),
+]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in SOURCES
+        if re.search(r"\.\./shared|shared/reference", path.read_text("utf-8"))
+        and path != Path(__file__).resolve()
+    ]
+    assert offenders == []
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    assert len(DOCS) > 3
+    broken = []
+    checked = 0
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text("utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            checked += 1
+            if not (doc.parent / target).resolve().exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert checked > 5, "no links found: the check would be vacuous"
+    assert broken == []
