@@ -39,7 +39,7 @@ from jobs.metrics import (
     make_wsgi_app,
     register_database,
 )
-from scheduler.queries import query
+from scheduler.queries import database_now, query
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
 
@@ -58,11 +58,7 @@ def scheduler_lag(conn: psycopg.Connection[Any], now: datetime | None = None) ->
     row = conn.execute(query("schedule_table_exists")).fetchone()
     if row != (True,):
         return None
-    if now is None:
-        now_row = conn.execute(query("pg_now")).fetchone()
-        assert now_row is not None
-        now = now_row[0]
-    lag_row = conn.execute(query("schedule_due_lag"), {"now": now}).fetchone()
+    lag_row = conn.execute(query("schedule_due_lag"), {"now": database_now(conn, now)}).fetchone()
     assert lag_row is not None
     return max(0.0, float(lag_row[0]))
 

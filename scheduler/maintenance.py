@@ -39,7 +39,7 @@ import psycopg
 import jobs
 from jobs import maintenance as queue_maintenance
 from scheduler.definitions import Definition, SyncResult, sync
-from scheduler.queries import query
+from scheduler.queries import database_now, query
 
 log = logging.getLogger("tockwork.maintenance")
 
@@ -83,13 +83,6 @@ def sync_maintenance(
     return sync(conn, definitions(retention=retention), now=now, scope="builtin")
 
 
-def _now(conn: psycopg.Connection[Any]) -> datetime:
-    row = conn.execute(query("pg_now")).fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
-
-
 def _days(name: str, days: Any) -> timedelta:
     if isinstance(days, bool) or not isinstance(days, int | float) or days < 0:
         raise jobs.InvalidJob(name, days, "must be a number of days >= 0")
@@ -122,7 +115,7 @@ def retention(
     (each batch commits).
     """
     settings = {**DEFAULT_AGES, **(ages or {})}
-    at = now or _now(conn)
+    at = database_now(conn, now)
     dead_days = settings.get("dead_days")
     config = queue_maintenance.RetentionConfig(
         finished_retention=_days("succeeded_days", settings["succeeded_days"]),

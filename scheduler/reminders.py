@@ -26,7 +26,7 @@ from jobs import Job, effects
 from scheduler import simulated
 from scheduler.errors import ScheduleNotFound
 from scheduler.planner import next_occurrence, schedule_meta
-from scheduler.queries import query
+from scheduler.queries import database_now, query
 from scheduler.schedules import get_schedule
 from scheduler.simulated import SimulatedPush
 from timezones import Clock
@@ -42,13 +42,6 @@ class Due:
 
     def __bool__(self) -> bool:
         return self.due
-
-
-def _db_now(conn: psycopg.Connection[Any]) -> datetime:
-    row = conn.execute(query("pg_now")).fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
 
 
 def _record_skip(
@@ -83,7 +76,7 @@ def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None =
     meta = schedule_meta(job)
     if meta is None:
         return Due(True)
-    at = now or _db_now(conn)
+    at = database_now(conn, now)
     try:
         schedule = get_schedule(conn, int(meta["id"]))
     except ScheduleNotFound:
@@ -143,7 +136,7 @@ class ReminderHandler:
         conn = self._connection()
         try:
             with conn.transaction():
-                now = self.clock.now() if self.clock is not None else _db_now(conn)
+                now = database_now(conn, self.clock.now() if self.clock is not None else None)
                 due = still_due(conn, job, now=now)
                 if not due:
                     if due.defer_until is not None:

@@ -36,7 +36,7 @@ from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, Reconnect, Service, default_name
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import SCHEDULE_PAYLOAD_KEY, Plan, next_occurrence, plan
-from scheduler.queries import query
+from scheduler.queries import database_now, query
 from scheduler.schedules import occurrence_idempotency_key
 from timezones import Clock, tzdb_version
 
@@ -102,10 +102,8 @@ class Scheduler(Service[TickResult]):
         at = self.now_or_none()
         if at is not None:
             return at
-        row = conn.execute(query("pg_now")).fetchone()
+        value = database_now(conn)
         conn.commit()
-        assert row is not None
-        value: datetime = row[0]
         return value
 
     def _result(self) -> TickResult:

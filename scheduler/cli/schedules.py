@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -26,6 +26,7 @@ from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
 from scheduler.tick import Scheduler
+from timezones import SystemClock
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -133,7 +134,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     with psycopg.connect(resolve_url(args.database_url)) as conn:
         s = _find(conn, args.key)
-    after = args.after or datetime.now(UTC)
+    after = args.after or SystemClock().now()  # the composition root reads the clock
     items = preview(s, after, args.count)
     if args.json:
         print(json.dumps([
