@@ -27,7 +27,7 @@ from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import COLUMNS, CatchUp, QuietHours, Schedule, schedule_from_row
 from scheduler.planner import next_occurrence
 from scheduler.queries import query
-from scheduler.spec import ScheduleSpec, check_subject, wrap
+from scheduler.spec import INPUT_ERRORS, ScheduleSpec, check_subject, wrap
 from timezones import (
     FoldPolicy,
     GapPolicy,
@@ -64,9 +64,11 @@ def _subject(value: Any) -> str | None:
 
 def _check_policies(rule: Rule, zone: str, gap: str | None, fold: str | None, now: datetime) -> Any:
     """Resolve the first occurrence; this also proves the rule, zone and policies fit."""
-    return _wrap(
-        "rule", rule_to_json(rule), lambda: next_after(rule, zone, now, gap=gap, fold=fold)
-    )
+    try:
+        return next_after(rule, zone, now, gap=gap, fold=fold)
+    except INPUT_ERRORS as exc:
+        # The rule's JSON form only when it is needed: it costs as much as the check.
+        raise InvalidSchedule("rule", rule_to_json(rule), str(exc)) from None
 
 
 def create_schedule(

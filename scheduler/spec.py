@@ -43,13 +43,15 @@ from timezones import (
 )
 
 MAX_JITTER_SECONDS = 86_400
+# What a check translates into InvalidSchedule: the errors of the functions it calls.
+INPUT_ERRORS = (TimezoneError, jobs.InvalidJob, ValueError, TypeError)
 
 
 def wrap(field: str, value: Any, fn: Callable[[], Any]) -> Any:
     """``fn()``, its input errors re-raised as :class:`InvalidSchedule` naming ``field``."""
     try:
         return fn()
-    except (TimezoneError, jobs.InvalidJob, ValueError, TypeError) as exc:
+    except INPUT_ERRORS as exc:
         raise InvalidSchedule(field, value, str(exc)) from None
 
 
