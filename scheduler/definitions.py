@@ -121,14 +121,16 @@ def parse_definitions(items: Iterable[Mapping[str, Any]]) -> list[Definition]:
 
 def _invalid(exc: ValidationError, index: int, item: Any) -> InvalidSchedule:
     error = first_error(exc)
+    key_errors = [e for e in exc.errors() if e["loc"][:1] == ("key",)]
+    if key_errors and error["type"] not in ("extra_forbidden", "missing"):
+        error = key_errors[0]  # a wrong key before the values it would name
     cause = error.get("ctx", {}).get("error")
     if not isinstance(cause, InvalidSchedule):
         # The entry's shape: a missing or unknown field.
         where = ".".join(str(p) for p in error["loc"]) or "?"
         value = item if error["type"] == "missing" else error.get("input")
         return InvalidSchedule(f"schedule[{index}].{where}", value, error["msg"])
-    key_ok = not any(e["loc"][:1] == ("key",) for e in exc.errors())
-    if error["loc"] and key_ok and isinstance(item, Mapping):
+    if error["loc"] and not key_errors and isinstance(item, Mapping):
         # A value a field's check refused, in a definition known by its key.
         return InvalidSchedule(f"{item['key']}.{cause.field}", cause.value, cause.reason)
     return InvalidSchedule(f"schedule[{index}].{cause.field}", cause.value, cause.reason)
