@@ -13,6 +13,12 @@ A file holds ``[[schedule]]`` tables::
 changed, and deletes definitions that a previous sync created and the file no longer names
 (schedules created through the API are never touched). It is idempotent: syncing the same file
 twice changes nothing the second time.
+
+A table is a :class:`Definition`: a :class:`scheduler.spec.ScheduleSpec` (the fields and checks
+of the API, declared once) restricted to what a definition may set. Loading checks everything,
+so a bad file fails before anything is written. An error names the entry by position when its
+shape is wrong (a missing, unknown or not-allowed field, or a bad key: ``schedule[0].job_type``)
+and by key when a check refuses a value (``retention.rule``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Creating and changing schedules, inside the caller's transaction.
 
-Every function validates its input first (zone, rule, policies, quiet hours) and raises
-:class:`scheduler.InvalidSchedule` naming the field; nothing is written then.
+Every function validates its input first, through :class:`scheduler.spec.ScheduleSpec` (where
+the fields are declared, once), and raises :class:`scheduler.InvalidSchedule` naming the field;
+nothing is written then.
 
 Changing when a schedule fires (rule, zone, policies, quiet hours, jitter), pausing or deleting
 it at instant T *supersedes* the occurrences it had enqueued ahead of time whose instant is
@@ -54,6 +55,7 @@ def _now(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
     return value
 
 
+# The lookups (get_schedule, list_schedules) check their filters with the spec's checks.
 def _wrap(field: str, value: Any, fn: Any) -> Any:
     return wrap(field, value, fn)
 
