@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import time
 from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
@@ -42,12 +42,13 @@ from timezones import (
     rule_to_json,
 )
 
+_T = TypeVar("_T")
 MAX_JITTER_SECONDS = 86_400
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
 INPUT_ERRORS = (TimezoneError, jobs.InvalidJob, ValueError, TypeError)
 
 
-def wrap(field: str, value: Any, fn: Callable[[], Any]) -> Any:
+def wrap(field: str, value: Any, fn: Callable[[], _T]) -> _T:
     """``fn()``, its input errors re-raised as :class:`InvalidSchedule` naming ``field``."""
     try:
         return fn()
@@ -88,13 +89,11 @@ class Setting:
 
 
 def check_job_type(value: Any) -> str:
-    result: str = wrap("job_type", value, lambda: job_validate.job_type(value))
-    return result
+    return wrap("job_type", value, lambda: job_validate.job_type(value))
 
 
 def check_rule(value: Any) -> Rule:
-    rule: Rule = wrap("rule", value, lambda: parse_rule(value))
-    return rule
+    return wrap("rule", value, lambda: parse_rule(value))
 
 
 def check_zone(value: Any) -> str:
@@ -115,8 +114,7 @@ def check_payload(value: Any) -> dict[str, Any]:
 
 
 def check_queue(value: Any) -> str:
-    result: str = wrap("queue", value, lambda: job_validate.queue_name(value))
-    return result
+    return wrap("queue", value, lambda: job_validate.queue_name(value))
 
 
 def check_key(value: Any) -> str | None:
@@ -138,10 +136,7 @@ def check_subject(value: Any) -> str | None:
 
 
 def check_organization_id(value: Any) -> UUID | None:
-    result: UUID | None = wrap(
-        "organization_id", value, lambda: job_validate.organization_id(value)
-    )
-    return result
+    return wrap("organization_id", value, lambda: job_validate.organization_id(value))
 
 
 def check_jitter(value: Any) -> int:
@@ -218,8 +213,7 @@ def check_fold(value: Any) -> str | None:
 def check_source(value: Any) -> str:
     if value not in ("api", "definitions"):
         raise InvalidSchedule("source", value, "must be 'api' or 'definitions'")
-    result: str = value
-    return result
+    return str(value)
 
 
 def _rule_sql(rule: Rule) -> dict[str, Any]:
@@ -282,7 +276,8 @@ class ScheduleSpec(BaseModel):
 
     if TYPE_CHECKING:
         # Keywords take what the checks accept (rule text, catch-up names...), not only the
-        # normalised types. Not defined at run time: pydantic would route validation through it.
+        # normalised types that type checkers would read off the fields. Not defined at run
+        # time: pydantic would then route every validation through a Python __init__.
         def __init__(self, /, **data: Any) -> None: ...
 
     @classmethod
@@ -327,11 +322,11 @@ class ScheduleSpec(BaseModel):
         """The SQL parameters the fields are written as (by the schedule insert and update)."""
         values = self.__dict__
         result: dict[str, Any] = {}
-        for name, sql in _writers(type(self)):
-            if sql is None:
+        for name, setting in _settings(type(self)).items():
+            if setting.sql is None:
                 result[name] = values[name]
             else:
-                result.update(sql(values[name]))
+                result.update(setting.sql(values[name]))
         return result
 
     def differs(self, other: ScheduleSpec, name: str) -> bool:
@@ -352,14 +347,6 @@ def _settings(cls: type[ScheduleSpec]) -> dict[str, Setting]:
             raise TypeError(f"{cls.__name__}.{name} needs exactly one Setting")
         result[name] = found[0]
     return result
-
-
-_Writer = Callable[[Any], dict[str, Any]] | None
-
-
-@cache
-def _writers(cls: type[ScheduleSpec]) -> tuple[tuple[str, _Writer], ...]:
-    return tuple((name, s.sql) for name, s in _settings(cls).items())
 
 
 # Which error a caller sees when several fields are wrong: a misspelt field first, then a
