@@ -13,6 +13,7 @@ from scheduler.schedules import (
     resume,
     update_schedule,
 )
+from scheduler.spec import ScheduleSpec
 from scheduler.tick import Scheduler
 from timezones.errors import InvalidInput, TockworkError
 
@@ -25,6 +26,7 @@ __all__ = [
     "Schedule",
     "ScheduleExists",
     "ScheduleNotFound",
+    "ScheduleSpec",
     "Scheduler",
     "SchedulerError",
     "TickResult",

@@ -13,19 +13,25 @@ A file holds ``[[schedule]]`` tables::
 changed, and deletes definitions that a previous sync created and the file no longer names
 (schedules created through the API are never touched). It is idempotent: syncing the same file
 twice changes nothing the second time.
+
+A table is a :class:`Definition`: a :class:`scheduler.spec.ScheduleSpec` (the fields and checks
+of the API, declared once) restricted to what a definition may set. Loading checks everything,
+so a bad file fails before anything is written. An error names the entry by position when its
+shape is wrong (a missing, unknown or not-allowed field, or a bad key: ``schedule[0].job_type``)
+and by key when a check refuses a value (``retention.rule``).
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError, model_validator
 
 from scheduler.errors import InvalidSchedule
 from scheduler.schedules import (
@@ -34,26 +40,50 @@ from scheduler.schedules import (
     list_schedules,
     update_schedule,
 )
-from timezones import parse_rule, rule_to_json
+from scheduler.spec import ScheduleSpec, check_key, first_error
+
+# What a definition gets for the fields it does not set, where that differs from the API's.
+DEFAULTS: dict[str, Any] = {"zone": "UTC", "queue": "maintenance"}
 
 
-class Definition(BaseModel):
-    """One named definition; the fields of :func:`scheduler.create_schedule`."""
+def _named_key(value: Any) -> str:
+    key = check_key(value)
+    if key is None:
+        raise InvalidSchedule("key", value, "Field required")
+    return key
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str = Field(min_length=1, max_length=200)
-    rule: str | dict[str, Any]
-    zone: str = "UTC"
-    job_type: str
-    queue: str = "maintenance"
-    payload: dict[str, Any] = Field(default_factory=dict)
-    jitter: float = 0
-    catch_up: str = "all"
-    catch_up_grace: float | None = None
-    catch_up_max: int = 100
-    gap: str | None = None
-    fold: str | None = None
+class Definition(ScheduleSpec):
+    """One named definition: the :class:`ScheduleSpec` fields a definition may set.
+
+    The ``key`` is required; ``zone`` defaults to ``UTC``, ``queue`` to ``maintenance`` and
+    ``catch_up`` to ``all`` (the spec's default for a named schedule). The fields whose
+    :class:`~scheduler.spec.Setting` has ``definition=False`` (``subject``, ``quiet_hours``...)
+    are refused like unknown ones.
+    """
+
+    # Required here (a definition is known by its key); otherwise the spec's key.
+    key: Annotated[str, replace(ScheduleSpec.settings()["key"], check=_named_key)]
+
+    if TYPE_CHECKING:
+
+        def __init__(self, /, **data: Any) -> None: ...  # as ScheduleSpec's
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_definition(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        settings = cls.settings()
+        for name, value in data.items():
+            if name in settings and not settings[name].definition:
+                raise InvalidSchedule(name, value, "Extra inputs are not permitted")
+        return {**DEFAULTS, **data}
+
+    @classmethod
+    def synced(cls) -> frozenset[str]:
+        """The fields :func:`sync` compares and updates (settable here and by an update)."""
+        return frozenset(n for n, s in cls.settings().items() if s.definition and s.update)
 
 
 @dataclass
@@ -79,17 +109,15 @@ def load_file(path: str | Path) -> list[Definition]:
 
 
 def parse_definitions(items: Iterable[Mapping[str, Any]]) -> list[Definition]:
+    """Validate ``[[schedule]]`` tables; an error names ``schedule[i].field``, or ``key.field``
+    for a wrong value in a definition whose key is fine."""
     result: list[Definition] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
         try:
             d = Definition.model_validate(item)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "?"
-            raise InvalidSchedule(
-                f"schedule[{index}].{where}", first.get("input"), first["msg"]
-            ) from None
+            raise _invalid(exc, index, item) from None
         if d.key in seen:
             raise InvalidSchedule(f"schedule[{index}].key", d.key, "appears twice")
         seen.add(d.key)
@@ -97,20 +125,21 @@ def parse_definitions(items: Iterable[Mapping[str, Any]]) -> list[Definition]:
     return result
 
 
-def _wanted(d: Definition) -> dict[str, Any]:
-    return {
-        "job_type": d.job_type,
-        "rule": rule_to_json(parse_rule(d.rule)),
-        "zone": d.zone,
-        "queue": d.queue,
-        "payload": d.payload,
-        "jitter": int(d.jitter),
-        "catch_up": d.catch_up,
-        "catch_up_grace": None if d.catch_up_grace is None else int(d.catch_up_grace),
-        "catch_up_max": d.catch_up_max,
-        "gap": d.gap,
-        "fold": d.fold,
-    }
+def _invalid(exc: ValidationError, index: int, item: Any) -> InvalidSchedule:
+    error = first_error(exc)
+    key_errors = [e for e in exc.errors() if e["loc"][:1] == ("key",)]
+    if key_errors and error["type"] not in ("extra_forbidden", "missing"):
+        error = key_errors[0]  # a wrong key before the values it would name
+    cause = error.get("ctx", {}).get("error")
+    if not isinstance(cause, InvalidSchedule):
+        # The entry's shape: a missing or unknown field.
+        where = ".".join(str(p) for p in error["loc"]) or "?"
+        value = item if error["type"] == "missing" else error.get("input")
+        return InvalidSchedule(f"schedule[{index}].{where}", value, error["msg"])
+    if error["loc"] and not key_errors and isinstance(item, Mapping):
+        # A value a field's check refused, in a definition known by its key.
+        return InvalidSchedule(f"{item['key']}.{cause.field}", cause.value, cause.reason)
+    return InvalidSchedule(f"schedule[{index}].{cause.field}", cause.value, cause.reason)
 
 
 BUILTIN_PREFIX = "tockwork."
@@ -144,33 +173,18 @@ def sync(
         if s.key is not None and s.key.startswith(BUILTIN_PREFIX) == builtin
     }
     result = SyncResult()
+    synced = Definition.synced()
     for key, d in wanted.items():
-        try:
-            want = _wanted(d)
-        except ValueError as exc:
-            raise InvalidSchedule(f"{key}.rule", d.rule, str(exc)) from None
         current = existing.get(key)
         if current is None:
             create_schedule(
-                conn, key=key, organization_id=organization_id, source="definitions", now=now,
-                **{**want, "rule": d.rule},
+                conn, organization_id=organization_id, source="definitions", now=now,
+                **{name: getattr(d, name) for name in synced | {"key"}},
             )  # fmt: skip
             result.created.append(key)
             continue
-        have = {
-            "job_type": current.job_type,
-            "rule": current.rule_json,
-            "zone": current.zone,
-            "queue": current.queue,
-            "payload": current.payload,
-            "jitter": current.jitter_seconds,
-            "catch_up": str(current.catch_up),
-            "catch_up_grace": current.catch_up_grace_seconds,
-            "catch_up_max": current.catch_up_max,
-            "gap": current.gap,
-            "fold": current.fold,
-        }
-        changes = {k: v for k, v in want.items() if have[k] != v}
+        have = ScheduleSpec.of(current)
+        changes = {name: getattr(d, name) for name in synced if d.differs(have, name)}
         if changes:
             update_schedule(conn, current.id, now=now, **changes)
             result.updated.append(key)

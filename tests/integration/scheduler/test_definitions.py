@@ -76,3 +76,35 @@ def test_bad_files_name_the_field(
     with pytest.raises(scheduler.InvalidSchedule) as info:
         sync(conn, load_file(path), now=T0)
     assert info.value.field == field
+
+
+FILE_PAYLOAD = """
+[[schedule]]
+key = "report"
+rule = {kind = "weekly", days = ["mon", "thu"], at = "06:30"}
+zone = "Europe/Paris"
+job_type = "report"
+jitter = 30
+catch_up_grace = 600
+gap = "skip"
+payload = {succeeded_days = 7, dead = 1, attempts_days = 30}
+"""
+
+
+def test_sync_compares_what_is_stored_and_updates_only_what_changed(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "defs.toml"
+    path.write_text(FILE_PAYLOAD)
+    assert sync(conn, load_file(path), now=T0).created == ["report"]
+    stored = scheduler.get_schedule(conn, key="report")
+    assert (stored.jitter_seconds, stored.catch_up_grace_seconds, stored.gap) == (30, 600, "skip")
+    assert (stored.queue, stored.catch_up, stored.source) == ("maintenance", "all", "definitions")
+    # jsonb keeps the payload's keys in its own order: still no change.
+    again = sync(conn, load_file(path), now=T0)
+    assert (again.updated, again.unchanged) == ([], ["report"])
+    path.write_text(FILE_PAYLOAD.replace("dead = 1", "dead = 2").replace("jitter = 30", ""))
+    changed = sync(conn, load_file(path), now=T0)
+    assert changed.updated == ["report"]
+    after = scheduler.get_schedule(conn, key="report")
+    assert (after.payload["dead"], after.jitter_seconds, after.version) == (2, 0, 2)

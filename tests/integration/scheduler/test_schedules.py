@@ -290,6 +290,19 @@ def test_pause_resume_delete(conn: psycopg.Connection[Any], db_url: str) -> None
         ({"jitter": -5}, "jitter"),
         ({"queue": "Bad Queue"}, "queue"),
         ({"payload": [1, 2]}, "payload"),
+        ({"job_type": ""}, "job_type"),
+        ({"key": ""}, "key"),
+        ({"subject": True}, "subject"),
+        ({"organization_id": "not-a-uuid"}, "organization_id"),
+        ({"jitter": 86_401}, "jitter"),
+        ({"catch_up_grace": -1}, "catch_up_grace"),
+        ({"catch_up_max": 0}, "catch_up_max"),
+        ({"quiet_hours": {"start": "10pm", "end": "07:00"}}, "quiet_hours.start"),
+        (
+            {"quiet_hours": {"start": "22:00", "end": "07:00", "action": "maybe"}},
+            "quiet_hours.action",
+        ),
+        ({"source": "cli"}, "source"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(
@@ -300,6 +313,73 @@ def test_bad_input_names_the_field_and_writes_nothing(
         scheduler.create_schedule(conn, now=T0, **args)
     assert info.value.field == field
     assert conn.execute("SELECT count(*) FROM schedules").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"zone": "America/Chicgo"}, "items[1].zone"),
+        ({"bogus": 1}, "items[1].bogus"),
+        ({"zone": None, "rule": "daily@25:00"}, "items[1].rule"),
+    ],
+)
+def test_bulk_create_names_the_item_and_writes_nothing(
+    conn: psycopg.Connection[Any], bad: dict[str, Any], field: str
+) -> None:
+    good = {"job_type": "r", "rule": "daily@08:00", "zone": "UTC"}
+    with pytest.raises(InvalidSchedule) as info:
+        scheduler.create_schedules(conn, [good, {**good, **bad}, good], now=T0)
+    assert info.value.field == field
+    assert conn.execute("SELECT count(*) FROM schedules").fetchone() == (0,)
+    missing = {k: v for k, v in good.items() if k != "zone"}
+    with pytest.raises(InvalidSchedule) as info:
+        scheduler.create_schedules(conn, [good, missing], now=T0)
+    assert (info.value.field, info.value.reason) == ("items[1].zone", "is required")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"zone": "America/Chicgo"}, "zone"),
+        ({"quiet_hours": {"start": "22:00", "end": "7am"}}, "quiet_hours.end"),
+        ({"catch_up_max": 0}, "catch_up_max"),
+        ({"key": "other"}, "key"),
+        ({"organization_id": None}, "organization_id"),
+        ({"paused": True}, "paused"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_bad_update_names_the_field_and_writes_nothing(
+    conn: psycopg.Connection[Any], changes: dict[str, Any], field: str
+) -> None:
+    s = scheduler.create_schedule(conn, job_type="r", rule="daily@08:00", zone="UTC", now=T0)
+    with pytest.raises(InvalidSchedule) as info:
+        scheduler.update_schedule(conn, s.id, now=T0, **changes)
+    assert info.value.field == field
+    assert scheduler.get_schedule(conn, s.id) == s
+
+
+def test_update_merges_changes_into_what_the_schedule_has(conn: psycopg.Connection[Any]) -> None:
+    s = scheduler.create_schedule(
+        conn, job_type="r", rule="daily@08:00", zone="UTC", key="k", catch_up="skip",
+        payload={"a": 1}, quiet_hours={"start": "22:00", "end": "07:00"}, jitter=30, now=T0,
+    )  # fmt: skip
+    # Not timing: nothing recomputed, the rest kept; catch_up=None keeps the policy it has.
+    kept = scheduler.update_schedule(conn, s.id, queue="other", catch_up=None, now=T0)
+    assert (kept.queue, kept.catch_up, kept.payload, kept.jitter_seconds) == (
+        "other", "skip", {"a": 1}, 30,
+    )  # fmt: skip
+    assert (kept.quiet_hours, kept.key, kept.version) == (s.quiet_hours, "k", 2)
+    assert kept.cursor_at == s.cursor_at
+    # The same rule written another way is no change of timing; another jitter is.
+    same = scheduler.update_schedule(
+        conn, s.id, rule={"kind": "daily", "at": "08:00"}, now=T0 + timedelta(hours=1)
+    )
+    assert same.cursor_at == s.cursor_at
+    moved = scheduler.update_schedule(conn, s.id, jitter=0, now=T0 + timedelta(hours=1))
+    assert moved.cursor_at == T0 + timedelta(hours=1)
+    cleared = scheduler.update_schedule(conn, s.id, quiet_hours=None, catch_up_grace=60, now=T0)
+    assert (cleared.quiet_hours, cleared.catch_up_grace_seconds) == (None, 60)
 
 
 def test_a_new_tz_database_recomputes_next_run_at(
