@@ -59,7 +59,9 @@ class QuietHours:
 
         The end is a local wall time, resolved in ``zone`` by ``timezones.resolve_local`` with
         ``gap=shift_forward`` (an end at 02:30 on a 02:00 -> 03:00 night is 03:30 new time) and
-        ``fold=first`` (an end at 01:30 on a fall-back night is the earlier 01:30).
+        ``fold=first`` (an end at 01:30 on a fall-back night is the earlier 01:30), except when
+        ``local`` is already past that first 01:30 (01:10 on the second pass): the window then
+        ends at the second 01:30, so an end is never before the moment it is asked from.
         """
         day = local.date()
         if self.start > self.end and local.time().replace(tzinfo=None) >= self.start:
@@ -71,6 +73,15 @@ class QuietHours:
             fold=FoldPolicy.FIRST,
         )
         assert end is not None  # shift_forward always gives an instant
+        if end <= local:  # in the fold's second pass, past the first instant of the end
+            second = resolve_local(
+                datetime.combine(day, self.end),
+                zone,
+                gap=GapPolicy.SHIFT_FORWARD,
+                fold=FoldPolicy.SECOND,
+            )
+            assert second is not None
+            end = second
         return end
 
     def to_json(self) -> dict[str, str]:

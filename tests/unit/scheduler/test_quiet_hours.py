@@ -46,6 +46,21 @@ def test_a_window_ending_in_the_autumn_fold_ends_at_the_first_instant() -> None:
     assert again.timestamp() == end.timestamp()
 
 
+def test_from_the_second_pass_of_the_fold_the_window_ends_at_the_second_instant() -> None:
+    """01:10 EST (the second 01:10, 06:10Z) is inside 22:00-01:30; the first 01:30 (05:30Z) has
+    passed, so the window ends at the second 01:30 (06:30Z), never before the asking moment."""
+    window = QuietHours(time(22, 0), time(1, 30), QuietAction.DEFER)
+    local = datetime(2026, 11, 1, 1, 10, fold=1).replace(tzinfo=NY)
+    assert local.utcoffset() == timedelta(hours=-5)
+    assert window.contains(local)
+    end = window.end_after(local, NY)
+    assert end.timestamp() == datetime(2026, 11, 1, 6, 30, tzinfo=UTC).timestamp()
+    assert end.astimezone(NY).utcoffset() == timedelta(hours=-5)
+    # The first pass of 01:10 (EDT, 05:10Z) still ends at the first 01:30.
+    first = window.end_after(datetime(2026, 11, 1, 1, 10).replace(tzinfo=NY), NY)
+    assert first.timestamp() == datetime(2026, 11, 1, 5, 30, tzinfo=UTC).timestamp()
+
+
 @pytest.mark.parametrize(
     ("start", "end", "local", "expected"),
     [
