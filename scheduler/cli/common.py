@@ -54,6 +54,28 @@ def database_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def log_args(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` and ``--log-json``: every long-running command logs the same way."""
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+
+
+def metrics_args(parser: argparse.ArgumentParser, default_max_lag: timedelta) -> None:
+    """``--metrics-port``, ``--metrics-host`` and ``--max-scheduler-lag`` of a service."""
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
+    )
+    parser.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    parser.add_argument(
+        "--max-scheduler-lag",
+        type=seconds("--max-scheduler-lag"),
+        default=default_max_lag,
+        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
+    )
+
+
 def import_attribute(spec: str, flag: str = "--app") -> object:
     """Import ``module:attribute`` and return the attribute, called if it is a plain function
     (a factory). Failures raise :class:`InputError` naming the flag and the value."""

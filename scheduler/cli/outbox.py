@@ -21,6 +21,7 @@ from scheduler.cli.common import (
     SubParsers,
     database_arg,
     import_attribute,
+    log_args,
     resolve_url,
     seconds,
 )
@@ -164,6 +165,5 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--name", help="this relay's name in claimed_by (default host:pid)")
     p.add_argument("--no-listen", action="store_true", help="poll only (behind PgBouncer)")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    log_args(p)
     p.set_defaults(func=cmd_relay)

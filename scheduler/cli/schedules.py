@@ -17,6 +17,8 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     instant,
+    log_args,
+    metrics_args,
     resolve_url,
     seconds,
 )
@@ -173,18 +175,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="sync the built-in maintenance definitions (lease recovery, retention, tzdb)",
     )
-    p.add_argument(
-        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
-    )
-    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
-    p.add_argument(
-        "--max-scheduler-lag",
-        type=seconds("--max-scheduler-lag"),
-        default=health.DEFAULT_MAX_SCHEDULER_LAG,
-        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
-    )
-    p.add_argument("--log-json", action="store_true")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
+    log_args(p)
     p.set_defaults(func=cmd_scheduler)
 
     schedules = sub.add_parser("schedules", help="definitions and schedules")

@@ -20,6 +20,8 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     import_attribute,
+    log_args,
+    metrics_args,
     resolve_url,
     seconds,
 )
@@ -142,16 +144,6 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
-    p.add_argument(
-        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
-    )
-    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
-    p.add_argument(
-        "--max-scheduler-lag",
-        type=seconds("--max-scheduler-lag"),
-        default=health.DEFAULT_MAX_SCHEDULER_LAG,
-        help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
-    )
-    p.add_argument("--log-json", action="store_true", help="log JSON lines")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
+    log_args(p)
     p.set_defaults(func=cmd_worker)
