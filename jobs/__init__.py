@@ -4,6 +4,7 @@ import logging
 
 from jobs import effects, logs, maintenance, metrics, outbox, queries, validate
 from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue, supersede
+from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.enqueue import enqueue, enqueue_async, enqueue_columns, enqueue_many
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
 from jobs.listener import CHANNEL as JOBS_CHANNEL
@@ -34,6 +35,8 @@ logging.getLogger("tockwork").addHandler(logging.NullHandler())
 
 __all__ = [
     "Attempt",
+    "Batch",
+    "BatchHandler",
     "Cancel",
     "Enqueued",
     "Handler",
@@ -59,12 +62,14 @@ __all__ = [
     "TransientError",
     "Worker",
     "WorkerStats",
+    "batch_handler",
     "cancel",
     "effects",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
     "get_job",
+    "in_completion",
     "job_attempts",
     "list_jobs",
     "migrate",

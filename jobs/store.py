@@ -2,21 +2,30 @@
 
 Every method is one short statement in its own transaction (the connection is in autocommit
 mode): a claim commits before any handler runs, and outcomes are written afterwards, guarded by
-the fencing token the claim handed out.
+the fencing token the claim handed out. The one exception is a completion with database
+effects (:mod:`jobs.batch`): lock the leases of the jobs that have effects, run the effects
+under savepoints, write the outcomes, claim, commit, all in one transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
+from psycopg import pq
 
-from jobs.model import Job
+from jobs.batch import COMPLETION_EFFECT, RunEffects
+from jobs.errors import JobsError
+from jobs.model import Job, JobStatus
+from jobs.outcomes import TransientError
 from jobs.queries import query
-from jobs.retry import Decision
+from jobs.retry import Decision, RetryPolicy, decide, summarize
+
+EffectFailed = Callable[[Sequence[Job], Exception], Sequence[Decision]]
+"""What becomes of the jobs whose completion effect raised: one decision per job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +67,19 @@ class JobStore(Protocol):
         worker: str,
         lease: timedelta,
         now: datetime | None,
+        *,
+        effects: Sequence[RunEffects] = (),
+        effect_failed: EffectFailed | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
-        """:meth:`complete` then :meth:`claim`, committed together."""
+        """:meth:`complete` then :meth:`claim`, committed together.
+
+        ``effects`` run first, in the same transaction: the rows of their jobs whose decision
+        is succeeded are locked where the lease token still matches (one statement), then each
+        :class:`jobs.batch.RunEffects` runs under its own savepoint with its jobs so held; the
+        effects of jobs that lost their lease never run. An effect that raises is rolled back
+        to its savepoint and its jobs get ``effect_failed``'s decisions instead (by default a
+        transient retry with code 'completion_effect').
+        """
         ...
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
@@ -81,6 +101,31 @@ class JobStore(Protocol):
     ) -> list[int]:
         """Give leases back (shutdown): the jobs are ready again; returns the ids released."""
         ...
+
+    def release_unstarted(self, leases: Sequence[tuple[int, int]]) -> list[int]:
+        """Give back leases of jobs that never started (claimed ahead, worker stopping).
+
+        The jobs are ready again as if never claimed: the attempt the claim counted is given
+        back and no attempt row is written. Returns the ids released.
+        """
+        ...
+
+
+def default_effect_failed(jobs: Sequence[Job], exc: Exception) -> list[Decision]:
+    """A transient retry with code 'completion_effect' under the default retry policy."""
+    return effect_failure_decisions(jobs, exc, lambda _job: RetryPolicy())
+
+
+def effect_failure_decisions(
+    jobs: Sequence[Job], exc: Exception, policy: Callable[[Job], RetryPolicy]
+) -> list[Decision]:
+    """The decisions for jobs whose completion effect raised ``exc``: transient retries."""
+    error = TransientError(f"completion effect failed: {summarize(exc)}", code=COMPLETION_EFFECT)
+    return [decide(j, error, policy(j)) for j in jobs]
+
+
+class EffectLeftTransactionInError(JobsError):
+    """A completion effect swallowed a database error; its savepoint is rolled back."""
 
 
 def _job(row: tuple[Any, ...]) -> Job:
@@ -189,8 +234,18 @@ class PgJobStore:
         worker: str,
         lease: timedelta,
         now: datetime | None,
+        *,
+        effects: Sequence[RunEffects] = (),
+        effect_failed: EffectFailed | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
         claim_params = self._claim_params(wanted, worker, lease, now)
+        if effects and finished:
+            succeeded = {f.job.id for f in finished if f.decision.status is JobStatus.SUCCEEDED}
+            runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
+            if runs:
+                return self._complete_with_effects(
+                    finished, runs, succeeded, claim_params, worker, now, effect_failed
+                )
         if not finished:
             return {}, self.claim(wanted, worker, lease, now)
         if claim_params is None:
@@ -202,6 +257,61 @@ class PgJobStore:
             got = self.conn.execute(query("job_claim"), claim_params)
             written_rows = done.fetchall()
             claimed_rows = got.fetchall()
+        return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
+
+    def _complete_with_effects(
+        self,
+        finished: Sequence[Finished],
+        runs: Sequence[RunEffects],
+        succeeded: set[int],
+        claim_params: dict[str, Any] | None,
+        worker: str,
+        now: datetime | None,
+        effect_failed: EffectFailed | None,
+    ) -> tuple[dict[int, str], list[Job]]:
+        conn = self.conn
+        candidates = {j.id: j for e in runs for j in e.jobs if j.id in succeeded}
+        replaced: dict[int, Decision] = {}
+        with conn.transaction():
+            held = {
+                row[0]
+                for row in conn.execute(
+                    query("job_lock_leased"),
+                    {
+                        "ids": list(candidates),
+                        "tokens": [j.lease_token for j in candidates.values()],
+                    },
+                ).fetchall()
+            }
+            for run in runs:
+                mine = [j for j in run.jobs if j.id in held]
+                if not mine:
+                    continue
+                try:
+                    with conn.transaction():  # a savepoint
+                        for fn in run.fns:
+                            fn(conn, mine)
+                        if conn.info.transaction_status is pq.TransactionStatus.INERROR:
+                            raise EffectLeftTransactionInError(
+                                "a completion effect caught a database error and went on"
+                            )
+                except Exception as exc:
+                    if conn.broken or conn.closed:
+                        raise
+                    decisions = (effect_failed or default_effect_failed)(mine, exc)
+                    replaced.update(zip((j.id for j in mine), decisions, strict=True))
+            if replaced:
+                finished = [
+                    replace(f, decision=replaced[f.job.id]) if f.job.id in replaced else f
+                    for f in finished
+                ]
+            with conn.pipeline():
+                done = conn.execute(
+                    query("job_complete"), self._complete_params(finished, worker, now)
+                )
+                got = conn.execute(query("job_claim"), claim_params) if claim_params else None
+                written_rows = done.fetchall()
+                claimed_rows = got.fetchall() if got is not None else []
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
@@ -243,5 +353,14 @@ class PgJobStore:
                 "worker": worker,
                 "now": now,
             },
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def release_unstarted(self, leases: Sequence[tuple[int, int]]) -> list[int]:
+        if not leases:
+            return []
+        rows = self.conn.execute(
+            query("job_release_unstarted"),
+            {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]},
         ).fetchall()
         return [row[0] for row in rows]

@@ -2,11 +2,11 @@
 
 One dispatcher thread owns the worker's database connection and loops:
 
-    write finished outcomes (one statement per batch, history included)
+    write finished outcomes, their completion effects first   (one transaction, pipelined
+    claim what each queue wants                                  with the outcomes)
     extend leases that are due (one statement)        -> heartbeat
     recover expired leases of any worker (bounded)    -> reaper
-    claim up to the free slots of every queue (one statement, SKIP LOCKED)
-    hand each job to its queue's thread pool
+    hand the jobs claimed to their queue's thread pool
     sleep until a notification, a finished job, the next poll or the next deadline
 
 Each queue has its own pool of ``concurrency`` threads, so a flood of ``reports`` never takes a
@@ -14,16 +14,37 @@ slot from ``critical_alerts``. Handlers run outside any transaction. A handler's
 written under the fencing token the claim handed out: a worker whose lease expired and was
 taken over cannot overwrite the new owner's result.
 
-Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, let running handlers finish within
-the grace period, then give the remaining leases back so nothing stays leased.
+**Single and batch handlers.** A job type's handler is a callable taking one job, or a
+:class:`jobs.batch.BatchHandler` taking a :class:`jobs.batch.Batch`. Claimed jobs wait per
+(queue, job type); a pool thread that becomes free takes one job, or for a batch handler every
+waiting job of its type up to ``max_batch``. A batch occupies one thread: a queue's
+concurrency counts handler calls at once, not jobs.
+
+**How much a claim asks for** (:class:`ClaimSizer`, per queue): the free threads, plus jobs
+claimed *ahead* so that a finishing thread finds work without waiting for the next round trip
+and each cycle writes and claims many jobs at once. The ahead target grows (doubling) while
+claims come back full, halves when one comes back short (the backlog is small), and is capped
+by what the queue's threads can start within a tenth of the lease at the measured handler time
+per job (moving average; a batch counts its time over its jobs), and by
+:data:`MAX_AHEAD`: a 2-second handler with 4 threads and a 30-second lease holds at most 6
+jobs ahead, a no-op handler up to 500, and a queue whose handler has not finished yet holds
+none. ``prefetch=N`` fixes the ahead target at N instead. Leased jobs that have not started are
+given back at once when the worker stops, as if never claimed.
+
+Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, give back the jobs claimed ahead,
+let running handlers finish within the grace period, then give the remaining leases back so
+nothing stays leased.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue as queue_module
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,15 +54,23 @@ from typing import Any
 import psycopg
 
 from jobs import validate
+from jobs.batch import (
+    BatchHandler,
+    Decided,
+    RunEffects,
+    collecting_effects,
+    run_batch,
+    single_effects,
+)
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL
 from jobs.maintenance import RescueConfig, rescue_leases
 from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
-from jobs.retry import Decision, RetryPolicies, decide
+from jobs.retry import Decision, RetryPolicies, decide, summarize
 from jobs.service import Reconnect, Service, default_name
-from jobs.store import Finished, JobStore, PgJobStore
+from jobs.store import Finished, JobStore, PgJobStore, effect_failure_decisions
 from timezones.clock import Clock
 
 Handler = Callable[[Job], object]
@@ -52,6 +81,12 @@ job_log = logging.getLogger("tockwork.jobs")
 NO_HANDLER = "no_handler"
 # Shortest sleep while waiting for a scheduled job: wake-ups coalesce at this granularity.
 _MIN_WAIT = 0.005
+# Jobs claimed ahead are bounded by what the threads can start within this share of the lease,
+MAX_AHEAD_LEASE_SHARE = 0.1
+# and by this many per queue.
+MAX_AHEAD = 500
+# Weight of the newest sample in the moving average of handler time per job.
+_EWMA_WEIGHT = 0.2
 
 
 @dataclass
@@ -66,18 +101,81 @@ class WorkerStats:
     lost_leases: int = 0
     claim_seconds: float = 0.0
     write_seconds: float = 0.0
+    claims: int = 0  # claim statements (cycles that claimed)
+    batches: int = 0  # batch handler invocations, re-runs not counted
+    reruns: int = 0  # batch re-runs that isolated a failure (bisection)
+    effect_failures: int = 0  # completion effects that raised (their jobs were retried)
+    returned: int = 0  # jobs claimed ahead and given back unstarted when stopping
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
 
+class ClaimSizer:
+    """How many jobs one queue asks for in a claim (see the module docstring).
+
+    Not thread-safe by itself: the worker calls it under its pool lock.
+    """
+
+    def __init__(self, threads: int, lease: timedelta, prefetch: int | None) -> None:
+        self.threads = threads
+        self.window = lease.total_seconds() * MAX_AHEAD_LEASE_SHARE
+        self.prefetch = prefetch
+        self.ahead = 0
+        self.seconds_per_job: float | None = None
+
+    def observe(self, jobs: int, seconds: float) -> None:
+        """One handler call of ``jobs`` jobs took ``seconds`` of a thread."""
+        if jobs < 1:
+            return
+        sample = max(seconds, 1e-6) / jobs
+        if self.seconds_per_job is None:
+            self.seconds_per_job = sample
+        else:
+            self.seconds_per_job += _EWMA_WEIGHT * (sample - self.seconds_per_job)
+
+    def bound(self) -> int:
+        """The most jobs to hold claimed ahead of the threads."""
+        if self.prefetch is not None:
+            return self.prefetch
+        if self.seconds_per_job is None:
+            return 0
+        return min(MAX_AHEAD, int(self.threads * self.window / self.seconds_per_job))
+
+    def wanted(self, running: int, unstarted: int) -> int:
+        """Jobs to claim now, with ``running`` threads busy and ``unstarted`` jobs waiting."""
+        ahead = self.prefetch if self.prefetch is not None else min(self.ahead, self.bound())
+        return max(0, self.threads - running + ahead - unstarted)
+
+    def claimed(self, wanted: int, got: int) -> None:
+        """A claim asked for ``wanted`` jobs and got ``got``: grow or shrink the target."""
+        if self.prefetch is not None or wanted <= 0:
+            return
+        if got >= wanted:
+            self.ahead = min(self.bound(), max(2 * self.ahead, self.threads))
+        else:
+            self.ahead //= 2
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one pool task produced: finished attempts and their completion effects."""
+
+    finished: list[Finished]
+    effects: list[RunEffects]
+    batch: bool = False
+    reruns: int = 0
+
+
 class Worker(Service[WorkerStats]):
     """Runs handlers for jobs of the given queues.
 
-    ``handlers`` maps a job type to a callable taking a :class:`jobs.Job`. ``queues`` maps a
-    queue to its concurrency (threads). ``clock`` pins time for tests (SQL then uses it as
-    ``now``); by default the database clock is the one clock. ``reconnect`` is the policy for a
-    lost database connection (:class:`jobs.service.Reconnect`).
+    ``handlers`` maps a job type to a callable taking a :class:`jobs.Job` or to a
+    :class:`jobs.BatchHandler`; a worker may mix both. ``queues`` maps a queue to its
+    concurrency (threads). ``prefetch`` fixes how many jobs each queue claims ahead of its
+    threads (default: adaptive, see the module docstring). ``clock`` pins time for tests (SQL
+    then uses it as ``now``); by default the database clock is the one clock. ``reconnect`` is
+    the policy for a lost database connection (:class:`jobs.service.Reconnect`).
 
     After :meth:`stop` the worker claims nothing more; running handlers get the ``grace``
     period, then their leases are given back. :meth:`run_until_idle` returns when no job is
@@ -87,7 +185,7 @@ class Worker(Service[WorkerStats]):
     def __init__(
         self,
         conninfo: str,
-        handlers: Mapping[str, Handler],
+        handlers: Mapping[str, Handler | BatchHandler],
         queues: Mapping[str, int] | None = None,
         *,
         name: str | None = None,
@@ -98,7 +196,7 @@ class Worker(Service[WorkerStats]):
         reap_limit: int = 500,
         grace: timedelta = timedelta(seconds=20),
         listen: bool = True,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         retry: RetryPolicies | None = None,
         clock: Clock | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
@@ -113,6 +211,13 @@ class Worker(Service[WorkerStats]):
             validate.queue_name(q, "queues")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise InvalidJob(f"queues[{q!r}]", n, "concurrency must be a positive integer")
+        for job_type, handler in handlers.items():
+            if not callable(handler):
+                raise InvalidJob(f"handlers[{job_type!r}]", handler, "must be callable")
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise InvalidJob("prefetch", prefetch, "must be None (adaptive) or an integer >= 0")
         if lease < timedelta(seconds=1):
             raise InvalidJob("lease", lease, "must be at least one second")
         super().__init__(
@@ -139,9 +244,16 @@ class Worker(Service[WorkerStats]):
         self.metrics = metrics or Metrics.for_registry()
         self.stats = WorkerStats()
 
-        self._done: queue_module.SimpleQueue[Finished] = queue_module.SimpleQueue()
-        self._inflight: dict[int, Job] = {}
-        self._inflight_by_queue: dict[str, int] = dict.fromkeys(queues, 0)
+        self._done: queue_module.SimpleQueue[_Run] = queue_module.SimpleQueue()
+        self._inflight: dict[int, Job] = {}  # leased to this worker, outcome not written
+        # Shared with the pool threads, under _pool_lock: jobs waiting for a thread by (queue,
+        # job type), threads busy and jobs waiting per queue, the claim sizers.
+        self._pool_lock = threading.Lock()
+        self._waiting: defaultdict[tuple[str, str], deque[Job]] = defaultdict(deque)
+        self._busy: dict[str, int] = dict.fromkeys(queues, 0)
+        self._unstarted: dict[str, int] = dict.fromkeys(queues, 0)
+        self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
+        self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
@@ -188,7 +300,21 @@ class Worker(Service[WorkerStats]):
             log.info("worker %s stopped", self.name)
 
     def _give_back(self) -> None:
-        """Let running handlers finish within the grace, then give back the leases left."""
+        """Give back the jobs that never started, let running handlers finish within the
+        grace, then give back the leases left."""
+        with self._pool_lock:
+            unstarted = [j for waiting in self._waiting.values() for j in waiting]
+            self._waiting.clear()
+            self._unstarted = dict.fromkeys(self.queues, 0)
+        if unstarted:
+            for j in unstarted:
+                self._inflight.pop(j.id, None)
+            leases = [(j.id, j.lease_token) for j in unstarted]
+            returned = self._db(lambda s: s.release_unstarted(leases), "release") or []
+            self.stats.returned += len(returned)
+            log.info(
+                "worker %s: %d job(s) claimed ahead given back unstarted", self.name, len(returned)
+            )
         deadline = time.monotonic() + self.grace.total_seconds()
         while self._inflight and time.monotonic() < deadline:
             self._flush()
@@ -237,7 +363,8 @@ class Worker(Service[WorkerStats]):
         After a lost connection the operation runs again on a new one. A claim is not
         idempotent: if the lost connection had committed it, its jobs stay leased to nobody
         until the reaper recovers them after the lease, and its outcomes, written again, come
-        back as fenced. A known limit, kept in this one place until it is fixed.
+        back as fenced (their completion effects, finding no lease, do not run again). A known
+        limit, kept in this one place until it is fixed.
         """
 
         def timed() -> Any:
@@ -247,70 +374,218 @@ class Worker(Service[WorkerStats]):
 
         return self._retrying(timed)
 
+    def _wanted(self) -> dict[str, int]:
+        with self._pool_lock:
+            wanted = {
+                q: s.wanted(self._busy[q], self._unstarted[q]) for q, s in self._sizers.items()
+            }
+        return {q: n for q, n in wanted.items() if n > 0}
+
     def _has_free_slot(self) -> bool:
-        return any(self._inflight_by_queue[q] < n + self.prefetch for q, n in self.queues.items())
+        return bool(self._wanted())
 
     def _cycle(self, *, claim: bool) -> int:
-        """Write finished outcomes and claim into the free slots, in one transaction.
+        """Write finished outcomes and claim what each queue wants, in one transaction.
 
         Both statements go to the server in one pipeline and commit together: one round trip
-        and one commit per cycle however many jobs finished and were claimed.
+        and one commit per cycle however many jobs finished and were claimed. Completion
+        effects, when some finished job has one, run first in the same transaction.
         """
-        batch = self._drain_done()
-        wanted: dict[str, int] = {}
-        if claim:
-            finishing = dict.fromkeys(self.queues, 0)
-            for item in batch:
-                finishing[item.job.queue] += 1
-            wanted = {
-                q: n + self.prefetch - self._inflight_by_queue[q] + finishing[q]
-                for q, n in self.queues.items()
-            }
-            wanted = {q: n for q, n in wanted.items() if n > 0}
-        if not batch and not wanted:
+        runs = self._drain_done()
+        finished = [f for r in runs for f in r.finished]
+        effects = [e for r in runs for e in r.effects]
+        wanted = self._wanted() if claim else {}
+        if not finished and not wanted:
             return 0
+        self._replaced.clear()
         started = time.perf_counter()
         written, claimed = self._db(
             lambda s: s.complete_and_claim(
-                batch, wanted, self.name, self.lease, self.now_or_none()
+                finished,
+                wanted,
+                self.name,
+                self.lease,
+                self.now_or_none(),
+                effects=effects,
+                effect_failed=self._effect_failed,
             ),
-            ("complete_and_claim" if wanted else "complete") if batch else "claim",
+            ("complete_and_claim" if wanted else "complete") if finished else "claim",
         )
         elapsed = time.perf_counter() - started
         if wanted:
+            self.stats.claims += 1
             self.metrics.claim_duration.observe(elapsed)
-        self.stats.write_seconds += elapsed if batch else 0.0
-        self.stats.claim_seconds += elapsed if not batch else 0.0
-        self._settle(batch, written)
+        self.stats.write_seconds += elapsed if finished else 0.0
+        self.stats.claim_seconds += elapsed if not finished else 0.0
+        for r in runs:
+            self.stats.batches += r.batch
+            self.stats.reruns += r.reruns
+        self._settle(finished, written)
+        if wanted:
+            got = Counter(j.queue for j in claimed)
+            with self._pool_lock:
+                for q, n in wanted.items():
+                    self._sizers[q].claimed(n, got[q])
+        self._dispatch(claimed)
+        return len(claimed)
+
+    def _dispatch(self, claimed: Sequence[Job]) -> None:
+        """Queue the claimed jobs by (queue, job type) and give the pools one task per handler
+        call they need (a task that finds its jobs taken by an earlier one ends at once)."""
+        if not claimed:
+            return
+        groups: dict[tuple[str, str], list[Job]] = {}
         for job in claimed:
             self.stats.claimed += 1
             self.metrics.claimed.labels(job.queue).inc()
             self._inflight[job.id] = job
-            self._inflight_by_queue[job.queue] += 1
-            self._pools[job.queue].submit(self._execute, job)
-        return len(claimed)
+            groups.setdefault((job.queue, job.job_type), []).append(job)
+        with self._pool_lock:
+            for (q, t), group in groups.items():
+                self._waiting[(q, t)].extend(group)
+                self._unstarted[q] += len(group)
+        for (q, t), group in groups.items():
+            handler = self.handlers.get(t)
+            calls = (
+                math.ceil(len(group) / handler.max_batch)
+                if isinstance(handler, BatchHandler)
+                else len(group)
+            )
+            for _ in range(calls):
+                self._pools[q].submit(self._task, q, t)
 
-    def _execute(self, job: Job) -> None:
+    def _task(self, queue: str, job_type: str) -> None:
+        """One pool task: take the waiting jobs of one handler call, run it, report."""
+        handler = self.handlers.get(job_type)
+        size = handler.max_batch if isinstance(handler, BatchHandler) else 1
+        with self._pool_lock:
+            waiting = self._waiting.get((queue, job_type))
+            if not waiting:
+                return
+            n = min(size, len(waiting))
+            taken = [waiting.popleft() for _ in range(n)]
+            self._unstarted[queue] -= n
+            self._busy[queue] += 1
+        t0 = time.perf_counter()
+        try:
+            if isinstance(handler, BatchHandler):
+                run = self._execute_batch(handler, taken)
+            else:
+                run = self._execute(handler, taken[0])
+        finally:
+            with self._pool_lock:
+                self._busy[queue] -= 1
+                self._sizers[queue].observe(n, time.perf_counter() - t0)
+        self._done.put(run)
+        self.wake()
+
+    def _execute(self, handler: Handler | None, job: Job) -> _Run:
         started_at = self.now()
         t0 = time.perf_counter()
-        handler = self.handlers.get(job.job_type)
         error: BaseException | None = None
-        try:
-            if handler is None:
-                raise TransientError(
-                    f"no handler for job type {job.job_type!r} in worker {self.name}",
-                    code=NO_HANDLER,
-                )
-            handler(job)
-        except Exception as exc:
-            error = exc
+        with collecting_effects() as fns:
+            try:
+                if handler is None:
+                    raise TransientError(
+                        f"no handler for job type {job.job_type!r} in worker {self.name}",
+                        code=NO_HANDLER,
+                    )
+                handler(job)
+            except Exception as exc:
+                error = exc
         duration_ms = (time.perf_counter() - t0) * 1000.0
         decision = decide(job, error, self.retry.for_job(job))
         self._log_outcome(job, decision, duration_ms, error)
         if self.on_outcome is not None:
             self.on_outcome(job, decision, duration_ms)
-        self._done.put(Finished(job, decision, started_at, duration_ms))
-        self.wake()
+        effects = [RunEffects((single_effects(fns),), (job,))] if fns and error is None else []
+        return _Run([Finished(job, decision, started_at, duration_ms)], effects)
+
+    def _execute_batch(self, handler: BatchHandler, batch: list[Job]) -> _Run:
+        started_at = self.now()
+        result = run_batch(handler, batch, self.retry, time.perf_counter)
+        finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided]
+        debug = job_log.isEnabledFor(logging.DEBUG)
+        for d in result.decided:
+            if debug:
+                job_log.debug(
+                    "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
+                )
+            if self.on_outcome is not None:
+                self.on_outcome(d.job, d.decision, d.duration_ms)
+        failed = [d for d in result.decided if d.decision.status not in _QUIET]
+        if failed:
+            self._log_batch(handler, batch, failed, result.errors, result.runs)
+        return _Run(finished, result.effects, batch=True, reruns=result.runs - 1)
+
+    @staticmethod
+    def _fields(d: Decided) -> dict[str, Any]:
+        job, decision = d.job, d.decision
+        return {
+            "job_id": job.id,
+            "job_type": job.job_type,
+            "queue": job.queue,
+            "attempt": job.attempt,
+            "idempotency_key": job.idempotency_key,
+            "duration_ms": round(d.duration_ms, 3),
+            "outcome": decision.outcome,
+            "error_code": decision.code,
+        }
+
+    def _log_batch(
+        self,
+        handler: BatchHandler,
+        batch: Sequence[Job],
+        failed: Sequence[Decided],
+        errors: Sequence[BaseException],
+        runs: int,
+    ) -> None:
+        """One warning per batch: the outcomes that were not success, the first error."""
+        by_outcome = Counter(f"{d.decision.outcome} [{d.decision.code}]" for d in failed)
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(by_outcome.items()))
+        first = errors[0] if errors else None
+        raised = (
+            f"; the handler raised {summarize(first)}"
+            + (f", isolated in {runs - 1} re-run(s)" if runs > 1 else "")
+            if first is not None
+            else ""
+        )
+        job_log.warning(
+            "batch of %d %r job(s) (queue %s): %d succeeded, %s%s; failed ids %s",
+            len(batch),
+            batch[0].job_type,
+            batch[0].queue,
+            len(batch) - len(failed),
+            summary,
+            raised,
+            [d.job.id for d in failed[:20]],
+            extra={
+                "batch": {
+                    "job_type": batch[0].job_type,
+                    "queue": batch[0].queue,
+                    "size": len(batch),
+                    "runs": runs,
+                    "failed": len(failed),
+                    "handler": repr(handler),
+                }
+            },
+            exc_info=(type(first), first, first.__traceback__) if first is not None else None,
+        )
+
+    def _effect_failed(self, held: Sequence[Job], exc: Exception) -> list[Decision]:
+        """A completion effect raised: its jobs are retried (transient, 'completion_effect')."""
+        self.stats.effect_failures += 1
+        log.warning(
+            "worker %s: completion effect of %d %r job(s) failed, retrying them: %s",
+            self.name,
+            len(held),
+            held[0].job_type,
+            summarize(exc),
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        decisions = effect_failure_decisions(held, exc, self.retry.for_job)
+        self._replaced.update(zip((j.id for j in held), decisions, strict=True))
+        return decisions
 
     def _log_outcome(
         self, job: Job, decision: Decision, duration_ms: float, error: BaseException | None
@@ -337,20 +612,20 @@ class Worker(Service[WorkerStats]):
                 exc_info=(type(error), error, error.__traceback__) if error else None,
             )
 
-    def _drain_done(self) -> list[Finished]:
-        batch: list[Finished] = []
+    def _drain_done(self) -> list[_Run]:
+        runs: list[_Run] = []
         while True:
             try:
-                batch.append(self._done.get_nowait())
+                runs.append(self._done.get_nowait())
             except queue_module.Empty:
-                return batch
+                return runs
 
     def _flush(self) -> None:
         """Write finished outcomes without claiming (shutdown)."""
         self._cycle(claim=False)
 
-    def _settle(self, batch: list[Finished], written: dict[int, str]) -> None:
-        for item in batch:
+    def _settle(self, finished: list[Finished], written: dict[int, str]) -> None:
+        for item in finished:
             outcome = written.get(item.job.id, "fenced")
             if outcome == "fenced":
                 self.stats.fenced += 1
@@ -360,17 +635,16 @@ class Worker(Service[WorkerStats]):
                     item.decision.outcome,
                 )
             self.stats.count(outcome)
-            self._observe(item, outcome)
-            if self._inflight.pop(item.job.id, None) is not None:
-                self._inflight_by_queue[item.job.queue] -= 1
+            self._observe(item, self._replaced.get(item.job.id, item.decision), outcome)
+            self._inflight.pop(item.job.id, None)
 
-    def _observe(self, item: Finished, outcome: str) -> None:
+    def _observe(self, item: Finished, decision: Decision, outcome: str) -> None:
         job, m = item.job, self.metrics
         job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
         m.execution_duration.labels(job.queue, job_type).observe(item.duration_ms / 1000.0)
         m.outcomes.labels(job.queue, job_type, outcome).inc()
-        if outcome != "fenced" and item.decision.status is JobStatus.RETRYING:
-            m.retries.labels(job.queue, job_type, m.error_class(item.decision.code)).inc()
+        if outcome != "fenced" and decision.status is JobStatus.RETRYING:
+            m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
 
     def _maybe_heartbeat(self) -> None:
         if time.monotonic() < self._next_heartbeat:
@@ -405,3 +679,7 @@ class Worker(Service[WorkerStats]):
                 len(reaped),
                 ", ".join(f"{i}->{st}" for i, _, st in reaped[:20]),
             )
+
+
+# A batch's outcomes that need no warning: success, and a snooze (it uses no attempt).
+_QUIET = frozenset({JobStatus.SUCCEEDED, JobStatus.PENDING})

@@ -163,6 +163,16 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
+-- name: job_lock_leased
+-- The completion transaction with database effects (jobs/batch.py): lock the rows of the jobs
+-- whose effects are about to run, where this worker still holds the lease (same fencing
+-- token). A row taken over meanwhile is not returned, so its effects never run; a locked row
+-- cannot be reaped (the reaper skips locked rows) before the outcome is written.
+SELECT j.id
+FROM jobs AS j, unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
+FOR UPDATE OF j;
+
 -- name: job_reap
 -- Return expired leases to the queue (or to dead when attempts are exhausted) and record a
 -- 'lease_expired' attempt. Bounded and SKIP LOCKED: any number of workers may run it at once.
@@ -231,6 +241,21 @@ history AS (
     FROM updated AS u
 )
 SELECT id, queue FROM updated;
+
+-- name: job_release_unstarted
+-- Give back leases of jobs claimed ahead that never started (a worker stopping): ready again
+-- as if never claimed, the claim's attempt given back and no attempt row written (the job did
+-- not run). The token is still bumped: every end of a lease bumps it.
+UPDATE jobs AS j
+SET status = CASE WHEN j.attempts > 1 THEN 'retrying' ELSE 'pending' END,
+    attempts = j.attempts - 1,
+    locked_at = NULL,
+    locked_by = NULL,
+    locked_until = NULL,
+    lease_token = j.lease_token + 1
+FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
+RETURNING j.id;
 
 -- name: job_requeue
 -- Dead (or cancelled) jobs back to pending with a fresh set of attempts. Their history stays.

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import jobs
+from jobs.batch import RunEffects
 from jobs.maintenance import RescueConfig, RetentionConfig, rescue_leases
 from jobs.model import Job
-from jobs.store import Finished
+from jobs.store import EffectFailed, Finished
 
 NOW = datetime(2026, 6, 30, 12, 0, tzinfo=UTC)
 
@@ -39,8 +40,10 @@ class ExpiredLeases:
         raise NotImplementedError
 
     def complete_and_claim(self, finished: Sequence[Finished], wanted: Mapping[str, int],
-                           worker: str, lease: timedelta,
-                           now: datetime | None) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
+                           worker: str, lease: timedelta, now: datetime | None, *,
+                           effects: Sequence[RunEffects] = (),
+                           effect_failed: EffectFailed | None = None,
+                           ) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
         raise NotImplementedError
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
@@ -52,6 +55,9 @@ class ExpiredLeases:
 
     def release(self, leases: Sequence[tuple[int, int]], worker: str,
                 now: datetime | None) -> list[int]:  # fmt: skip
+        raise NotImplementedError
+
+    def release_unstarted(self, leases: Sequence[tuple[int, int]]) -> list[int]:
         raise NotImplementedError
 
 
