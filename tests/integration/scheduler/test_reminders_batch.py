@@ -45,11 +45,12 @@ class RecordingBatch:
 
     def __init__(self, batch_jobs: Sequence[Job]) -> None:
         self.jobs = list(batch_jobs)
+        self._ids = {j.id for j in self.jobs}
         self.outcomes: dict[int, tuple[Any, ...]] = {}
         self.effects: list[Effect] = []
 
     def _set(self, job: Job, *outcome: Any) -> None:
-        assert job in self.jobs
+        assert job.id in self._ids
         self.outcomes[job.id] = outcome
 
     def succeed(self, job: Job) -> None:
