@@ -10,11 +10,28 @@ effect's own database write, or, for an external call, before making the call:
 
 The key derives from the job's idempotency key when it has one (so a requeued or re-enqueued
 copy of the same logical job is recognised too), else from its id.
+
+A batch handler does the same for a whole batch in two round trips, whatever its size. For an
+external call (a push provider), check before sending and record after the provider answered:
+
+    keys = {job.id: effect_key(job, "push") for job in batch.jobs}
+    done = jobs.effects.recorded(conn, keys.values())          # check-before-send
+    results = provider.send_many([j for j in batch.jobs if keys[j.id] not in done])
+    with conn.transaction():                                   # record-after-send
+        jobs.effects.record_many(conn, [keys[r.job.id] for r in results if r.ok], ...)
+
+The record of an external call commits on its own, right after the call, and not in the
+worker's completion transaction: the call happened even if this worker has lost its lease, and
+a record that rolled back with a fenced outcome would let the next run send again. (A crash
+between the call and the record can still repeat it: no external call is exactly-once without
+the provider's help, such as an idempotency key.) For a database effect, :func:`record_many` in
+the effect's own transaction dedupes it exactly, like :func:`record_once`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +53,59 @@ def effect_key(job: Job, effect: str) -> str:
     return f"{effect}:job:{job.id}"
 
 
+def _checked(key: str) -> str:
+    if not isinstance(key, str) or not 1 <= len(key) <= 600:
+        raise InvalidJob("key", key, "must be a string of 1-600 characters")
+    return key
+
+
+def recorded(conn: psycopg.Connection[Any], keys: Collection[str]) -> set[str]:
+    """Which of ``keys`` are already recorded: one statement for the whole collection.
+
+    Check-before-send: a handler skips the external calls whose effect is recorded. It reads
+    committed records (and the caller's own, in its transaction); use :func:`record_many` for
+    the record itself.
+    """
+    wanted = sorted({_checked(k) for k in keys})
+    if not wanted:
+        return set()
+    rows = conn.execute(query("job_effect_recorded"), {"keys": wanted}).fetchall()
+    return {row[0] for row in rows}
+
+
+def record_many(
+    conn: psycopg.Connection[Any],
+    keys: Sequence[str],
+    *,
+    job_ids: Sequence[int | None] | None = None,
+    now: datetime | None = None,
+) -> set[str]:
+    """Record effects ``keys`` in one statement; return those recorded now (new).
+
+    ``job_ids``, when given, is parallel to ``keys`` (the job each effect belongs to). A key
+    given twice is recorded once (with the first job id). Runs in the caller's transaction: if
+    that transaction rolls back, the records go too.
+    """
+    if job_ids is not None and len(job_ids) != len(keys):
+        raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
+    ids = list(job_ids) if job_ids is not None else [None] * len(keys)
+    first: dict[str, int | None] = {}
+    for key, job_id in zip(keys, ids, strict=True):
+        first.setdefault(_checked(key), job_id)
+    if not first:
+        return set()
+    ordered = sorted(first)
+    rows = conn.execute(
+        query("job_effect_record_many"),
+        {
+            "keys": ordered,
+            "job_ids": [first[k] for k in ordered],
+            "now": validate.aware(now, "now"),
+        },
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
 def record_once(
     conn: psycopg.Connection[Any],
     key: str,
@@ -48,8 +118,7 @@ def record_once(
 
     Runs in the caller's transaction: if that transaction rolls back, the record goes too.
     """
-    if not isinstance(key, str) or not 1 <= len(key) <= 600:
-        raise InvalidJob("key", key, "must be a string of 1-600 characters")
+    _checked(key)
     row = conn.execute(
         query("job_effect_record"),
         {

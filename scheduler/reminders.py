@@ -1,35 +1,61 @@
-"""User reminders at run time: the still-due check and a simulated push provider.
+"""User reminders at run time: the still-due check and the reminder handlers.
 
 A reminder job is enqueued ahead of time; between then and its run the user may have deleted or
 paused the schedule, changed its time or zone, or entered quiet hours. :func:`still_due` re-reads
 the schedule when the job runs so that a handler never delivers a superseded reminder, and
-records the occurrence as skipped when it is not due any more.
+records the occurrence as skipped when it is not due any more. :func:`still_due_many` does the
+same for a whole batch with one read of all their schedules (``still_due`` is it for one job),
+and records the skips of the batch with one statement after the effect-once dedupe.
 
-:class:`ReminderHandler` delivers through a push provider; :func:`simulated_app` wires it to
-:class:`scheduler.simulated.SimulatedPush` (the provider for tests and demos, with its own opt-in
-table) for ``tockwork worker --app scheduler.reminders:simulated_app``.
+:class:`ReminderBatchHandler` delivers a batch of up to :data:`MAX_BATCH` reminders a time
+(``jobs.BatchHandler``), through a provider's multicast ``send_many``:
+
+1. one short read transaction: the still-due check of the whole batch (no write), and
+   check-before-send (``jobs.effects.recorded``) of the due ones' push keys;
+2. the multicast request for the due, not yet delivered ones, and in the same short transaction
+   record-after-send (``jobs.effects.record_many``) of those the provider delivered;
+3. per-message results to per-job outcomes: delivered (now or before) -> succeeded; transient
+   -> retry; rate limited -> retry after the provider's hint; rejected token -> dead; quiet
+   hours with ``defer`` -> snoozed to the window's end; paused, superseded, quiet ``skip`` ->
+   succeeded, their skip records written in the worker's completion transaction
+   (``batch.in_completion``); deleted -> succeeded.
+
+Which writes go where: a skip record is a database effect of the job's outcome, so it commits
+exactly when that outcome commits (a fenced batch records none, and its next run records them
+once). A push is an external effect: it happened whatever becomes of this worker's lease, so
+its effect record commits right after the provider answered, never with the outcome (a record
+rolled back with a fenced outcome would let the next run notify again). No transaction is open
+while the provider is called, except the simulated provider's own, whose "call" is a write.
+
+:class:`ReminderHandler` is the single-job handler (one transaction per reminder). Both handlers
+open a connection per worker thread and must be closed (:meth:`close`). :func:`simulated_app`
+wires the batch handler to :class:`scheduler.simulated.SimulatedPush` (the provider for tests
+and demos, with its own opt-in table) for ``tockwork worker --app
+scheduler.reminders:simulated_app``; ``simulated_single_app`` wires the single-job one.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 import jobs
 from jobs import Job, effects
 from scheduler import simulated
-from scheduler.errors import ScheduleNotFound
+from scheduler.model import Schedule, schedule_from_row
 from scheduler.planner import next_occurrence, schedule_meta
 from scheduler.queries import database_now, query
-from scheduler.schedules import get_schedule
-from scheduler.simulated import SimulatedPush
+from scheduler.simulated import Message, SendResult, SendStatus, SimulatedPush
 from timezones import Clock
+
+# Jobs per batch of the reminder batch handler: one multicast request (FCM's limit).
+MAX_BATCH = simulated.MULTICAST_MAX
 
 
 @dataclass(frozen=True)
@@ -43,25 +69,107 @@ class Due:
     def __bool__(self) -> bool:
         return self.due
 
+    @property
+    def skipped(self) -> bool:
+        """Not due, and recorded as a skip of its schedule (paused, superseded, quiet ``skip``).
 
-def _record_skip(
-    conn: psycopg.Connection[Any], job: Job, meta: Mapping[str, Any], reason: str, now: datetime
-) -> None:
-    # Once per job, even if the handler runs again after a crash.
-    if not effects.record_once(conn, effects.effect_key(job, "schedule-skip"), job_id=job.id):
-        return
+        A deleted schedule has nothing to record against; a deferred reminder is not skipped.
+        """
+        return not self.due and self.reason != "deleted" and self.defer_until is None
+
+
+def _decide(schedule: Schedule | None, meta: Mapping[str, Any], at: datetime) -> Due:
+    """The still-due rules for one job of a schedule (``None``: deleted), at instant ``at``."""
+    if schedule is None:
+        return Due(False, "deleted")
+    if schedule.paused:
+        return Due(False, "paused")
+    if schedule.version != meta.get("version"):
+        occ_at = datetime.fromisoformat(meta["at"])
+        occ = next_occurrence(schedule, occ_at - timedelta(seconds=1))
+        if occ is None or occ.key != meta["occurrence"] or occ.at != occ_at:
+            return Due(False, "superseded")
+    quiet = schedule.quiet_hours
+    if quiet is not None:
+        local = at.astimezone(schedule.tz)
+        if quiet.contains(local):
+            if quiet.action == "defer":
+                return Due(False, "quiet_hours", quiet.end_after(local, schedule.tz))
+            return Due(False, "quiet_hours")
+    return Due(True)
+
+
+def still_due_many(
+    conn: psycopg.Connection[Any],
+    jobs_: Sequence[Job],
+    *,
+    now: datetime | None = None,
+    record: bool = True,
+) -> dict[int, Due]:
+    """:func:`still_due` for a batch: ``{job id: Due}``, all schedules read in one statement.
+
+    The same rules as :func:`still_due`, at one instant (``now``, else the database clock read
+    once). With ``record`` (the default) the not-due occurrences are recorded as skipped in the
+    caller's transaction, as :func:`record_skipped` does; ``record=False`` only reads, for a
+    handler that records them elsewhere (in the worker's completion transaction).
+    """
+    metas = {job.id: schedule_meta(job) for job in jobs_}
+    ids = sorted({int(meta["id"]) for meta in metas.values() if meta is not None})
+    if not ids:
+        return {job.id: Due(True) for job in jobs_}
+    at = database_now(conn, now)
+    rows = conn.execute(query("schedule_get_many"), {"ids": ids}).fetchall()
+    schedules = {s.id: s for s in (schedule_from_row(tuple(r)) for r in rows)}
+    dues: dict[int, Due] = {}
+    for job in jobs_:
+        meta = metas[job.id]
+        dues[job.id] = (
+            Due(True) if meta is None else _decide(schedules.get(int(meta["id"])), meta, at)
+        )
+    if record:
+        record_skipped(conn, jobs_, dues, now=at)
+    return dues
+
+
+def record_skipped(
+    conn: psycopg.Connection[Any],
+    jobs_: Collection[Job],
+    dues: Mapping[int, Due],
+    *,
+    now: datetime,
+) -> int:
+    """Record the skipped occurrences among ``jobs_`` (:attr:`Due.skipped`); return how many.
+
+    Once per job, even if a handler runs again after a crash (an effect-once record per job,
+    ``jobs.effects.record_many``), then the skips and their schedules' ``skipped_count`` in one
+    statement. Runs in the caller's transaction.
+    """
+    todo: list[tuple[Job, Mapping[str, Any], str]] = []
+    for job in jobs_:
+        due, meta = dues.get(job.id), schedule_meta(job)
+        if due is not None and due.skipped and meta is not None:
+            todo.append((job, meta, "skipped" if due.reason != "superseded" else "superseded"))
+    if not todo:
+        return 0
+    keys = [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
+    new = effects.record_many(conn, keys, job_ids=[job.id for job, _, _ in todo], now=now)
+    rows = [
+        (job, meta, kind) for (job, meta, kind), key in zip(todo, keys, strict=True) if key in new
+    ]
+    if not rows:
+        return 0
     conn.execute(
-        query("schedule_skip_record"),
+        query("schedule_skip_record_counted"),
         {
-            "ids": [meta["id"]],
-            "keys": [meta["occurrence"]],
-            "ats": [datetime.fromisoformat(meta["at"])],
-            "kinds": ["skipped" if reason != "superseded" else "superseded"],
-            "reasons": [reason],
+            "ids": [int(meta["id"]) for _, meta, _ in rows],
+            "keys": [meta["occurrence"] for _, meta, _ in rows],
+            "ats": [datetime.fromisoformat(meta["at"]) for _, meta, _ in rows],
+            "kinds": [kind for _, _, kind in rows],
+            "reasons": [dues[job.id].reason for job, _, _ in rows],
             "now": now,
         },
     )
-    conn.execute(query("schedule_count_skip"), {"id": meta["id"]})
+    return len(rows)
 
 
 def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None = None) -> Due:
@@ -72,47 +180,25 @@ def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None =
     (superseded); the user's local time is inside quiet hours -> not due (``defer_until`` set
     when the quiet-hours action is ``defer``). A job that no schedule enqueued is always due.
     A not-due occurrence is recorded as skipped, once, in the caller's transaction.
+    (:func:`still_due_many` for one job.)
     """
-    meta = schedule_meta(job)
-    if meta is None:
-        return Due(True)
-    at = database_now(conn, now)
-    try:
-        schedule = get_schedule(conn, int(meta["id"]))
-    except ScheduleNotFound:
-        return Due(False, "deleted")
-    if schedule.paused:
-        _record_skip(conn, job, meta, "paused", at)
-        return Due(False, "paused")
-    if schedule.version != meta.get("version"):
-        occ_at = datetime.fromisoformat(meta["at"])
-        occ = next_occurrence(schedule, occ_at - timedelta(seconds=1))
-        if occ is None or occ.key != meta["occurrence"] or occ.at != occ_at:
-            _record_skip(conn, job, meta, "superseded", at)
-            return Due(False, "superseded")
-    quiet = schedule.quiet_hours
-    if quiet is not None:
-        local = at.astimezone(schedule.tz)
-        if quiet.contains(local):
-            if quiet.action == "defer":
-                return Due(False, "quiet_hours", quiet.end_after(local, schedule.tz))
-            _record_skip(conn, job, meta, "quiet_hours", at)
-            return Due(False, "quiet_hours")
-    return Due(True)
+    return still_due_many(conn, [job], now=now)[job.id]
 
 
-class ReminderHandler:
-    """A handler for reminder jobs: check :func:`still_due`, then push through ``provider``.
+def reminder_message(job: Job) -> Message:
+    """The push a reminder job sends: its payload's ``subject`` and ``message``."""
+    payload = job.payload if isinstance(job.payload, Mapping) else {}
+    subject = payload.get("subject")
+    return Message(
+        job, None if subject is None else str(subject), str(payload.get("message", "reminder"))
+    )
 
-    A deferred reminder (quiet hours) is snoozed until the window ends; a superseded, paused or
-    deleted one is dropped (recorded as skipped) and the job succeeds. Each worker thread gets
-    its own connection; :meth:`close` closes them all.
-    """
 
-    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
+class _ThreadConnections:
+    """One connection per worker thread, opened on first use; :meth:`close` closes them all."""
+
+    def __init__(self, conninfo: str) -> None:
         self.conninfo = conninfo
-        self.provider = provider
-        self.clock = clock
         self._local = threading.local()
         self._lock = threading.Lock()
         self._opened: list[psycopg.Connection[Any]] = []
@@ -132,6 +218,20 @@ class ReminderHandler:
                 conn.close()
             self._opened.clear()
 
+
+class ReminderHandler(_ThreadConnections):
+    """A handler for reminder jobs: check :func:`still_due`, then push through ``provider``.
+
+    A deferred reminder (quiet hours) is snoozed until the window ends; a superseded, paused or
+    deleted one is dropped (recorded as skipped) and the job succeeds. Each worker thread gets
+    its own connection; :meth:`close` closes them all.
+    """
+
+    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
+        super().__init__(conninfo)
+        self.provider = provider
+        self.clock = clock
+
     def __call__(self, job: Job) -> None:
         conn = self._connection()
         try:
@@ -142,16 +242,106 @@ class ReminderHandler:
                     if due.defer_until is not None:
                         raise jobs.Snooze(max(due.defer_until - now, timedelta(0)))
                     return
-                payload = job.payload if isinstance(job.payload, Mapping) else {}
-                subject = payload.get("subject")
-                self.provider.send(
-                    conn,
-                    job,
-                    subject=None if subject is None else str(subject),
-                    message=str(payload.get("message", "reminder")),
-                )
+                m = reminder_message(job)
+                self.provider.send(conn, job, subject=m.subject, message=m.message)
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+
+
+class ReminderBatch(Protocol):
+    """The methods of ``jobs.Batch`` the reminder batch handler uses (docs/jobs.md)."""
+
+    @property
+    def jobs(self) -> Sequence[Job]: ...
+
+    def succeed(self, job: Job) -> None: ...
+
+    def retry(
+        self, job: Job, message: str = "", *, code: str = "error", delay: timedelta | None = None
+    ) -> None: ...
+
+    def rate_limited(self, job: Job, retry_after: timedelta, message: str = "") -> None: ...
+
+    def fail(self, job: Job, message: str, *, code: str = "permanent") -> None: ...
+
+    def snooze(self, job: Job, delay: timedelta) -> None: ...
+
+    def in_completion(
+        self, fn: Callable[[psycopg.Connection[Any], Sequence[Job]], None]
+    ) -> None: ...
+
+
+class ReminderBatchHandler(_ThreadConnections):
+    """The batch handler for reminder jobs: up to :data:`MAX_BATCH` a call (module docstring).
+
+    Wrap it with ``jobs.batch_handler(handler, max_batch=handler.max_batch)`` (what
+    :func:`reminder_batch_handler` returns) to give it to a worker.
+    """
+
+    max_batch = MAX_BATCH
+
+    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
+        super().__init__(conninfo)
+        self.provider = provider
+        self.clock = clock
+
+    def __call__(self, batch: ReminderBatch) -> None:
+        conn = self._connection()
+        try:
+            self._deliver(conn, batch)
+        except psycopg.OperationalError as exc:
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+
+    def _deliver(self, conn: psycopg.Connection[Any], batch: ReminderBatch) -> None:
+        todo = list(batch.jobs)
+        with conn.transaction():
+            now = database_now(conn, self.clock.now() if self.clock is not None else None)
+            dues = still_due_many(conn, todo, now=now, record=False)
+            keys = {job.id: effects.effect_key(job, "push") for job in todo if dues[job.id]}
+            delivered_before = effects.recorded(conn, keys.values())
+        skipped: set[int] = set()
+        messages: list[Message] = []
+        for job in todo:
+            due = dues[job.id]
+            if due.defer_until is not None:
+                batch.snooze(job, max(due.defer_until - now, timedelta(0)))
+            elif not due:
+                batch.succeed(job)
+                if due.skipped:
+                    skipped.add(job.id)
+            elif keys[job.id] in delivered_before:
+                batch.succeed(job)  # pushed by an earlier run of this job (check-before-send)
+            else:
+                messages.append(reminder_message(job))
+        if skipped:
+
+            def record(c: psycopg.Connection[Any], succeeded: Sequence[Job]) -> None:
+                record_skipped(c, [j for j in succeeded if j.id in skipped], dues, now=now)
+
+            batch.in_completion(record)
+        if messages:
+            with conn.transaction():
+                results = self.provider.send_many(conn, messages)
+                ok = [r for r in results if r.ok]
+                effects.record_many(
+                    conn, [r.key for r in ok], job_ids=[r.job.id for r in ok], now=now
+                )
+            for result in results:
+                _apply(batch, result)
+
+
+def _apply(batch: ReminderBatch, result: SendResult) -> None:
+    """One message's result as its job's outcome."""
+    job, error = result.job, result.error or ""
+    match result.status:
+        case SendStatus.DELIVERED | SendStatus.DUPLICATE:
+            batch.succeed(job)
+        case SendStatus.TRANSIENT:
+            batch.retry(job, error, code=result.code or "transient")
+        case SendStatus.RATE_LIMITED:
+            batch.rate_limited(job, result.retry_after or timedelta(0), error)
+        case SendStatus.REJECTED:
+            batch.fail(job, error, code=result.code or "permanent")
 
 
 def reminder_handler(
@@ -161,12 +351,15 @@ def reminder_handler(
     return ReminderHandler(conninfo, provider, clock=clock)
 
 
-def simulated_app() -> dict[str, jobs.Handler]:
-    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders via SimulatedPush.
+def reminder_batch_handler(
+    conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None
+) -> jobs.BatchHandler:  # type: ignore[name-defined, attr-defined, unused-ignore]
+    """A :class:`ReminderBatchHandler` as a ``jobs.BatchHandler`` of ``max_batch`` 500."""
+    handler = ReminderBatchHandler(conninfo, provider, clock=clock)
+    return jobs.batch_handler(handler, max_batch=handler.max_batch)  # type: ignore[attr-defined, unused-ignore]
 
-    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
-    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
-    """
+
+def _simulated() -> tuple[str, SimulatedPush]:
     url = os.environ.get("DATABASE_URL")
     if not url:
         raise jobs.InvalidJob("DATABASE_URL", url, "the simulated app needs DATABASE_URL")
@@ -177,15 +370,41 @@ def simulated_app() -> dict[str, jobs.Handler]:
         rate_limit_rate=float(os.environ.get("TOCKWORK_SIM_RATE_LIMIT", "0")),
         retry_after=timedelta(seconds=float(os.environ.get("TOCKWORK_SIM_RETRY_AFTER", "1"))),
     )
+    return url, provider
+
+
+def simulated_app() -> dict[str, Any]:
+    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders via SimulatedPush.
+
+    The batch handler (:func:`reminder_batch_handler`, 500 reminders a multicast request).
+    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
+    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
+    """
+    url, provider = _simulated()
+    return {"reminder": reminder_batch_handler(url, provider)}
+
+
+def simulated_single_app() -> dict[str, jobs.Handler]:
+    """``--app scheduler.reminders:simulated_single_app``: the single-job handler, one
+    transaction per reminder (to compare with the batch handler); same environment."""
+    url, provider = _simulated()
     return {"reminder": reminder_handler(url, provider)}
 
 
 __all__ = [
+    "MAX_BATCH",
     "Due",
+    "ReminderBatch",
+    "ReminderBatchHandler",
     "ReminderHandler",
     "SimulatedPush",
+    "record_skipped",
+    "reminder_batch_handler",
     "reminder_handler",
+    "reminder_message",
     "schedule_meta",
     "simulated_app",
+    "simulated_single_app",
     "still_due",
+    "still_due_many",
 ]

@@ -14,3 +14,18 @@ WITH doomed AS (
     LIMIT %(limit)s
 )
 DELETE FROM job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);
+
+-- name: job_effect_recorded
+-- Check-before-send: which of these keys are already recorded (one round trip for a batch).
+SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[]);
+
+-- name: job_effect_record_many
+-- Record-after-send (or in-transaction dedupe) for a batch: the keys inserted now come back.
+-- The caller passes distinct keys in sorted order, so two transactions recording overlapping
+-- batches wait for each other in one order instead of deadlocking.
+INSERT INTO job_effects (effect_key, job_id, recorded_at)
+SELECT k.effect_key, k.job_id, coalesce(%(now)s::timestamptz, now())
+FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY AS k(effect_key, job_id, ord)
+ORDER BY k.ord
+ON CONFLICT (effect_key) DO NOTHING
+RETURNING effect_key;

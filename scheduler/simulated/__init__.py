@@ -5,6 +5,11 @@ job's effect key (a retried job never notifies twice), and can be told to fail t
 rate-limit with a Retry-After, or to reject tokens, so a reminder pipeline can be tested end to
 end without a live provider.
 
+:meth:`SimulatedPush.send_many` is the multicast form (FCM's ``sendEachForMulticast``, up to
+:data:`MULTICAST_MAX` messages a request): one request, one result per message (delivered,
+duplicate, transient, rate limited with a Retry-After, rejected token), so one bad token or one
+throttled message does not fail the others. Its deliveries are written with one statement.
+
 The table belongs to this opt-in migration component (``scheduler.simulated``), not to the
 scheduler's core schema: a production database gets it only when something uses the provider
 (:func:`install`, which ``scheduler.reminders.simulated_app`` calls, or ``tockwork migrate
@@ -14,8 +19,10 @@ scheduler's core schema: a production database gets it only when something uses 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from functools import cache
 from typing import Any, LiteralString
 
@@ -29,6 +36,9 @@ from scheduler.planner import schedule_meta
 
 # The migration component's name (its package): ``sql/migrations`` and ``sql/schema.sql``.
 COMPONENT = "scheduler.simulated"
+
+# Messages per multicast request (FCM's limit); send_many splits longer lists into requests.
+MULTICAST_MAX = 500
 
 
 def query(name: str) -> LiteralString:
@@ -52,13 +62,62 @@ def _fraction(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
+class SendStatus(StrEnum):
+    """What the provider answered for one message of a request."""
+
+    DELIVERED = "delivered"  # sent now
+    DUPLICATE = "duplicate"  # delivered before (same key): not sent again
+    TRANSIENT = "transient"  # timeout or 5xx: worth retrying
+    RATE_LIMITED = "rate_limited"  # 429: retry after ``retry_after``
+    REJECTED = "rejected"  # the device token is dead: retrying cannot help
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One push: the job it delivers, its subject (whose device token) and its text."""
+
+    job: Job
+    subject: str | None
+    message: str
+
+    @property
+    def key(self) -> str:
+        """The message's idempotency key: the job's ``push`` effect key."""
+        return effects.effect_key(self.job, "push")
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """The provider's answer for one :class:`Message`."""
+
+    message: Message
+    status: SendStatus
+    error: str | None = None
+    code: str | None = None  # provider_timeout, rate_limited, bad_token
+    retry_after: timedelta | None = None  # RATE_LIMITED only
+
+    @property
+    def job(self) -> Job:
+        return self.message.job
+
+    @property
+    def key(self) -> str:
+        return self.message.key
+
+    @property
+    def ok(self) -> bool:
+        """Delivered, now or before: the job's push has happened."""
+        return self.status in (SendStatus.DELIVERED, SendStatus.DUPLICATE)
+
+
 class SimulatedPush:
     """A push provider that records deliveries in ``simulated_pushes`` instead of sending.
 
     Failures are deterministic per (job, attempt), so a run is reproducible: ``transient_rate``
-    of attempts raise :class:`jobs.TransientError`, ``rate_limit_rate`` raise
-    :class:`jobs.RateLimited` with ``retry_after``, and subjects in ``rejected_subjects`` get
-    :class:`jobs.PermanentError` (a dead device token).
+    of attempts fail transiently, ``rate_limit_rate`` are rate limited with ``retry_after``, and
+    subjects in ``rejected_subjects`` have a dead device token (rejected). :meth:`send_many`
+    reports them per message; :meth:`send` raises :class:`jobs.TransientError`,
+    :class:`jobs.RateLimited` and :class:`jobs.PermanentError`.
     """
 
     def __init__(
@@ -82,38 +141,108 @@ class SimulatedPush:
         self.rejected_subjects = frozenset(rejected_subjects)
         self.seed = seed
 
+    def _refusal(self, m: Message) -> SendResult | None:
+        """The failure this message draws, or None when the provider accepts it."""
+        if m.subject is not None and m.subject in self.rejected_subjects:
+            error = f"device token of {m.subject} rejected"
+            return SendResult(m, SendStatus.REJECTED, error, "bad_token")
+        draw = _fraction(self.seed, m.job.id, m.job.attempt)
+        if draw < self.transient_rate:
+            return SendResult(
+                m, SendStatus.TRANSIENT, "simulated provider timeout", "provider_timeout"
+            )
+        if draw < self.transient_rate + self.rate_limit_rate:
+            return SendResult(
+                m,
+                SendStatus.RATE_LIMITED,
+                "simulated provider: 429 Retry-After",
+                "rate_limited",
+                self.retry_after,
+            )
+        return None
+
+    def send_many(
+        self, conn: psycopg.Connection[Any], messages: Sequence[Message]
+    ) -> list[SendResult]:
+        """Multicast: deliver ``messages``, one :class:`SendResult` each, in their order.
+
+        A message whose key was delivered before (by an earlier request, or earlier in this
+        one) is a duplicate and is not delivered again. The deliveries of each request of up to
+        :data:`MULTICAST_MAX` messages are one statement, in the caller's transaction.
+        """
+        results: list[SendResult] = []
+        for start in range(0, len(messages), MULTICAST_MAX):
+            results.extend(self._request(conn, messages[start : start + MULTICAST_MAX]))
+        return results
+
+    def _request(
+        self, conn: psycopg.Connection[Any], messages: Sequence[Message]
+    ) -> list[SendResult]:
+        answers: list[SendResult | None] = [self._refusal(m) for m in messages]
+        accepted: dict[str, Message] = {}
+        for m, answer in zip(messages, answers, strict=True):
+            if answer is None:
+                accepted.setdefault(m.key, m)
+        delivered: set[str] = set()
+        if accepted:
+            rows = [(key, accepted[key]) for key in sorted(accepted)]
+            metas = [schedule_meta(m.job) or {} for _, m in rows]
+            cursor = conn.execute(
+                query("simulated_push_insert_many"),
+                {
+                    "effect_keys": [key for key, _ in rows],
+                    "job_ids": [m.job.id for _, m in rows],
+                    "schedule_ids": [meta.get("id") for meta in metas],
+                    "occurrence_keys": [meta.get("occurrence") for meta in metas],
+                    "occurrence_ats": [
+                        datetime.fromisoformat(meta["at"]) if "at" in meta else None
+                        for meta in metas
+                    ],
+                    "subjects": [m.subject for _, m in rows],
+                    "messages": [m.message for _, m in rows],
+                    "attempts": [m.job.attempt for _, m in rows],
+                },
+            )
+            delivered = {row[0] for row in cursor.fetchall()}
+        results: list[SendResult] = []
+        for m, answer in zip(messages, answers, strict=True):
+            if answer is not None:
+                results.append(answer)
+            elif accepted.get(m.key) is m and m.key in delivered:
+                results.append(SendResult(m, SendStatus.DELIVERED))
+            else:  # delivered before, or earlier in this request
+                results.append(SendResult(m, SendStatus.DUPLICATE))
+        return results
+
     def send(
         self, conn: psycopg.Connection[Any], job: Job, *, subject: str | None, message: str
     ) -> bool:
         """Deliver once: returns False if this job's push was already delivered.
 
-        Runs in the caller's transaction; the delivery row and its effect record commit together.
+        :meth:`send_many` for one message, its answer raised as the handler outcome. Runs in
+        the caller's transaction; the delivery row and its effect record (``job_effects``)
+        commit together.
         """
-        if subject is not None and subject in self.rejected_subjects:
-            raise jobs.PermanentError(f"device token of {subject} rejected", code="bad_token")
-        draw = _fraction(self.seed, job.id, job.attempt)
-        if draw < self.transient_rate:
-            raise jobs.TransientError("simulated provider timeout", code="provider_timeout")
-        if draw < self.transient_rate + self.rate_limit_rate:
-            raise jobs.RateLimited(self.retry_after, "simulated provider: 429 Retry-After")
-        key = effects.effect_key(job, "push")
-        if not effects.record_once(conn, key, job_id=job.id):
-            return False
-        meta = schedule_meta(job) or {}
-        conn.execute(
-            query("simulated_push_insert"),
-            {
-                "effect_key": key,
-                "job_id": job.id,
-                "schedule_id": meta.get("id"),
-                "occurrence_key": meta.get("occurrence"),
-                "occurrence_at": datetime.fromisoformat(meta["at"]) if "at" in meta else None,
-                "subject": subject,
-                "message": message,
-                "attempt": job.attempt,
-            },
-        )
+        (result,) = self.send_many(conn, [Message(job, subject, message)])
+        match result.status:
+            case SendStatus.REJECTED:
+                raise jobs.PermanentError(result.error or "", code=result.code)
+            case SendStatus.TRANSIENT:
+                raise jobs.TransientError(result.error or "", code=result.code)
+            case SendStatus.RATE_LIMITED:
+                raise jobs.RateLimited(result.retry_after, result.error or "")
+            case SendStatus.DUPLICATE:
+                return False
+        effects.record_many(conn, [result.key], job_ids=[job.id])
         return True
 
 
-__all__ = ["COMPONENT", "SimulatedPush", "install"]
+__all__ = [
+    "COMPONENT",
+    "MULTICAST_MAX",
+    "Message",
+    "SendResult",
+    "SendStatus",
+    "SimulatedPush",
+    "install",
+]

@@ -71,9 +71,6 @@ FROM unnest(%(ids)b::bigint[], %(cursor_ats)b::timestamptz[], %(next_run_ats)b::
           missed, skipped, tzdb)
 WHERE s.id = u.id;
 
--- name: schedule_count_skip
-UPDATE schedules SET skipped_count = skipped_count + 1 WHERE id = %(id)s;
-
 -- name: schedule_stale_tzdb
 SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
        fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
@@ -122,6 +119,18 @@ WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
   AND (%(key)s::text IS NULL
        OR (key = %(key)s::text
            AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid));
+
+-- name: schedule_get_many
+-- The schedules of a batch of jobs, by id, in one statement (the reminder path's still-due
+-- check: scheduler/reminders.py). A deleted schedule has no row.
+SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
+       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
+       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
+       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
+       created_at, updated_at
+FROM schedules
+WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: schedule_get_for_update
 -- schedule_get, locking the row for a change (FOR NO KEY UPDATE, the row lock the tick takes

@@ -129,8 +129,8 @@ def test_query_names_start_with_their_table_and_never_collide_across_packages() 
 
 def test_schedule_queries_select_the_columns_schedule_from_row_reads() -> None:
     expected = [c.strip() for c in COLUMNS.split(",")]
-    for name in ("schedule_get", "schedule_get_for_update", "schedule_list", "schedule_due_lock",
-                 "schedule_stale_tzdb"):  # fmt: skip
+    for name in ("schedule_get", "schedule_get_for_update", "schedule_get_many", "schedule_list",
+                 "schedule_due_lock", "schedule_stale_tzdb"):  # fmt: skip
         text = re.sub(r"--[^\n]*", "", load("scheduler")[name])
         select_list = re.search(r"SELECT\s+(.*?)\s+FROM schedules", text, re.S)
         assert select_list is not None, name
