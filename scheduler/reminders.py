@@ -356,7 +356,7 @@ def reminder_batch_handler(
 ) -> jobs.BatchHandler:  # type: ignore[name-defined, attr-defined, unused-ignore]
     """A :class:`ReminderBatchHandler` as a ``jobs.BatchHandler`` of ``max_batch`` 500."""
     handler = ReminderBatchHandler(conninfo, provider, clock=clock)
-    return jobs.batch_handler(handler, max_batch=handler.max_batch)  # type: ignore[attr-defined, unused-ignore]
+    return jobs.batch_handler(handler, max_batch=handler.max_batch)
 
 
 def _simulated() -> tuple[str, SimulatedPush]:

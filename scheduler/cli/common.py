@@ -86,12 +86,23 @@ def import_attribute(spec: str, flag: str = "--app") -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InputError(f"{flag} {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:  # the module itself raised while importing
+        raise InputError(
+            f"{flag} {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
     try:
         value: object = getattr(module, attr)
     except AttributeError:
         raise InputError(f"{flag} {spec!r}: module {module_name!r} has no {attr!r}") from None
     if inspect.isfunction(value):
-        value = value()
+        try:
+            value = value()
+        except InvalidInput:
+            raise
+        except Exception as exc:  # the factory raised: say so on one line
+            raise InputError(
+                f"{flag} {spec!r}: the factory {attr!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
     return value
 
 

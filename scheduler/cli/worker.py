@@ -63,12 +63,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
-    handlers = load_app(args.app)
-    queues = dict(args.queue or [("default", 4)])
     url = resolve_url(args.database_url)
     # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
-    # find the worker's database here.
+    # find the worker's database here, also when their factory runs (so: before loading them).
     os.environ["DATABASE_URL"] = url
+    handlers = load_app(args.app)
+    queues = dict(args.queue or [("default", 4)])
     ensure_schema(url, apply=args.migrate)
     worker = jobs.Worker(
         url,

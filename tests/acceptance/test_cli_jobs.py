@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import psycopg
+import pytest
 
 import jobs
 
@@ -86,3 +87,20 @@ def test_bad_input_exits_2_with_the_field_named(db_url: str) -> None:
     assert bad_app.returncode == 2 and "nomodule_here" in bad_app.stderr
     bad_since = tockwork("jobs", "requeue", "--queue", "q", "--since", "yesterday")
     assert bad_since.returncode == 2 and "yesterday" in bad_since.stderr
+
+
+@pytest.mark.parametrize(
+    ("app", "expected"),
+    [
+        ("tests.acceptance.apps_failing_factory:app", "the factory 'app' failed: KeyError"),
+        ("tests.acceptance.apps_failing_import:app", "failed: RuntimeError: settings.toml"),
+    ],
+)
+def test_an_app_that_fails_to_load_is_one_line_and_exit_2(
+    db_url: str, app: str, expected: str
+) -> None:
+    result = tockwork("worker", "--app", app, "--database-url", db_url)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -57,12 +57,7 @@ def test_the_check_sees_imports() -> None:
 
 # None: everything the scheduler uses of jobs is public. A needed exception would go here as
 # (path, name), with the reason.
-# Until the batch handlers of jobs (jobs/batch.py, issue 9) are merged: the reminder batch handler
-# is written against their public names. Merged, these are public and this set is empty again.
-KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = {
-    ("scheduler/reminders.py", "jobs.BatchHandler"),
-    ("scheduler/reminders.py", "jobs.batch_handler"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def private_jobs_uses(source: str, public: Iterable[str], modules: Iterable[str]) -> set[str]:

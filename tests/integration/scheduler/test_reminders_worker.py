@@ -1,8 +1,4 @@
-"""The reminder batch handler in a real worker (``jobs.Batch``), in process and as a process.
-
-These need the batch handlers of ``jobs`` (jobs/batch.py, issue 9), developed on another branch:
-until it is merged they are skipped; merged, drop ``pytestmark``.
-"""
+"""The reminder batch handler in a real worker (``jobs.Batch``), in process and as a process."""
 
 from __future__ import annotations
 
@@ -27,10 +23,6 @@ from tests.integration.scheduler.test_reminders_batch import SpyPush
 from tests.processes import start_tockwork, wait_for
 from timezones import FrozenClock
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(jobs, "batch_handler"), reason="needs jobs.Batch (the worker branch of issue 9)"
-)
-
 T0 = datetime(2026, 3, 6, 12, 0, tzinfo=UTC)
 SAT_0758 = datetime(2026, 3, 7, 7, 58, tzinfo=UTC)
 SAT_0800 = datetime(2026, 3, 7, 8, 0, tzinfo=UTC)
@@ -38,7 +30,7 @@ QUIET = {"start": "07:00", "end": "09:30"}
 
 
 def wrap(handler: ReminderBatchHandler) -> Any:
-    return jobs.batch_handler(handler, max_batch=handler.max_batch)  # type: ignore[attr-defined, unused-ignore]
+    return jobs.batch_handler(handler, max_batch=handler.max_batch)
 
 
 @pytest.fixture
@@ -75,7 +67,7 @@ def test_simulated_app_serves_reminders_with_the_batch_handler(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", db_url)
     app = simulated_app()
-    assert isinstance(app["reminder"], jobs.BatchHandler)  # type: ignore[attr-defined, unused-ignore]
+    assert isinstance(app["reminder"], jobs.BatchHandler)
     assert app["reminder"].max_batch == 500
 
 
@@ -165,7 +157,7 @@ def hang_after_send_app() -> dict[str, Any]:
         if any(j.attempt == 1 for j in batch.jobs):
             time.sleep(120)
 
-    return {"reminder": jobs.batch_handler(handle, max_batch=500)}  # type: ignore[attr-defined, unused-ignore]
+    return {"reminder": jobs.batch_handler(handle, max_batch=500)}
 
 
 def test_sigkill_after_the_pushes_before_completion_delivers_no_reminder_twice(
