@@ -179,7 +179,8 @@ updated AS (
     SET status = 'succeeded', completed_at = now(), locked_at = NULL, locked_by = NULL,
         locked_until = NULL, lease_token = j.lease_token + 1
     FROM input AS i
-    WHERE j.id = i.id AND j.lease_token = i.token
+    -- ANY(ids) as well as the join: a primary-key probe, not a hash join over the table.
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id
 )
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
