@@ -9,7 +9,12 @@ psycopg baseline that does the same operation with no library (the limit), and t
 3. drain of N no-op jobs by 1 and 2 ``jobs.Worker`` processes vs a raw claim+complete loop
    (batches of 100, ``FOR UPDATE SKIP LOCKED``) in 2 processes;
 4. enqueue-to-start latency p50/p95/p99 with LISTEN on and off vs a bare LISTEN/NOTIFY round trip;
-5. resident memory of a worker process after draining.
+5. resident memory of a worker process after draining;
+6. (issue 9) the 2-process drain with the library's defaults (``jobs.Worker(url, handlers)``)
+   beside the tuned one, and PgQueuer 1.6 side by side (phase ``peers``): enqueue one job per
+   transaction, 1,000 per call, the drain by 2 of its worker processes, latency p50. PgQueuer
+   runs from its own venv (``make bench-peers``) through ``bench/peer_pgqueuer.py``; without it
+   the phase is skipped with the reason printed.
 
 Figures, not a test: ``python bench/queue.py [--quick] [--help for the sizes]``.
 """
