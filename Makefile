@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 
-.PHONY: demo demo-queue test test-slow lint typecheck bench db-url db-stop clean
+.PHONY: demo demo-queue test test-slow lint typecheck bench bench-peers bench-delivery db-url db-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -37,10 +37,28 @@ test: lint typecheck
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m slow || [ $$? -eq 5 ]
 
+# PgQueuer, the peer bench/queue.py compares with, lives in a venv of its own (.venv-bench),
+# never in the project's; when it cannot be installed the bench prints why and skips it.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed-stamp
+
+$(BENCH_STAMP): bench/requirements-peers.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements-peers.txt
+	touch $(BENCH_STAMP)
+
+bench-peers: $(BENCH_STAMP)
+
 bench: $(STAMP)
+	@$(MAKE) --no-print-directory bench-peers || echo "PgQueuer not installed: bench.queue skips the comparison"
 	$(PY) -m bench.queue
 	$(PY) -m bench.next_run
 	$(PY) -m bench.scheduler_herd
+	$(PY) -m bench.reminder_delivery
+
+# The end-to-end reminder herd alone (1,000,000 by default; SIZE=20000 for a shorter run).
+bench-delivery: $(STAMP)
+	$(PY) -m bench.reminder_delivery $(if $(SIZE),--size $(SIZE))
 
 db-url: $(STAMP)
 	@$(PY) -m scheduler.devdb url

@@ -9,7 +9,12 @@ psycopg baseline that does the same operation with no library (the limit), and t
 3. drain of N no-op jobs by 1 and 2 ``jobs.Worker`` processes vs a raw claim+complete loop
    (batches of 100, ``FOR UPDATE SKIP LOCKED``) in 2 processes;
 4. enqueue-to-start latency p50/p95/p99 with LISTEN on and off vs a bare LISTEN/NOTIFY round trip;
-5. resident memory of a worker process after draining.
+5. resident memory of a worker process after draining;
+6. (issue 9) the 2-process drain with the library's defaults (``jobs.Worker(url, handlers)``)
+   beside the tuned one, and PgQueuer 1.6 side by side (phase ``peers``): enqueue one job per
+   transaction, 1,000 per call, the drain by 2 of its worker processes, latency p50. PgQueuer
+   runs from its own venv (``make bench-peers``) through ``bench/peer_pgqueuer.py``; without it
+   the phase is skipped with the reason printed.
 
 Figures, not a test: ``python bench/queue.py [--quick] [--help for the sizes]``.
 """
@@ -32,6 +37,7 @@ import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from _queue import Empty  # noqa: E402  (stdlib queue.Empty; 'queue' is this file's name)
@@ -44,6 +50,7 @@ from multiprocessing.synchronize import Event as MpEvent  # noqa: E402
 from typing import Any, ClassVar, LiteralString, Self  # noqa: E402
 
 import psycopg  # noqa: E402
+from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 import jobs  # noqa: E402
 from jobs.queries import query as jobs_query  # noqa: E402
@@ -272,22 +279,19 @@ class StatementCounter(psycopg.Cursor[Any]):
 
 def _library_drain_child(
     url: str,
-    concurrency: int,
-    prefetch: int,
-    listen: bool,
+    worker_kwargs: dict[str, Any],
     connect_kwargs: dict[str, Any],
     profile: str | None,
     ready: MpQueue[Any],
     go: MpEvent,
     results: MpQueue[Any],
 ) -> None:
+    """A drain worker: ``jobs.Worker(url, {"noop": ...}, **worker_kwargs)``; ``{}`` = defaults."""
     calls = StatementCounter.calls
     worker = jobs.Worker(
         url,
         {"noop": _noop},
-        {"default": concurrency},
-        listen=listen,
-        prefetch=prefetch,
+        **worker_kwargs,
         connect_kwargs={**connect_kwargs, "cursor_factory": StatementCounter},
     )
     ready.put(os.getpid())
@@ -520,12 +524,15 @@ def fmt_rate(v: float) -> str:
     return f"{v:,.0f}/s"
 
 
-PHASES = ("enqueue", "many", "drain", "latency")
+PHASES = ("enqueue", "many", "drain", "latency", "peers")
 
 
-def _phase_enqueue(url: str, args: argparse.Namespace, rows: list[Row]) -> None:
+def _phase_enqueue(
+    url: str, args: argparse.Namespace, rows: list[Row], figures: dict[str, float]
+) -> None:
     print(f"enqueue, one job per transaction: {args.single:,} per side ...", flush=True)
     lib, raw = bench_enqueue_single(url, args.single, rounds=4)
+    figures["single"] = lib
     rows.append(
         Row(
             "enqueue, 1 job/txn",
@@ -572,17 +579,35 @@ def _describe(label: str, result: DrainResult) -> str:
     )
 
 
+def drain_defaults(url: str, n: int) -> DrainResult:
+    """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``."""
+    return run_drain(url, n, 2, _library_drain_child, ({}, {}, None))
+
+
 def _phase_drain(
-    url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], memory: list[float]
+    url: str,
+    args: argparse.Namespace,
+    rows: list[Row],
+    notes: list[str],
+    memory: list[float],
+    figures: dict[str, float],
 ) -> None:
-    print(f"drain {args.drain:,} no-op jobs: raw x2, library x1, library x2 ...", flush=True)
+    print(
+        f"drain {args.drain:,} no-op jobs: raw x2, library x1, library x2, library x2 with "
+        "the defaults ...",
+        flush=True,
+    )
     raw2 = run_drain(url, args.drain, 2, _raw_drain_child, (args.raw_batch,))
     options = {"options": args.worker_options} if args.worker_options else {}
-    lib_args = (args.concurrency, args.prefetch, True, options)
-    lib1 = run_drain(url, args.drain, 1, _library_drain_child, (*lib_args, None))
+    tuned = {"queues": {"default": args.concurrency}, "prefetch": args.prefetch, "listen": True}
+    lib1 = run_drain(url, args.drain, 1, _library_drain_child, (tuned, options, None))
     attempts1 = counts(url)[2]
-    lib2 = run_drain(url, args.drain, 2, _library_drain_child, (*lib_args, args.profile))
+    lib2 = run_drain(url, args.drain, 2, _library_drain_child, (tuned, options, args.profile))
     attempts2 = counts(url)[2]
+    default2 = drain_defaults(url, args.drain)
+    attempts_default = counts(url)[2]
+    figures["drain_tuned"] = lib2.rate
+    figures["drain_defaults"] = default2.rate
     raw_base = f"{fmt_rate(raw2.rate)} raw x2"
     rows.append(
         Row(
@@ -604,17 +629,29 @@ def _phase_drain(
             lib2.rate >= 8000 and lib2.rate / raw2.rate >= 0.4,
         )
     )
+    ratio = default2.rate / lib2.rate
     rows.append(
         Row(
-            "attempt history rows x1 / x2",
-            f"{attempts1:,} / {attempts2:,}",
+            "drain, 2 processes, defaults",
+            fmt_rate(default2.rate),
+            raw_base,
+            f"{default2.rate / raw2.rate:.0%}",
+            f">= 80% tuned ({ratio:.0%})",
+            ratio >= 0.8,
+        )
+    )
+    rows.append(
+        Row(
+            "attempt history rows x1 / x2 / defaults",
+            f"{attempts1:,} / {attempts2:,} / {attempts_default:,}",
             "- (raw writes none)",
             "-",
             f"= {args.drain:,} each",
-            attempts1 == args.drain and attempts2 == args.drain,
+            attempts1 == attempts2 == attempts_default == args.drain,
         )
     )
     memory.extend(r["rss_mib"] for r in lib1.per_process + lib2.per_process)
+    memory.extend(r["rss_mib"] for r in default2.per_process)
     notes.append(
         f"drain: jobs.Worker(queues={{'default': {args.concurrency}}}, "
         f"prefetch={args.prefetch}, listen=True"
@@ -625,18 +662,25 @@ def _phase_drain(
     notes.append(_describe("raw x2", raw2))
     notes.append(_describe("lib x1", lib1))
     notes.append(_describe("lib x2", lib2))
+    notes.append(_describe("lib x2 defaults: jobs.Worker(url, handlers)", default2))
     raw_rss = max(r["rss_mib"] for r in raw2.per_process)
     notes.append(f"raw drain client RSS {raw_rss:.1f} MiB (python + psycopg, for scale)")
 
 
 def _phase_latency(
-    url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], memory: list[float]
+    url: str,
+    args: argparse.Namespace,
+    rows: list[Row],
+    notes: list[str],
+    memory: list[float],
+    figures: dict[str, float],
 ) -> None:
     print(f"latency: {args.samples} samples per mode, LISTEN on / off / bare ...", flush=True)
     gap = args.gap_ms / 1000.0
     bare = latency_bare_notify(url, args.samples, gap)
     on, on_report = latency_library(url, True, 1.0, args.samples, gap, warmup=5)
     off, off_report = latency_library(url, False, args.poll, args.samples, gap, warmup=2)
+    figures["latency_p50"] = percentile(on, 50)
     for q, target in ((50, 4.0), (95, None), (99, 10.0)):
         value = percentile(on, q)
         base = percentile(bare, q)
@@ -669,6 +713,140 @@ def _phase_latency(
         f"from just before enqueue+commit to the handler's first line; "
         f"max LISTEN on {max(on):.1f} ms, off {max(off):.1f} ms, bare {max(bare):.2f} ms; "
         "worker Worker(queues={'default': 4}, prefetch=0)"
+    )
+
+
+# -- 5. PgQueuer side by side (issue 9 §7) ------------------------------------------------------
+
+PEER_SCRIPT = _BENCH_DIR / "peer_pgqueuer.py"
+PEER_PYTHON = _BENCH_DIR.parent / ".venv-bench" / "bin" / "python"
+PEER_BULK = 1000  # jobs per bulk call on both sides
+
+
+class PeerUnavailable(RuntimeError):
+    """The bench-only interpreter with PgQueuer is missing or cannot import it."""
+
+
+def asyncpg_conninfo(url: str) -> dict[str, Any]:
+    """The keywords of ``asyncpg.connect`` for a libpq URL or conninfo string."""
+    params = conninfo_to_dict(url)
+    mapping = {"host": "host", "port": "port", "user": "user", "password": "password"}
+    out: dict[str, Any] = {k: params[p] for p, k in mapping.items() if params.get(p)}
+    if "port" in out:
+        out["port"] = int(out["port"])
+    out["database"] = params.get("dbname")
+    return out
+
+
+def peer(python: Path, url: str, command: str, *args: object, timeout: float = 1800) -> Any:
+    """Run one command of ``bench/peer_pgqueuer.py`` in the bench venv; its JSON answer."""
+    done = subprocess.run(
+        [
+            str(python),
+            str(PEER_SCRIPT),
+            command,
+            json.dumps(asyncpg_conninfo(url)),
+            *map(str, args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"PgQueuer {command} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def peer_python(path: str) -> Path:
+    """The bench venv's interpreter if it exists and imports PgQueuer 1.x, else PeerUnavailable."""
+    python = Path(path)
+    if not python.exists():
+        raise PeerUnavailable(f"{python} not found: run `make bench-peers` to create .venv-bench")
+    probe = subprocess.run(
+        [str(python), "-c", "import pgqueuer, asyncpg; print(pgqueuer.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        raise PeerUnavailable(f"{python} cannot import pgqueuer: {probe.stderr.strip()[-300:]}")
+    return python
+
+
+def _phase_peers(
+    url: str,
+    args: argparse.Namespace,
+    rows: list[Row],
+    notes: list[str],
+    figures: dict[str, float],
+) -> None:
+    try:
+        python = peer_python(args.peer_python)
+    except PeerUnavailable as exc:
+        print(f"PgQueuer side by side: skipped ({exc})", flush=True)
+        notes.append(f"PgQueuer figures skipped: {exc}")
+        return
+    version = peer(python, url, "install")["version"]
+    print(
+        f"PgQueuer {version} side by side: enqueue 1/txn {args.single:,}, bulk "
+        f"{args.many:,} in calls of {PEER_BULK:,}, drain {args.drain:,} x2, latency "
+        f"{args.samples} samples (library figures measured here when their phase did not run) ...",
+        flush=True,
+    )
+    # The library's side: the same sizes, measured in this run (reused from the earlier phases).
+    if "single" not in figures:
+        figures["single"] = bench_enqueue_single(url, args.single, rounds=4)[0]
+    lib_bulk, raw_copy = bench_enqueue_many(url, args.many, PEER_BULK)
+    if "drain_defaults" not in figures:
+        figures["drain_defaults"] = drain_defaults(url, args.drain).rate
+    if "latency_p50" not in figures:
+        on, _ = latency_library(url, True, 1.0, args.samples, args.gap_ms / 1000.0, warmup=5)
+        figures["latency_p50"] = percentile(on, 50)
+    reset(url, vacuum=True)
+    single = peer(python, url, "single", args.single)["rate"]
+    bulk = peer(python, url, "bulk", args.many, PEER_BULK)["rate"]
+    drain = peer(python, url, "drain", args.drain, 2)
+    if drain["handled"] != args.drain or drain["left"]:
+        raise RuntimeError(f"PgQueuer drain left work behind: {drain}")
+    latency = peer(python, url, "latency", args.samples, args.gap_ms)["latencies_ms"]
+    pgq_p50 = percentile(latency, 50)
+
+    def compare(figure: str, lib: float, theirs: float, factor: float) -> Row:
+        target = f">= {factor:g}x PgQueuer" if factor != 1 else ">= PgQueuer"
+        return Row(
+            figure,
+            fmt_rate(lib),
+            f"{fmt_rate(theirs)} PgQueuer",
+            f"{lib / theirs:.2f}x",
+            target,
+            lib >= factor * theirs,
+        )
+
+    rows.append(
+        compare("vs PgQueuer: drain x2, defaults", figures["drain_defaults"], drain["rate"], 2)
+    )
+    rows.append(compare("vs PgQueuer: enqueue 1 job/txn", figures["single"], single, 1))
+    rows.append(compare(f"vs PgQueuer: bulk, {PEER_BULK:,}/call", lib_bulk, bulk, 2))
+    lib_p50 = figures["latency_p50"]
+    rows.append(
+        Row(
+            "vs PgQueuer: latency p50",
+            f"{lib_p50:.2f} ms",
+            f"{pgq_p50:.2f} ms PgQueuer",
+            f"{lib_p50 / pgq_p50:.2f}x",
+            "<= 4 ms",
+            lib_p50 <= 4.0,
+        )
+    )
+    notes.append(
+        f"PgQueuer {version} (asyncpg, uvloop, run as subprocesses of {python}): drain = "
+        f"PgQueuer(AsyncpgDriver).run(mode=drain) with its defaults (batch 10) in 2 processes, "
+        f"span {drain['span']:.2f}s, cpu {', '.join(f'{c:.2f}s' for c in drain['cpu'])}; "
+        f"enqueue = Queries.enqueue on an autocommit connection; latency p95/p99 "
+        f"{percentile(latency, 95):.2f}/{percentile(latency, 99):.2f} ms "
+        f"({len(latency)} samples); raw COPY in the same run {fmt_rate(raw_copy)} "
+        f"(batches of {PEER_BULK:,}); library drain defaults = jobs.Worker(url, handlers)"
     )
 
 
@@ -715,6 +893,11 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=5.0, help="mean gap between samples")
     parser.add_argument("--poll", type=float, default=0.5, help="poll interval, LISTEN off (s)")
     parser.add_argument("--profile", metavar="PREFIX", help="cProfile the x2 drain workers")
+    parser.add_argument(
+        "--peer-python",
+        default=str(PEER_PYTHON),
+        help="interpreter with PgQueuer installed (make bench-peers), for the peers phase",
+    )
     args = parser.parse_args()
     if args.quick:
         args.single, args.many, args.drain, args.samples = 200, 10_000, 2000, 40
@@ -727,6 +910,7 @@ def main() -> int:
     rows: list[Row] = []
     notes: list[str] = []
     memory: list[float] = []
+    figures: dict[str, float] = {}  # library figures the PgQueuer comparison reuses
     with throwaway_database(database_url()) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             settings = conn.execute(
@@ -739,13 +923,15 @@ def main() -> int:
             f"{os.cpu_count()} CPUs, throwaway database {settings[3]}"
         )
         if "enqueue" in phases:
-            _phase_enqueue(url, args, rows)
+            _phase_enqueue(url, args, rows, figures)
         if "many" in phases:
             _phase_many(url, args, rows)
         if "drain" in phases:
-            _phase_drain(url, args, rows, notes, memory)
+            _phase_drain(url, args, rows, notes, memory, figures)
         if "latency" in phases:
-            _phase_latency(url, args, rows, notes, memory)
+            _phase_latency(url, args, rows, notes, memory, figures)
+        if "peers" in phases:
+            _phase_peers(url, args, rows, notes, figures)
     if memory:
         rows.append(
             Row(

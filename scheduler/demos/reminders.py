@@ -5,8 +5,9 @@ From a fresh database: 3 scheduler replicas and 2 workers run as separate proces
 at the next whole minute (a herd), spread by 30 s of deterministic jitter, and are delivered
 through the simulated push provider, which fails transiently or rate-limits a few attempts.
 Live progress is printed while it runs; at the end a report says: occurrences expected,
-enqueued, delivered, duplicates (0), dead, lateness against the nominal time (p50/p95/p99) and
-the spread jitter produced.
+enqueued, delivered, duplicates (0), dead, deliveries per second and the time of the last
+delivery (relative to the due instant), lateness against the nominal time (p50/p95/p99) and the
+spread jitter produced.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def main() -> int:
                     print("  timed out waiting for the last deliveries")
                     break
                 time.sleep(1.0 if to_go > 3 else 0.5)
-            _report(conn, started)
+            _report(conn, started, due)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -165,7 +166,7 @@ def main() -> int:
     return 0
 
 
-def _report(conn: psycopg.Connection[Any], started: float) -> None:
+def _report(conn: psycopg.Connection[Any], started: float, due: datetime) -> None:
     c = _counts(conn)
     dup_jobs = conn.execute(
         "SELECT count(*) FROM (SELECT payload->'tockwork_schedule'->>'id',"
@@ -196,6 +197,9 @@ def _report(conn: psycopg.Connection[Any], started: float) -> None:
             " JOIN jobs j ON j.id = p.job_id WHERE j.attempts = 1"
         ).fetchall()
     ]
+    span = conn.execute(
+        "SELECT count(*), min(delivered_at), max(delivered_at) FROM simulated_pushes"
+    ).fetchone()
     retried = conn.execute(
         "SELECT outcome, count(*) FROM job_attempts WHERE outcome <> 'succeeded' GROUP BY 1"
     ).fetchall()
@@ -206,6 +210,17 @@ def _report(conn: psycopg.Connection[Any], started: float) -> None:
     duplicates = (dup_jobs[0] if dup_jobs else 0) + (dup_push[0] if dup_push else 0)
     print(f"  duplicates             {duplicates:>8,}")
     print(f"  dead                   {c['dead']:>8,}")
+    if span is not None and span[1] is not None:
+        seconds = (span[2] - span[1]).total_seconds()
+        rate = f"{span[0] / seconds:,.0f}/s" if seconds > 0 else "-"
+        print(
+            f"  deliveries/s           {rate:>8}  (first to last delivery, {seconds:.1f}s; "
+            f"the jitter window spreads them over {JITTER}s)"
+        )
+        print(
+            f"  last delivery          T{(span[2] - due).total_seconds():+.1f}s  "
+            f"(after the due instant {due:%H:%M:%S}Z)"
+        )
     print(f"  retried attempts       {', '.join(f'{o} {n}' for o, n in retried) or '0'}")
     print(
         "  lateness vs nominal    "

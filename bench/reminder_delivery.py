@@ -1,0 +1,780 @@
+"""Reminder delivery benchmark (issue 9): a herd of reminders due at one instant, end to end.
+
+Everything runs in one throwaway database (``tockwork_delivery_<pid>``, created on the server of
+``scheduler.devdb.database_url()`` with every migration component, dropped at the end), with the
+real commands and the library's defaults:
+
+1. **Herd, no jitter.** ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local
+   time of one instant ``T`` in each zone) are created with ``scheduler.create_schedules``; then
+   2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch size, interval) and
+   2 ``tockwork worker --app scheduler.reminders:simulated_app --queue reminders=16`` processes
+   start, ``T`` being far enough ahead for the replicas to get their whole lookahead. Reported:
+   the enqueue rate and when the herd was all in the table (relative to ``T``), deliveries/s,
+   the time from ``T`` to the last delivery, lateness p50/p95/p99 (delivery against the nominal
+   occurrence), duplicates (two deliveries of one occurrence or one job; must be 0), dead jobs.
+2. **Raw pipeline.** The delivered jobs are put back to pending and 2 processes do the same
+   reads and writes in batched SQL with no library: claim 100 (``FOR UPDATE SKIP LOCKED``, with a
+   lease), read their schedules in one query, insert the effect rows and the push rows with
+   ``unnest``, complete the jobs and write their attempt rows. Library / raw is the headline.
+3. **Herd, 300 s of jitter.** The same herd again, fresh, with ``jitter`` 300: lateness is
+   measured against each job's jittered ``run_at``.
+
+Delivery times are the ``simulated_pushes.delivered_at`` stamps the provider writes, so polling
+(which only decides when a run is over) does not enter the figures. The bench waits on database
+state (counts, with a timeout), never on fixed sleeps.
+
+Figures, not a test: ``python -m bench.reminder_delivery [--quick | --size N] [--help]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ holds queue.py, which would shadow the standard library's ``queue`` (multiprocessing
+# imports it) if this folder came first on sys.path: put the repository root there instead.
+_BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
+sys.path.insert(0, str(_BENCH_DIR.parent))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from _queue import Empty  # noqa: E402  (queue.Empty; bench/queue.py shadows queue for mypy)
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from multiprocessing.queues import Queue as MpQueue  # noqa: E402
+from multiprocessing.synchronize import Event as MpEvent  # noqa: E402
+from typing import Any, LiteralString  # noqa: E402
+
+import psycopg  # noqa: E402
+
+import scheduler  # noqa: E402
+from scheduler import devdb  # noqa: E402
+from scheduler.cli import build_parser  # noqa: E402
+from scheduler.devdb import database_url  # noqa: E402
+from scheduler.migrations import ALL_COMPONENTS  # noqa: E402
+from timezones import available_zones, get_zone, next_after, parse_rule  # noqa: E402
+
+CTX = multiprocessing.get_context("spawn")
+
+QUEUE = "reminders"
+JOB_TYPE = "reminder"  # what scheduler.reminders.simulated_app handles
+APP = "scheduler.reminders:simulated_app"
+ZONE_COUNT = 300
+CHUNK = 5000  # schedules per create_schedules call (one transaction each)
+STARTUP = 15.0  # seconds allowed for the processes to start before the replicas' lookahead
+TARGET_RATIO = 0.5
+TARGET_HERD_SECONDS = 180.0
+TARGET_HERD_SIZE = 1_000_000
+TARGET_JITTER_P99 = 2.0
+
+# -- SQL (the bench's own: progress, figures, and the raw pipeline) ------------------------------
+
+RESET: LiteralString = (
+    "TRUNCATE schedules, schedule_skips, jobs, job_attempts, job_effects, simulated_pushes"
+    " RESTART IDENTITY"
+)
+VACUUM: LiteralString = (
+    "VACUUM ANALYZE schedules, jobs, job_attempts, job_effects, simulated_pushes"
+)
+CHECKPOINT: LiteralString = "CHECKPOINT"
+MAX_JOB_ID: LiteralString = "SELECT coalesce(max(id), 0) FROM jobs"
+PUSHES_INSERTED: LiteralString = (
+    "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = 'simulated_pushes'"
+)
+COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs"
+COUNT_DONE: LiteralString = """
+SELECT (SELECT count(*) FROM simulated_pushes),
+       NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'retrying', 'leased'))
+"""
+STATUSES: LiteralString = "SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
+DELIVERY_SPAN: LiteralString = """
+SELECT count(*), min(delivered_at), max(delivered_at) FROM simulated_pushes
+"""
+# Lateness of each delivery against the nominal occurrence and against its job's run_at
+# (jittered; a retried job's run_at moves, so only first attempts count for that one).
+LATENESS: LiteralString = """
+SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM p.delivered_at - p.occurrence_at)::float8),
+       max(extract(epoch FROM p.delivered_at - p.occurrence_at)::float8),
+       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM p.delivered_at - j.run_at)::float8)
+           FILTER (WHERE j.attempts = 1),
+       max(extract(epoch FROM p.delivered_at - j.run_at)::float8) FILTER (WHERE j.attempts = 1)
+FROM simulated_pushes AS p JOIN jobs AS j ON j.id = p.job_id
+"""
+DUPLICATES: LiteralString = """
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
+            GROUP BY payload -> 'tockwork_schedule' ->> 'id',
+                     payload -> 'tockwork_schedule' ->> 'occurrence'
+            HAVING count(*) > 1) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes
+            GROUP BY schedule_id, occurrence_key HAVING count(*) > 1) AS d),
+       (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes
+            GROUP BY job_id HAVING count(*) > 1) AS d)
+"""
+ATTEMPTS: LiteralString = "SELECT outcome, count(*) FROM job_attempts GROUP BY 1 ORDER BY 1"
+# Put the delivered herd back to pending for the raw pipeline: same rows, same indexes.
+REQUEUE: LiteralString = """
+UPDATE jobs SET status = 'pending', attempts = 0, locked_at = NULL, locked_by = NULL,
+                locked_until = NULL, completed_at = NULL, last_error_code = NULL,
+                last_error_summary = NULL
+"""
+RAW_TRUNCATE: LiteralString = "TRUNCATE job_attempts, job_effects, simulated_pushes"
+
+RAW_CLAIM: LiteralString = """
+UPDATE jobs AS j
+SET status = 'leased', attempts = j.attempts + 1, locked_at = now(), locked_by = %(worker)s,
+    locked_until = now() + interval '30 seconds', lease_token = j.lease_token + 1
+WHERE j.id = ANY(ARRAY(
+    SELECT id FROM jobs
+    WHERE queue = 'reminders' AND status IN ('pending', 'retrying') AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.lease_token, j.attempts, j.job_type, j.idempotency_key, j.payload, j.locked_at
+"""
+RAW_SCHEDULES: LiteralString = """
+SELECT id, paused, version, quiet_start, quiet_end, quiet_action, zone
+FROM schedules WHERE id = ANY(%(ids)b::bigint[])
+"""
+# Effect-once records, then the push rows for the keys that were new, in one statement.
+RAW_EFFECTS_AND_PUSHES: LiteralString = """
+WITH input AS (
+    SELECT * FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[], %(schedule_ids)b::bigint[],
+                         %(occurrences)b::text[], %(ats)b::timestamptz[], %(subjects)b::text[],
+                         %(messages)b::text[], %(attempts)b::int[])
+         AS t(effect_key, job_id, schedule_id, occurrence_key, occurrence_at, subject, message,
+              attempt)
+),
+recorded AS (
+    INSERT INTO job_effects (effect_key, job_id)
+    SELECT effect_key, job_id FROM input
+    ON CONFLICT (effect_key) DO NOTHING
+    RETURNING effect_key
+)
+INSERT INTO simulated_pushes (effect_key, job_id, schedule_id, occurrence_key, occurrence_at,
+                              subject, message, attempt)
+SELECT i.effect_key, i.job_id, i.schedule_id, i.occurrence_key, i.occurrence_at, i.subject,
+       i.message, i.attempt
+FROM input AS i JOIN recorded AS r ON r.effect_key = i.effect_key
+"""
+RAW_COMPLETE: LiteralString = """
+WITH input AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(attempts)b::int[],
+                         %(started)b::timestamptz[])
+         AS t(id, token, attempt, started_at)
+),
+updated AS (
+    UPDATE jobs AS j
+    SET status = 'succeeded', completed_at = now(), locked_at = NULL, locked_by = NULL,
+        locked_until = NULL, lease_token = j.lease_token + 1
+    FROM input AS i
+    -- ANY(ids) as well as the join: a primary-key probe, not a hash join over the table.
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
+    RETURNING j.id
+)
+INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
+                          outcome, duration_ms)
+SELECT i.id, i.attempt, 'reminders', 'reminder', %(worker)s, i.started_at, now(),
+       CASE WHEN u.id IS NULL THEN 'fenced' ELSE 'succeeded' END, 0
+FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
+"""
+SERVER: LiteralString = (
+    "SELECT current_setting('server_version'), current_setting('fsync'), "
+    "current_setting('synchronous_commit')"
+)
+
+
+# -- the herd -------------------------------------------------------------------------------------
+
+
+def percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def herd_zones(due: datetime, count: int = ZONE_COUNT) -> list[tuple[str, str]]:
+    """``count`` zones spread over the zone list, each with the rule text that fires at ``due``.
+
+    A zone whose ``daily@HH:MM:SS`` would not fire exactly at ``due`` (a transition today) is
+    passed over for the next one.
+    """
+    names = sorted(z for z in available_zones() if z not in ("Factory", "localtime"))
+    spread = [names[i * len(names) // count] for i in range(count)]
+    chosen = set(spread)
+    created = due - timedelta(hours=1)
+    picked: list[tuple[str, str]] = []
+    for name in spread + [z for z in names if z not in chosen]:
+        rule = f"daily@{due.astimezone(get_zone(name)):%H:%M:%S}"
+        occ = next_after(parse_rule(rule), name, created)
+        if occ is not None and occ.at == due:
+            picked.append((name, rule))
+            if len(picked) == count:
+                break
+    if len(picked) < count:
+        raise RuntimeError(f"only {len(picked)} zones fire at {due:%H:%M}Z")
+    return picked
+
+
+def schedule_items(n: int, zones: list[tuple[str, str]], jitter: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for i in range(n):
+        zone, rule = zones[i % len(zones)]
+        items.append(
+            {
+                "job_type": JOB_TYPE,
+                "rule": rule,
+                "zone": zone,
+                "subject": f"user-{i}",
+                "queue": QUEUE,
+                "jitter": jitter,
+                "payload": {"subject": f"user-{i}", "message": "time to stretch"},
+            }
+        )
+    return items
+
+
+def create(url: str, items: list[dict[str, Any]]) -> float:
+    """Create the schedules through the API in chunks; return the seconds it took."""
+    start = time.perf_counter()
+    with psycopg.connect(url) as conn:
+        for k in range(0, len(items), CHUNK):
+            with conn.transaction():
+                scheduler.create_schedules(conn, items[k : k + CHUNK])
+    return time.perf_counter() - start
+
+
+def creation_rate(url: str) -> float:
+    """Schedules per second through the API, from a small sample (then removed)."""
+    sample = 2000
+    due = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    seconds = create(url, schedule_items(sample, herd_zones(due, 50), 0))
+    reset(url)
+    return sample / seconds
+
+
+def replica_lookahead(scheduler_args: list[str]) -> float:
+    """The lookahead ``tockwork scheduler`` uses with these arguments (none: its default)."""
+    value = build_parser().parse_args(["scheduler", *scheduler_args]).lookahead
+    return value.total_seconds() if isinstance(value, timedelta) else 60.0
+
+
+def reset(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RESET)
+        conn.execute(VACUUM)
+
+
+def tockwork_command() -> list[str]:
+    """The installed ``tockwork`` script beside this interpreter, else ``python -m``."""
+    script = Path(sys.executable).with_name("tockwork")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "scheduler.cli"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process, from /proc (0 where there is none)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Processes:
+    """The scheduler replicas and workers of one run, with their logs in ``folder``."""
+
+    folder: Path
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        log = (self.folder / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [*tockwork_command(), *args], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        self.procs.append((name, proc))
+
+    def check(self) -> None:
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                tail = (self.folder / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+
+    def cpu(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for name, proc in self.procs:
+            kind = name.rstrip("0123456789")
+            totals[kind] = totals.get(kind, 0.0) + cpu_seconds(proc.pid)
+        return totals
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.procs.clear()
+
+
+@dataclass
+class Progress:
+    """What the poller saw: when the first job and the whole herd were in the table."""
+
+    first_job: float | None = None  # perf_counter, interpolated between two polls
+    all_jobs: float | None = None
+    done: bool = False
+
+
+def wait_for_delivery(
+    url: str, n: int, due: datetime, timeout: float, procs: Processes, poll: float = 0.1
+) -> Progress:
+    """Poll until the herd is enqueued and delivered (or ``timeout`` s after ``due``).
+
+    Cheap probes every ``poll`` s (``max(id)`` of jobs, the server's insert counter of
+    ``simulated_pushes``); exact counts only when those say the end is near, or every 5 s.
+    """
+    progress = Progress()
+    deadline = time.monotonic() + (due - datetime.now(UTC)).total_seconds() + timeout
+    last_exact = 0.0
+    previous = time.perf_counter()
+    next_report = time.monotonic()
+    with psycopg.connect(url, autocommit=True) as conn:
+        base_row = conn.execute(PUSHES_INSERTED).fetchone()
+        base = int(base_row[0]) if base_row else 0
+        while True:
+            now = time.perf_counter()
+            max_row = conn.execute(MAX_JOB_ID).fetchone()
+            max_id = int(max_row[0]) if max_row else 0
+            if progress.first_job is None and max_id > 0:
+                progress.first_job = (previous + now) / 2
+            if progress.all_jobs is None and max_id >= n:
+                count_row = conn.execute(COUNT_JOBS).fetchone()
+                if count_row is not None and int(count_row[0]) >= n:
+                    progress.all_jobs = (previous + now) / 2
+            pushed_row = conn.execute(PUSHES_INSERTED).fetchone()
+            pushed = (int(pushed_row[0]) if pushed_row else 0) - base
+            if progress.all_jobs is not None and (
+                pushed >= n or time.monotonic() - last_exact > 5.0
+            ):
+                last_exact = time.monotonic()
+                done_row = conn.execute(COUNT_DONE).fetchone()
+                if done_row is not None and done_row[1]:
+                    progress.done = True
+                    return progress
+            if time.monotonic() >= next_report:
+                to_go = (due - datetime.now(UTC)).total_seconds()
+                print(
+                    f"    [T{'-' if to_go > 0 else '+'}{abs(to_go):4.0f}s] "
+                    f"enqueued ~{max_id:>9,}  delivered ~{max(pushed, 0):>9,}",
+                    flush=True,
+                )
+                next_report = time.monotonic() + 5.0
+                procs.check()
+            if time.monotonic() > deadline:
+                return progress
+            previous = now
+            time.sleep(poll)
+
+
+@dataclass
+class HerdResult:
+    name: str
+    n: int
+    jitter: int
+    create_seconds: float = 0.0
+    enqueue_rate: float = math.nan
+    enqueued_at: float = math.nan  # seconds relative to the due instant (negative: before)
+    delivered: int = 0
+    first_delivery: float = math.nan  # relative to the due instant
+    last_delivery: float = math.nan
+    rate: float = math.nan
+    nominal: tuple[float, float, float, float] = (math.nan,) * 4  # p50, p95, p99, max
+    run_at: tuple[float, float, float, float] = (math.nan,) * 4
+    duplicates: tuple[int, int, int] = (0, 0, 0)  # jobs, occurrences, per job
+    statuses: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    completed: bool = False
+
+    @property
+    def duplicate_count(self) -> int:
+        return sum(self.duplicates)
+
+
+def measure(conn: psycopg.Connection[Any], result: HerdResult, due: datetime) -> None:
+    """Fill ``result`` from the tables (delivery stamps, lateness, duplicates, statuses)."""
+    span = conn.execute(DELIVERY_SPAN).fetchone()
+    assert span is not None
+    result.delivered = int(span[0])
+    if span[1] is not None:
+        result.first_delivery = (span[1] - due).total_seconds()
+        result.last_delivery = (span[2] - due).total_seconds()
+        seconds = (span[2] - span[1]).total_seconds()
+        result.rate = result.delivered / seconds if seconds > 0 else math.nan
+    late = conn.execute(LATENESS).fetchone()
+    if late is not None and late[0] is not None:
+        result.nominal = (*late[0], late[1])
+        if late[2] is not None:
+            result.run_at = (*late[2], late[3])
+    dup = conn.execute(DUPLICATES).fetchone()
+    assert dup is not None
+    result.duplicates = (int(dup[0]), int(dup[1]), int(dup[2]))
+    result.statuses = {s: int(c) for s, c in conn.execute(STATUSES).fetchall()}
+    result.attempts = {o: int(c) for o, c in conn.execute(ATTEMPTS).fetchall()}
+
+
+def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> HerdResult:
+    """One fresh herd of ``args.size`` reminders delivered by the real commands."""
+    name = f"herd, jitter {jitter} s"
+    result = HerdResult(name, args.size, jitter)
+    reset(url)
+    rate = creation_rate(url)
+    lookahead = replica_lookahead(args.scheduler_args)
+    lead = args.size / rate * 1.3 + STARTUP + lookahead + 5.0
+    due = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
+    zones = herd_zones(due)
+    items = schedule_items(args.size, zones, jitter)
+    print(
+        f"  {name}: {args.size:,} reminders in {len(zones)} zones due at {due:%H:%M:%S}Z "
+        f"(e.g. {zones[0][1]} in {zones[0][0]}); creating ({rate:,.0f}/s) ...",
+        flush=True,
+    )
+    result.create_seconds = create(url, items)
+    del items
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(VACUUM)
+        conn.execute(CHECKPOINT)
+    ahead = (due - datetime.now(UTC)).total_seconds()
+    print(
+        f"    created in {result.create_seconds:.1f}s; T-{ahead:.0f}s; starting 2 replicas "
+        f"(lookahead {lookahead:g}s) and 2 workers ({' '.join(args.worker_args)})",
+        flush=True,
+    )
+    if ahead < lookahead:
+        print(f"    warning: the replicas start {lookahead - ahead:.0f}s inside their lookahead")
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    for var in ("TOCKWORK_SIM_TRANSIENT", "TOCKWORK_SIM_RATE_LIMIT"):
+        env.pop(var, None)  # no injected failures
+    procs = Processes(logs)
+    try:
+        for i in range(2):
+            procs.start(f"scheduler{i}", ["scheduler", *args.scheduler_args], env)
+        for i in range(2):
+            procs.start(f"worker{i}", ["worker", "--app", APP, *args.worker_args], env)
+        timeout = args.timeout if args.timeout else 600.0 + args.size / 500.0 + jitter
+        progress = wait_for_delivery(url, args.size, due, timeout, procs)
+        result.cpu = procs.cpu()
+    finally:
+        procs.stop()
+    result.completed = progress.done
+    # perf_counter of the polls -> seconds relative to the due instant.
+    offset = time.perf_counter() - (datetime.now(UTC) - due).total_seconds()
+    if progress.first_job is not None and progress.all_jobs is not None:
+        span = progress.all_jobs - progress.first_job
+        result.enqueue_rate = args.size / span if span > 0 else math.nan
+        result.enqueued_at = progress.all_jobs - offset
+    with psycopg.connect(url, autocommit=True) as conn:
+        measure(conn, result, due)
+    print(describe(result), flush=True)
+    return result
+
+
+def describe(r: HerdResult) -> str:
+    head = (
+        f"    {r.name}: {'done' if r.completed else 'TIMED OUT'}; delivered {r.delivered:,} "
+        f"of {r.n:,}; jobs {r.statuses}; attempts {r.attempts}"
+    )
+    duplicates = (
+        f"      duplicates: jobs per occurrence {r.duplicates[0]}, deliveries per occurrence "
+        f"{r.duplicates[1]}, deliveries per job {r.duplicates[2]}; CPU "
+        + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(r.cpu.items()))
+    )
+    if not r.create_seconds:  # the raw pipeline: no schedules created, no due instant
+        span = r.last_delivery - r.first_delivery
+        return f"{head}\n      deliveries {r.rate:,.0f}/s over {span:.2f}s\n{duplicates}"
+    return "\n".join(
+        (
+            head,
+            f"      schedules created in {r.create_seconds:.1f}s "
+            f"({r.n / r.create_seconds:,.0f}/s via create_schedules)",
+            f"      enqueue {r.enqueue_rate:,.0f}/s, all in the table at T{r.enqueued_at:+.1f}s; "
+            f"deliveries {r.rate:,.0f}/s from T{r.first_delivery:+.1f}s "
+            f"to T{r.last_delivery:+.1f}s",
+            "      lateness vs nominal p50/p95/p99/max "
+            + "/".join(f"{v:.2f}" for v in r.nominal)
+            + " s; vs run_at "
+            + "/".join(f"{v:.2f}" for v in r.run_at)
+            + " s",
+            duplicates,
+        )
+    )
+
+
+# -- the raw pipeline ---------------------------------------------------------------------------
+
+
+def _raw_child(url: str, batch: int, ready: MpQueue[Any], go: MpEvent, out: MpQueue[Any]) -> None:
+    worker = f"raw:{os.getpid()}"
+    done = 0
+    with psycopg.connect(url) as conn:
+        ready.put(os.getpid())
+        go.wait()
+        cpu0 = time.process_time()
+        while True:
+            with conn.transaction():
+                rows = conn.execute(RAW_CLAIM, {"worker": worker, "limit": batch}).fetchall()
+            if not rows:
+                break
+            metas = [r[5]["tockwork_schedule"] for r in rows]
+            with conn.transaction():
+                found = {
+                    s[0]: s
+                    for s in conn.execute(
+                        RAW_SCHEDULES, {"ids": [int(m["id"]) for m in metas]}
+                    ).fetchall()
+                }
+            # Still due: the schedule exists, is not paused, and is the version that enqueued.
+            due = [
+                (r, m)
+                for r, m in zip(rows, metas, strict=True)
+                if (s := found.get(int(m["id"]))) is not None and not s[1] and s[2] == m["version"]
+            ]
+            with conn.transaction():
+                conn.execute(
+                    RAW_EFFECTS_AND_PUSHES,
+                    {
+                        "keys": [f"push:{r[3]}:-:{r[4]}" for r, _ in due],
+                        "job_ids": [r[0] for r, _ in due],
+                        "schedule_ids": [int(m["id"]) for _, m in due],
+                        "occurrences": [m["occurrence"] for _, m in due],
+                        "ats": [datetime.fromisoformat(m["at"]) for _, m in due],
+                        "subjects": [r[5].get("subject") for r, _ in due],
+                        "messages": [str(r[5].get("message", "reminder")) for r, _ in due],
+                        "attempts": [r[2] for r, _ in due],
+                    },
+                )
+                conn.execute(
+                    RAW_COMPLETE,
+                    {
+                        "ids": [r[0] for r in rows],
+                        "tokens": [r[1] for r in rows],
+                        "attempts": [r[2] for r in rows],
+                        "started": [r[6] for r in rows],
+                        "worker": worker,
+                    },
+                )
+            done += len(rows)
+    out.put({"pid": os.getpid(), "done": done, "cpu": time.process_time() - cpu0})
+
+
+def _get(source: MpQueue[Any], children: list[Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return source.get(timeout=0.1)
+        except Empty:
+            if any(c.exitcode not in (None, 0) for c in children):
+                raise RuntimeError("a raw pipeline process failed (traceback above)") from None
+            if time.monotonic() > deadline:
+                raise
+
+
+def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> HerdResult:
+    """The herd's jobs again, delivered by ``processes`` raw batched-SQL loops."""
+    result = HerdResult(f"raw batched SQL x{processes}", n, 0)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(REQUEUE)
+        conn.execute(RAW_TRUNCATE)
+        conn.execute(VACUUM)
+        conn.execute(CHECKPOINT)
+    ready: MpQueue[Any] = CTX.Queue()
+    out: MpQueue[Any] = CTX.Queue()
+    go = CTX.Event()
+    children = [
+        CTX.Process(target=_raw_child, args=(url, batch, ready, go, out)) for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    for _ in children:
+        _get(ready, children, 120)
+    go.set()
+    reports = [_get(out, children, 3600) for _ in children]
+    for child in children:
+        child.join(30)
+    result.completed = sum(r["done"] for r in reports) == n
+    result.cpu = {"raw": sum(r["cpu"] for r in reports)}
+    with psycopg.connect(url, autocommit=True) as conn:
+        measure(conn, result, due)
+    print(describe(result), flush=True)
+    return result
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    figure: str
+    value: str
+    target: str
+    ok: bool | None
+
+
+def print_table(rows: list[Row]) -> None:
+    headers = ("figure", "value", "target", "result")
+    table = [
+        (r.figure, r.value, r.target, "-" if r.ok is None else ("PASS" if r.ok else "FAIL"))
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()
+    print(line)
+    print("-" * len(line))
+    for t in table:
+        print("  ".join(c.ljust(w) for c, w in zip(t, widths, strict=True)).rstrip())
+
+
+def p3(values: tuple[float, ...]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values[:3]) + " s"
+
+
+def rows_for(herd: HerdResult, raw: HerdResult | None, jittered: HerdResult | None) -> list[Row]:
+    n = herd.n
+    clean = herd.completed and herd.duplicate_count == 0 and herd.delivered == n
+    rows = [
+        Row("enqueue (2 replicas, defaults)", f"{herd.enqueue_rate:,.0f}/s", "-", None),
+        Row(
+            "herd all in the table at",
+            f"T{herd.enqueued_at:+.1f} s",
+            "before T",
+            herd.enqueued_at < 0,
+        ),
+        Row("deliveries/s (2 workers)", f"{herd.rate:,.0f}/s", "-", None),
+    ]
+    if raw is not None:
+        ratio = herd.rate / raw.rate
+        rows.append(Row("raw batched SQL x2", f"{raw.rate:,.0f}/s", "-", None))
+        rows.append(
+            Row("library / raw", percent(ratio), f">= {percent(TARGET_RATIO)}", ratio >= 0.5)
+        )
+    suffix = "" if n == TARGET_HERD_SIZE else f" (target set for {TARGET_HERD_SIZE:,})"
+    rows += [
+        Row(
+            f"{n:,} due at T: last delivery",
+            f"T{herd.last_delivery:+.1f} s",
+            f"<= T+{TARGET_HERD_SECONDS:g} s{suffix}",
+            clean and herd.last_delivery <= TARGET_HERD_SECONDS,
+        ),
+        Row("lateness vs nominal p50/p95/p99", p3(herd.nominal), "-", None),
+        Row(
+            "duplicates, dead",
+            f"{herd.duplicate_count}, {herd.statuses.get('dead', 0)}",
+            "0, 0",
+            herd.duplicate_count == 0 and not herd.statuses.get("dead"),
+        ),
+    ]
+    if jittered is not None:
+        ok = (
+            jittered.completed
+            and jittered.duplicate_count == 0
+            and jittered.run_at[2] <= TARGET_JITTER_P99
+        )
+        rows += [
+            Row(
+                f"jitter {jittered.jitter} s: lateness vs run_at p50/p95/p99",
+                p3(jittered.run_at),
+                f"p99 <= {TARGET_JITTER_P99:g} s",
+                ok,
+            ),
+            Row(
+                f"jitter {jittered.jitter} s: last delivery, duplicates",
+                f"T{jittered.last_delivery:+.1f} s, {jittered.duplicate_count}",
+                "-, 0",
+                jittered.duplicate_count == 0 and jittered.completed,
+            ),
+        ]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1_000_000, help="reminders in the herd")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2,000, jitter 20 s")
+    parser.add_argument("--jitter", type=int, default=300, help="jitter of the second herd (s)")
+    parser.add_argument("--no-jitter-run", action="store_true", help="skip the jittered herd")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw pipeline")
+    parser.add_argument("--raw-batch", type=int, default=100, help="raw pipeline claim size")
+    parser.add_argument(
+        "--worker-args",
+        default=f"--queue {QUEUE}=16",
+        help="arguments of each `tockwork worker` after --app (default: '%(default)s')",
+    )
+    parser.add_argument(
+        "--scheduler-args", default="", help="arguments of each `tockwork scheduler` (none)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=0.0, help="seconds after T before giving up a run"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.size, args.jitter = 2000, 20
+    args.worker_args = args.worker_args.split()
+    args.scheduler_args = args.scheduler_args.split()
+
+    began = time.perf_counter()
+    logs = Path(tempfile.mkdtemp(prefix="tockwork-delivery-"))
+    raw: HerdResult | None = None
+    jittered: HerdResult | None = None
+    name = f"tockwork_delivery_{os.getpid()}"
+    with devdb.throwaway_database(database_url(), name, components=ALL_COMPONENTS) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            settings = conn.execute(SERVER).fetchone()
+        assert settings is not None
+        print(
+            f"reminder delivery: PostgreSQL {settings[0]} (fsync={settings[1]}, "
+            f"synchronous_commit={settings[2]}), {os.cpu_count()} CPUs, database {name}, "
+            f"process logs in {logs}"
+        )
+        herd = run_herd(url, args, 0, logs)
+        if not args.no_raw:
+            print(f"  raw batched SQL x2, claim {args.raw_batch} ...", flush=True)
+            due = datetime.now(UTC)  # only the span matters for the raw figures
+            raw = run_raw(url, args.size, 2, args.raw_batch, due)
+        if not args.no_jitter_run:
+            jittered = run_herd(url, args, args.jitter, logs)
+    print()
+    rows = rows_for(herd, raw, jittered)
+    print_table(rows)
+    summary = {
+        "size": args.size,
+        "herd": herd.__dict__,
+        "raw": raw.__dict__ if raw else None,
+        "jittered": jittered.__dict__ if jittered else None,
+    }
+    print("\njson: " + json.dumps(summary, default=str))
+    print(f"total {time.perf_counter() - began:.0f}s")
+    ok = all(r.ok is not False for r in rows)
+    if ok:
+        shutil.rmtree(logs, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

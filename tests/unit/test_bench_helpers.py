@@ -1,0 +1,66 @@
+"""The pure helpers of the benches that decide what a run measures (no database, no timing)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bench.queue import asyncpg_conninfo
+from bench.reminder_delivery import ZONE_COUNT, herd_zones, schedule_items
+from timezones import next_after, parse_rule
+
+
+@pytest.mark.parametrize(
+    "due",
+    [
+        datetime(2026, 1, 14, 8, 0, 0, tzinfo=UTC),
+        # 07:00Z on 2026-03-08 is 02:00 in New York, skipped that night: the zones whose
+        # local time does not exist (or exists twice) at the due instant are passed over.
+        datetime(2026, 3, 8, 7, 0, 0, tzinfo=UTC),
+        datetime(2026, 10, 25, 1, 30, 17, tzinfo=UTC),
+    ],
+)
+def test_every_herd_zone_fires_exactly_at_the_due_instant(due: datetime) -> None:
+    zones = herd_zones(due)
+    assert len(zones) == ZONE_COUNT
+    assert len({zone for zone, _ in zones}) == ZONE_COUNT
+    for zone, rule in zones:
+        occ = next_after(parse_rule(rule), zone, due - timedelta(hours=1))
+        assert occ is not None
+        assert occ.at.timestamp() == due.timestamp(), (zone, rule)
+
+
+def test_a_zone_whose_local_time_is_the_second_pass_of_a_fold_is_passed_over() -> None:
+    # 06:30Z on 2026-11-01 is the second 01:30 in New York; daily@01:30 fires at the first.
+    due = datetime(2026, 11, 1, 6, 30, 0, tzinfo=UTC)
+    picked = dict(herd_zones(due, 500))
+    assert len(picked) == 500
+    assert "America/New_York" not in picked
+    assert picked["Europe/Paris"] == "daily@07:30:00"
+
+
+def test_schedule_items_spread_the_herd_over_the_zones_round_robin() -> None:
+    due = datetime(2026, 1, 14, 8, 0, 0, tzinfo=UTC)
+    zones = herd_zones(due, 3)
+    items = schedule_items(7, zones, 300)
+    assert [i["zone"] for i in items] == [z for z, _ in zones] * 2 + [zones[0][0]]
+    assert {i["jitter"] for i in items} == {300}
+    assert {i["queue"] for i in items} == {"reminders"}
+    assert len({i["subject"] for i in items}) == 7
+
+
+def test_asyncpg_conninfo_from_a_url_and_from_a_conninfo_string() -> None:
+    assert asyncpg_conninfo("postgresql://bob:pw@db.example:6543/tockwork_bench_1") == {
+        "host": "db.example",
+        "port": 6543,
+        "user": "bob",
+        "password": "pw",
+        "database": "tockwork_bench_1",
+    }
+    assert asyncpg_conninfo("host=/tmp/sock port=5433 user=postgres dbname=x") == {
+        "host": "/tmp/sock",
+        "port": 5433,
+        "user": "postgres",
+        "database": "x",
+    }
