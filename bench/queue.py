@@ -712,7 +712,7 @@ def _phase_latency(
         f"latency: {len(on)} / {len(off)} / {len(bare)} samples, gap ~{args.gap_ms:g} ms, "
         f"from just before enqueue+commit to the handler's first line; "
         f"max LISTEN on {max(on):.1f} ms, off {max(off):.1f} ms, bare {max(bare):.2f} ms; "
-        "worker Worker(queues={'default': 4}, prefetch=0)"
+        "worker Worker(queues={'default': 4}), default (adaptive) claim size"
     )
 
 
