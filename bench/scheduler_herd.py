@@ -311,8 +311,10 @@ def _statement_names() -> dict[str, str]:
                 scheduler_query("schedule_due_lock"): "sql schedule_due_lock",
                 scheduler_query("schedule_advance"): "sql schedule_advance",
                 scheduler_query("schedule_skip_record"): "sql schedule_skip_record",
+                jobs_query("job_allocate_ids"): "sql job_allocate_ids",
                 jobs_query("job_enqueue_many"): "sql job_enqueue_many",
                 jobs_query("job_find_many_by_key"): "sql job_find_many_by_key",
+                jobs_query("job_wake_queues"): "sql job_wake_queues",
             }
         )
     return _STATEMENTS
@@ -362,11 +364,11 @@ class TimedScheduler(Scheduler):
 
 
 def _instrument() -> None:
-    """Time plan(), schedule_from_row() and enqueue_many() as the tick module calls them."""
+    """Time plan(), schedule_from_row() and enqueue_columns() as the tick module calls them."""
     tick: Any = tick_module
     plan: Callable[[Schedule, datetime, datetime], Plan] = tick.plan
     from_row: Callable[[tuple[Any, ...]], Schedule] = tick.schedule_from_row
-    enqueue_many = jobs.enqueue_many
+    enqueue_columns = jobs.enqueue_columns
 
     def timed_plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
         start = time.perf_counter()
@@ -382,18 +384,18 @@ def _instrument() -> None:
         finally:
             _add("py schedule_from_row", time.perf_counter() - start)
 
-    def timed_enqueue_many(
-        conn: psycopg.Connection[Any], specs: Any, *, now: datetime | None = None
+    def timed_enqueue_columns(
+        conn: psycopg.Connection[Any], columns: Any, *, now: datetime | None = None
     ) -> list[jobs.Enqueued]:
         start = time.perf_counter()
         try:
-            return enqueue_many(conn, specs, now=now)
+            return enqueue_columns(conn, columns, now=now)
         finally:
-            _add("enqueue_many total", time.perf_counter() - start)
+            _add("enqueue total", time.perf_counter() - start)
 
     tick.plan = timed_plan
     tick.schedule_from_row = timed_from_row
-    jobs.enqueue_many = timed_enqueue_many
+    tick.enqueue_columns = timed_enqueue_columns
 
     # psycopg turns the parameters into their wire format (arrays: element by element, in
     # Python) inside execute(), before the round trip: time it apart.
@@ -420,8 +422,16 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
     def g(*names: str) -> float:
         return sum(stats.get(n, 0.0) for n in names)
 
-    enqueue_sql = g("sql job_enqueue_many", "sql job_find_many_by_key")
-    enqueue_dump = g("dump job_enqueue_many", "dump job_find_many_by_key")
+    enqueue_sql = g(
+        "sql job_allocate_ids",
+        "sql job_enqueue_many",
+        "sql job_find_many_by_key",
+        "sql job_wake_queues",
+        "dump job_allocate_ids",
+        "dump job_enqueue_many",
+        "dump job_find_many_by_key",
+        "dump job_wake_queues",
+    )
     advance = g(
         "sql schedule_advance",
         "dump schedule_advance",
@@ -435,14 +445,12 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
         "py fetchall (row loading)": g("py fetchall (row loading)"),
         "py schedule_from_row": g("py schedule_from_row"),
         "py plan (next_after x2, jitter)": g("py plan"),
-        "py _write: JobSpecs, payloads, advance arrays": g("write total")
-        - g("enqueue_many total")
+        "py _write: job columns, payloads, advance arrays": g("write total")
+        - g("enqueue total")
         - advance,
-        "py enqueue_many: validation, columns": g("enqueue_many total")
-        - enqueue_sql
-        - enqueue_dump,
-        "py enqueue_many: psycopg dumps the arrays": enqueue_dump,
-        "sql job_enqueue_many (INSERT jobs), round trip": enqueue_sql,
+        "enqueue_columns: binary COPY into jobs (client and server)": g("enqueue total")
+        - enqueue_sql,
+        "sql job_allocate_ids, job_wake_queues (and any fallback insert)": enqueue_sql,
         "py advance: psycopg dumps the arrays": g(
             "dump schedule_advance", "dump schedule_skip_record"
         ),

@@ -138,6 +138,32 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
     return result
 
 
+# The adaptive lookahead (scheduler/tick.py): the herd is given this much more time than the
+# measured rate says it needs (the rate wavers with the load of the machine).
+LOOKAHEAD_SAFETY = 1.5
+
+
+def adaptive_lookahead(
+    due: int,
+    rate: float,
+    lookahead: timedelta,
+    max_lookahead: timedelta,
+    margin: timedelta = timedelta(0),
+) -> timedelta:
+    """How far ahead a tick looks, given ``due`` schedules falling due within ``max_lookahead``.
+
+    Enqueueing them at ``rate`` per second takes ``due / rate`` seconds; a tick that looks that
+    far ahead (times :data:`LOOKAHEAD_SAFETY`, plus ``margin`` for the age of the count) starts
+    on a herd early enough to have it all in the table before its instant. Never less than
+    ``lookahead`` (the configured minimum) nor more than ``max_lookahead``. Only how early a
+    job is inserted depends on it, never its run_at.
+    """
+    if rate <= 0:
+        return max(lookahead, max_lookahead)
+    need = timedelta(seconds=due * LOOKAHEAD_SAFETY / rate) + margin
+    return max(lookahead, min(max_lookahead, need))
+
+
 def schedule_meta(job: Job) -> Mapping[str, Any] | None:
     """The schedule metadata the scheduler put in a job's payload, or None."""
     payload = job.payload
