@@ -65,9 +65,11 @@ from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
 from scheduler.planner import Plan  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
+from scheduler.tick import DEFAULT_MAX_LOOKAHEAD  # noqa: E402
 from timezones import (  # noqa: E402
     FrozenClock,
     Rule,
+    SystemClock,
     available_zones,
     next_after,
     parse_rule,
@@ -486,6 +488,9 @@ class ReplicaArgs:
     lookahead: timedelta
     profile: bool = False
     patches: tuple[str, ...] = ()
+    # The deadline run: default settings, a clock that moves (the real one, shifted so that it
+    # reads ``start_at`` when the run starts), run_until_idle() instead of one tick.
+    start_at: datetime | None = None
 
 
 @dataclass
@@ -506,12 +511,12 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
     try:
         apply_patches(args.patches)
         _instrument()
+        clock = ShiftedClock() if args.start_at else FrozenClock(args.now)
+        settings: dict[str, Any] = (
+            {} if args.start_at else {"lookahead": args.lookahead, "batch_size": args.batch_size}
+        )
         replica = TimedScheduler(
-            args.url,
-            clock=FrozenClock(args.now),
-            lookahead=args.lookahead,
-            batch_size=args.batch_size,
-            connect_kwargs={"cursor_factory": TimingCursor},
+            args.url, clock=clock, connect_kwargs={"cursor_factory": TimingCursor}, **settings
         )
         replica.tick(datetime(2000, 1, 1, tzinfo=UTC))  # connect, load queries: nothing is due
         _STATS.clear()
@@ -523,7 +528,13 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
         cpu, server = time.process_time(), backend_cpu(backend)
         if profiler is not None:
             profiler.enable()
-        result = replica.tick()
+        if isinstance(clock, ShiftedClock) and args.start_at is not None:
+            clock.offset = args.start_at - SystemClock().now()
+            result = tick_until_herd_is_in(replica, clock, args.start_at + DEADLINE_LEAD)
+            _STATS["measured rate"] = replica.rate
+            _STATS["effective lookahead"] = replica.effective_lookahead.total_seconds()
+        else:
+            result = replica.tick()
         if profiler is not None:
             profiler.disable()
         end = time.perf_counter()
@@ -546,6 +557,31 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
         ready.put(args.index)
         out.put(ReplicaReport(args.index, 0.0, 0.0, {}, error=f"{type(exc).__name__}: {exc}"))
         raise
+
+
+class ShiftedClock:
+    """The real clock, shifted by ``offset`` (set when the run starts)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return SystemClock().now() + self.offset
+
+
+def tick_until_herd_is_in(replica: Scheduler, clock: ShiftedClock, due: datetime) -> TickResult:
+    """Tick as ``Scheduler.run`` does (again at once after a full tick, else after ``interval``)
+    until nothing due by ``due`` is left, or 30 s after it."""
+    totals = TickResult()
+    with psycopg.connect(replica.conninfo, autocommit=True) as probe:
+        while True:
+            result = replica.tick()
+            totals.add(result)
+            row = probe.execute(LEFT_DUE, {"horizon": due}).fetchone()
+            if (row is not None and row[0] == 0) or clock.now() > due + timedelta(seconds=30):
+                return totals
+            if result.schedules < replica.batch_size:
+                time.sleep(replica.interval.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -721,6 +757,28 @@ def library_run(
     return run
 
 
+# The deadline run starts when the herd comes within the default max_lookahead (a few seconds
+# inside it, so that every replica's first tick sees it).
+DEADLINE_LEAD = DEFAULT_MAX_LOOKAHEAD - timedelta(seconds=5)
+
+
+def deadline_run(url: str, sc: Scenario, n: int, *, replicas: int = 2) -> Run:
+    """Replicas with the default settings on a moving clock, from DEADLINE_LEAD before the herd's
+    instant until idle: is every occurrence in the table before its instant?"""
+    load_seconds = load(url, sc, n)
+    due = min(sc.nexts)
+    args = [
+        ReplicaArgs(url, i, 0, sc.now, sc.lookahead, start_at=due - DEADLINE_LEAD)
+        for i in range(replicas)
+    ]
+    before = os.getloadavg()[0]
+    seconds, reports = run_replicas(library_replica, args)
+    run = Run(f"library {sc.name}, default settings", n, 500, seconds, load_seconds, reports)
+    run.load_average = (before, os.getloadavg()[0])
+    run.checked = check(url, sc)
+    return run
+
+
 def raw_run(url: str, sc: Scenario, n: int, batch_size: int, *, replicas: int = 2) -> Run:
     load_seconds = load(url, sc, n)
     per = -(-n // replicas)
@@ -878,7 +936,12 @@ def main() -> int:
     parser.add_argument(
         "--patch", action="append", default=[], help="apply an experimental fix in the replicas"
     )
-    parser.add_argument("--only", choices=["one", "zones"], help="run one scenario only")
+    parser.add_argument(
+        "--only",
+        choices=["one", "zones", "deadline"],
+        help="run one scenario only (deadline: the one-zone herd with the default settings on a "
+        "moving clock, started when it comes within max_lookahead)",
+    )
     args = parser.parse_args()
     size = 20_000 if args.quick else args.size
     sweep_size = args.sweep_size or (size if args.quick else max(1, size // 10))
@@ -902,6 +965,25 @@ def main() -> int:
     )
     bench_start = time.perf_counter()
     with throwaway_database(database_url()) as url:
+        if args.only == "deadline":
+            run = deadline_run(url, one, size, replicas=args.replicas)
+            describe(run)
+            c = run.checked
+            assert c is not None
+            margin = DEADLINE_LEAD.total_seconds() - run.seconds
+            for r in run.reports:
+                print(
+                    f"    replica {r.index}: measured rate {r.stats.get('measured rate', 0):,.0f}/s"
+                    f", lookahead at the end {r.stats.get('effective lookahead', 0):.0f} s"
+                )
+            complete = c.jobs == size and c.left_due == 0
+            print(
+                f"  started {DEADLINE_LEAD.total_seconds():.0f} s before the herd's instant"
+                f" (default max_lookahead {DEFAULT_MAX_LOOKAHEAD.total_seconds():.0f} s);"
+                f" all {c.jobs:,} enqueued {margin:.1f} s before it:"
+                f" {'pass' if complete and margin > 0 else 'FAIL'}"
+            )
+            return 0 if complete and margin > 0 else 1
         print(f"batch_size sweep ({one.name}, {sweep_size:,} reminders):")
         sweep: list[Run] = []
         for b in batch_sizes:
