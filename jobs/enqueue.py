@@ -285,7 +285,7 @@ def enqueue_columns(
         if keys.count(None) == n:
             _copy(cur, ids, columns, run_ats, db_now, defaults=defaults)
             _wake(cur, columns["queues"], run_ats, db_now)
-            return [Enqueued(id=job_id, created=True) for job_id in ids]
+            return [Enqueued(job_id, True) for job_id in ids]
         if not _repeats_a_key(columns):
             try:
                 with conn.transaction():
@@ -295,7 +295,7 @@ def enqueue_columns(
                     raise
             else:
                 _wake(cur, columns["queues"], run_ats, db_now)
-                return [Enqueued(id=job_id, created=True) for job_id in ids]
+                return [Enqueued(job_id, True) for job_id in ids]
         return _insert(cur, ids, columns, run_ats, db_now)
 
 
@@ -425,7 +425,7 @@ def _insert(
     cur.execute(query("job_enqueue_many"), params)
     created = {row[0] for row in cur.fetchall()}
     results: list[Enqueued | None] = [
-        Enqueued(id=job_id, created=True) if job_id in created else None for job_id in ids
+        Enqueued(job_id, True) if job_id in created else None for job_id in ids
     ]
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:

@@ -50,19 +50,33 @@ _PLAIN_DEPTH = 64
 def _plain(value: Any, depth: int = 0) -> bool:
     """True when ``value`` is built of exactly dict (str keys), list, tuple, str, int, bool,
     None and finite floats: the types on which orjson and ``json.dumps`` agree. Exact types,
-    not subclasses (an ``IntEnum`` or an ``OrderedDict`` subclass may serialise differently)."""
+    not subclasses (an ``IntEnum`` or an ``OrderedDict`` subclass may serialise differently).
+    Scalars inside a container are tested in line: this runs once per payload."""
     t = type(value)
-    if t is str or t is int or t is bool or value is None:
-        return True
-    if t is float:
-        return bool(value - value == 0.0)  # finite: NaN and infinities are the stdlib's to refuse
-    if depth >= _PLAIN_DEPTH:
-        return False
     if t is dict:
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+        if depth >= _PLAIN_DEPTH:
+            return False
+        for k, v in value.items():
+            tv = type(v)
+            if type(k) is not str:
+                return False
+            if tv is str or tv is int or tv is bool or v is None:
+                continue
+            if tv is float:
+                if v - v != 0.0:  # NaN and infinities are the standard library's to refuse
+                    return False
+            elif not _plain(v, depth + 1):
+                return False
+        return True
     if t is list or t is tuple:
+        if depth >= _PLAIN_DEPTH:
+            return False
         return all(_plain(v, depth + 1) for v in value)
-    return False
+    return t is str or t is int or t is bool or value is None or _finite(value)
+
+
+def _finite(value: Any) -> bool:
+    return type(value) is float and bool(value - value == 0.0)
 
 
 def payload(value: Any) -> str:
