@@ -63,7 +63,7 @@ from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import Scheduler, devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
-from scheduler.planner import Plan  # noqa: E402
+from scheduler.planner import Plan, PlanMemo  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
 from scheduler.tick import DEFAULT_MAX_LOOKAHEAD  # noqa: E402
 from timezones import (  # noqa: E402
@@ -356,11 +356,16 @@ class TimedScheduler(Scheduler):
             _add("batch total", time.perf_counter() - start)
 
     def _write(
-        self, conn: psycopg.Connection[Any], plans: list[Plan], now: datetime, result: TickResult
+        self,
+        conn: psycopg.Connection[Any],
+        plans: list[Plan],
+        now: datetime,
+        result: TickResult,
+        memo: PlanMemo | None = None,
     ) -> None:
         start = time.perf_counter()
         try:
-            super()._write(conn, plans, now, result)
+            super()._write(conn, plans, now, result, memo)
         finally:
             _add("write total", time.perf_counter() - start)
 
@@ -368,14 +373,16 @@ class TimedScheduler(Scheduler):
 def _instrument() -> None:
     """Time plan(), schedule_from_row() and enqueue_columns() as the tick module calls them."""
     tick: Any = tick_module
-    plan: Callable[[Schedule, datetime, datetime], Plan] = tick.plan
+    plan: Callable[..., Plan] = tick.plan
     from_row: Callable[[tuple[Any, ...]], Schedule] = tick.schedule_from_row
     enqueue_columns = jobs.enqueue_columns
 
-    def timed_plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
+    def timed_plan(
+        schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None
+    ) -> Plan:
         start = time.perf_counter()
         try:
-            return plan(schedule, now, horizon)
+            return plan(schedule, now, horizon, memo)
         finally:
             _add("py plan", time.perf_counter() - start)
 

@@ -50,13 +50,14 @@ from scheduler.planner import (
     LOOKAHEAD_SAFETY,
     SCHEDULE_PAYLOAD_KEY,
     Plan,
+    PlanMemo,
     adaptive_lookahead,
     next_occurrence,
     plan,
 )
 from scheduler.queries import database_now, query
 from scheduler.schedules import occurrence_idempotency_key
-from timezones import Clock, tzdb_version
+from timezones import Clock, Occurrence, tzdb_version
 
 # pg_try_advisory_xact_lock(class, object): 'tocs' as an int4, our own class id.
 SCHEDULE_LOCK_CLASS = 0x746F6373
@@ -71,6 +72,10 @@ INITIAL_RATE = 2000.0
 DEFAULT_MAX_LOOKAHEAD = timedelta(minutes=10)
 # Weight of the newest full batch in the measured rate (an exponential moving average).
 _RATE_WEIGHT = 0.2
+
+
+def _occurrence_key(occ: Occurrence) -> str:
+    return occ.key
 
 
 class Scheduler(Service[TickResult]):
@@ -271,14 +276,21 @@ class Scheduler(Service[TickResult]):
                     result.locked_elsewhere += 1
             if not schedules:
                 return result
-            plans = [plan(s, now, horizon) for s in schedules]
-            self._write(conn, plans, now, result)
+            memo = PlanMemo()
+            plans = [plan(s, now, horizon, memo) for s in schedules]
+            self._write(conn, plans, now, result, memo)
         result.schedules = len(schedules)
         return result
 
     def _write(
-        self, conn: psycopg.Connection[Any], plans: list[Plan], now: datetime, result: TickResult
+        self,
+        conn: psycopg.Connection[Any],
+        plans: list[Plan],
+        now: datetime,
+        result: TickResult,
+        memo: PlanMemo | None = None,
     ) -> None:
+        keyof = memo.key if memo is not None else _occurrence_key
         # The schedules were validated when created; build the insert's columns directly.
         columns: dict[str, list[Any]] = {
             "organization_ids": [], "queues": [], "job_types": [], "payloads": [],
@@ -291,7 +303,7 @@ class Scheduler(Service[TickResult]):
             base = s.payload_text.rstrip()[:-1].rstrip()  # the object without its closing brace
             sep = "," if base != "{" else ""
             for d in p.decisions:
-                key = d.occurrence.key
+                key = keyof(d.occurrence)
                 if d.kind == "enqueue":
                     # Built as text: the key is digits, '-', 'T', ':', '#' and 'Z' only.
                     meta = (
@@ -336,8 +348,8 @@ class Scheduler(Service[TickResult]):
             update["ids"].append(p.schedule.id)
             update["cursor_ats"].append(p.cursor_at)
             update["next_run_ats"].append(p.next.at if p.next else None)
-            update["next_keys"].append(p.next.key if p.next else None)
-            update["last_keys"].append(last.occurrence.key if last else None)
+            update["next_keys"].append(keyof(p.next) if p.next else None)
+            update["last_keys"].append(keyof(last.occurrence) if last else None)
             update["last_ats"].append(last.occurrence.at if last else None)
             update["last_job_ids"].append(last_job[i])
             update["enqueued"].append(created[i])
