@@ -100,7 +100,7 @@ class Scheduler(Service[TickResult]):
         lookahead: timedelta = timedelta(seconds=60),
         max_lookahead: timedelta = DEFAULT_MAX_LOOKAHEAD,
         tick_rate: float | None = None,
-        batch_size: int = 500,
+        batch_size: int = 2000,
         interval: timedelta = timedelta(seconds=1),
         connect_kwargs: dict[str, Any] | None = None,
         metrics: Metrics | None = None,
