@@ -182,7 +182,6 @@ def enqueue_many(
     # The checks of jobs.validate, in its order, with a fast path for the common values: a
     # queue or job type is checked once per call, not once per spec, and a value that fails
     # the fast test goes to the validator, which accepts it or raises its own message.
-    now = validate.aware(now, "now")
     columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     organization_ids = columns["organization_ids"]
     queues = columns["queues"]
@@ -245,7 +244,7 @@ def enqueue_many(
         priorities.append(priority)
         run_ats.append(run_at)
         attempts.append(max_attempts)
-    return enqueue_columns(conn, columns, now=now)
+    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
 
 
 def enqueue_columns(
