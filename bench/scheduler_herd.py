@@ -65,7 +65,7 @@ from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
 from scheduler.planner import Plan, PlanMemo  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
-from scheduler.tick import DEFAULT_MAX_LOOKAHEAD  # noqa: E402
+from scheduler.tick import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LOOKAHEAD  # noqa: E402
 from timezones import (  # noqa: E402
     FrozenClock,
     Rule,
@@ -780,7 +780,14 @@ def deadline_run(url: str, sc: Scenario, n: int, *, replicas: int = 2) -> Run:
     ]
     before = os.getloadavg()[0]
     seconds, reports = run_replicas(library_replica, args)
-    run = Run(f"library {sc.name}, default settings", n, 500, seconds, load_seconds, reports)
+    run = Run(
+        f"library {sc.name}, default settings",
+        n,
+        DEFAULT_BATCH_SIZE,
+        seconds,
+        load_seconds,
+        reports,
+    )
     run.load_average = (before, os.getloadavg()[0])
     run.checked = check(url, sc)
     return run

@@ -70,6 +70,7 @@ log = logging.getLogger("tockwork.scheduler")
 PROBE_EVERY = timedelta(seconds=10)
 INITIAL_RATE = 2000.0
 DEFAULT_MAX_LOOKAHEAD = timedelta(minutes=10)
+DEFAULT_BATCH_SIZE = 2000
 # Weight of the newest full batch in the measured rate (an exponential moving average).
 _RATE_WEIGHT = 0.2
 
@@ -100,7 +101,7 @@ class Scheduler(Service[TickResult]):
         lookahead: timedelta = timedelta(seconds=60),
         max_lookahead: timedelta = DEFAULT_MAX_LOOKAHEAD,
         tick_rate: float | None = None,
-        batch_size: int = 2000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         interval: timedelta = timedelta(seconds=1),
         connect_kwargs: dict[str, Any] | None = None,
         metrics: Metrics | None = None,
