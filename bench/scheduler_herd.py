@@ -63,11 +63,13 @@ from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import Scheduler, devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
-from scheduler.planner import Plan  # noqa: E402
+from scheduler.planner import Plan, PlanMemo  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
+from scheduler.tick import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LOOKAHEAD  # noqa: E402
 from timezones import (  # noqa: E402
     FrozenClock,
     Rule,
+    SystemClock,
     available_zones,
     next_after,
     parse_rule,
@@ -311,8 +313,10 @@ def _statement_names() -> dict[str, str]:
                 scheduler_query("schedule_due_lock"): "sql schedule_due_lock",
                 scheduler_query("schedule_advance"): "sql schedule_advance",
                 scheduler_query("schedule_skip_record"): "sql schedule_skip_record",
+                jobs_query("job_allocate_ids"): "sql job_allocate_ids",
                 jobs_query("job_enqueue_many"): "sql job_enqueue_many",
                 jobs_query("job_find_many_by_key"): "sql job_find_many_by_key",
+                jobs_query("job_wake_queues"): "sql job_wake_queues",
             }
         )
     return _STATEMENTS
@@ -352,26 +356,33 @@ class TimedScheduler(Scheduler):
             _add("batch total", time.perf_counter() - start)
 
     def _write(
-        self, conn: psycopg.Connection[Any], plans: list[Plan], now: datetime, result: TickResult
+        self,
+        conn: psycopg.Connection[Any],
+        plans: list[Plan],
+        now: datetime,
+        result: TickResult,
+        memo: PlanMemo | None = None,
     ) -> None:
         start = time.perf_counter()
         try:
-            super()._write(conn, plans, now, result)
+            super()._write(conn, plans, now, result, memo)
         finally:
             _add("write total", time.perf_counter() - start)
 
 
 def _instrument() -> None:
-    """Time plan(), schedule_from_row() and enqueue_many() as the tick module calls them."""
+    """Time plan(), schedule_from_row() and enqueue_columns() as the tick module calls them."""
     tick: Any = tick_module
-    plan: Callable[[Schedule, datetime, datetime], Plan] = tick.plan
+    plan: Callable[..., Plan] = tick.plan
     from_row: Callable[[tuple[Any, ...]], Schedule] = tick.schedule_from_row
-    enqueue_many = jobs.enqueue_many
+    enqueue_columns = jobs.enqueue_columns
 
-    def timed_plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
+    def timed_plan(
+        schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None
+    ) -> Plan:
         start = time.perf_counter()
         try:
-            return plan(schedule, now, horizon)
+            return plan(schedule, now, horizon, memo)
         finally:
             _add("py plan", time.perf_counter() - start)
 
@@ -382,18 +393,18 @@ def _instrument() -> None:
         finally:
             _add("py schedule_from_row", time.perf_counter() - start)
 
-    def timed_enqueue_many(
-        conn: psycopg.Connection[Any], specs: Any, *, now: datetime | None = None
+    def timed_enqueue_columns(
+        conn: psycopg.Connection[Any], columns: Any, *, now: datetime | None = None
     ) -> list[jobs.Enqueued]:
         start = time.perf_counter()
         try:
-            return enqueue_many(conn, specs, now=now)
+            return enqueue_columns(conn, columns, now=now)
         finally:
-            _add("enqueue_many total", time.perf_counter() - start)
+            _add("enqueue total", time.perf_counter() - start)
 
     tick.plan = timed_plan
     tick.schedule_from_row = timed_from_row
-    jobs.enqueue_many = timed_enqueue_many
+    tick.enqueue_columns = timed_enqueue_columns
 
     # psycopg turns the parameters into their wire format (arrays: element by element, in
     # Python) inside execute(), before the round trip: time it apart.
@@ -420,8 +431,16 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
     def g(*names: str) -> float:
         return sum(stats.get(n, 0.0) for n in names)
 
-    enqueue_sql = g("sql job_enqueue_many", "sql job_find_many_by_key")
-    enqueue_dump = g("dump job_enqueue_many", "dump job_find_many_by_key")
+    enqueue_sql = g(
+        "sql job_allocate_ids",
+        "sql job_enqueue_many",
+        "sql job_find_many_by_key",
+        "sql job_wake_queues",
+        "dump job_allocate_ids",
+        "dump job_enqueue_many",
+        "dump job_find_many_by_key",
+        "dump job_wake_queues",
+    )
     advance = g(
         "sql schedule_advance",
         "dump schedule_advance",
@@ -435,14 +454,12 @@ def breakdown(stats: dict[str, float]) -> list[tuple[str, float]]:
         "py fetchall (row loading)": g("py fetchall (row loading)"),
         "py schedule_from_row": g("py schedule_from_row"),
         "py plan (next_after x2, jitter)": g("py plan"),
-        "py _write: JobSpecs, payloads, advance arrays": g("write total")
-        - g("enqueue_many total")
+        "py _write: job columns, payloads, advance arrays": g("write total")
+        - g("enqueue total")
         - advance,
-        "py enqueue_many: validation, columns": g("enqueue_many total")
-        - enqueue_sql
-        - enqueue_dump,
-        "py enqueue_many: psycopg dumps the arrays": enqueue_dump,
-        "sql job_enqueue_many (INSERT jobs), round trip": enqueue_sql,
+        "enqueue_columns: binary COPY into jobs (client and server)": g("enqueue total")
+        - enqueue_sql,
+        "sql job_allocate_ids, job_wake_queues (and any fallback insert)": enqueue_sql,
         "py advance: psycopg dumps the arrays": g(
             "dump schedule_advance", "dump schedule_skip_record"
         ),
@@ -478,6 +495,9 @@ class ReplicaArgs:
     lookahead: timedelta
     profile: bool = False
     patches: tuple[str, ...] = ()
+    # The deadline run: default settings, a clock that moves (the real one, shifted so that it
+    # reads ``start_at`` when the run starts), run_until_idle() instead of one tick.
+    start_at: datetime | None = None
 
 
 @dataclass
@@ -498,12 +518,12 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
     try:
         apply_patches(args.patches)
         _instrument()
+        clock = ShiftedClock() if args.start_at else FrozenClock(args.now)
+        settings: dict[str, Any] = (
+            {} if args.start_at else {"lookahead": args.lookahead, "batch_size": args.batch_size}
+        )
         replica = TimedScheduler(
-            args.url,
-            clock=FrozenClock(args.now),
-            lookahead=args.lookahead,
-            batch_size=args.batch_size,
-            connect_kwargs={"cursor_factory": TimingCursor},
+            args.url, clock=clock, connect_kwargs={"cursor_factory": TimingCursor}, **settings
         )
         replica.tick(datetime(2000, 1, 1, tzinfo=UTC))  # connect, load queries: nothing is due
         _STATS.clear()
@@ -515,7 +535,13 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
         cpu, server = time.process_time(), backend_cpu(backend)
         if profiler is not None:
             profiler.enable()
-        result = replica.tick()
+        if isinstance(clock, ShiftedClock) and args.start_at is not None:
+            clock.offset = args.start_at - SystemClock().now()
+            result = tick_until_herd_is_in(replica, clock, args.start_at + DEADLINE_LEAD)
+            _STATS["measured rate"] = replica.rate
+            _STATS["effective lookahead"] = replica.effective_lookahead.total_seconds()
+        else:
+            result = replica.tick()
         if profiler is not None:
             profiler.disable()
         end = time.perf_counter()
@@ -538,6 +564,31 @@ def library_replica(args: ReplicaArgs, ready: MpQueue[int], go: MpEvent, out: Mp
         ready.put(args.index)
         out.put(ReplicaReport(args.index, 0.0, 0.0, {}, error=f"{type(exc).__name__}: {exc}"))
         raise
+
+
+class ShiftedClock:
+    """The real clock, shifted by ``offset`` (set when the run starts)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return SystemClock().now() + self.offset
+
+
+def tick_until_herd_is_in(replica: Scheduler, clock: ShiftedClock, due: datetime) -> TickResult:
+    """Tick as ``Scheduler.run`` does (again at once after a full tick, else after ``interval``)
+    until nothing due by ``due`` is left, or 30 s after it."""
+    totals = TickResult()
+    with psycopg.connect(replica.conninfo, autocommit=True) as probe:
+        while True:
+            result = replica.tick()
+            totals.add(result)
+            row = probe.execute(LEFT_DUE, {"horizon": due}).fetchone()
+            if (row is not None and row[0] == 0) or clock.now() > due + timedelta(seconds=30):
+                return totals
+            if result.schedules < replica.batch_size:
+                time.sleep(replica.interval.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -713,6 +764,35 @@ def library_run(
     return run
 
 
+# The deadline run starts when the herd comes within the default max_lookahead (a few seconds
+# inside it, so that every replica's first tick sees it).
+DEADLINE_LEAD = DEFAULT_MAX_LOOKAHEAD - timedelta(seconds=5)
+
+
+def deadline_run(url: str, sc: Scenario, n: int, *, replicas: int = 2) -> Run:
+    """Replicas with the default settings on a moving clock, from DEADLINE_LEAD before the herd's
+    instant until idle: is every occurrence in the table before its instant?"""
+    load_seconds = load(url, sc, n)
+    due = min(sc.nexts)
+    args = [
+        ReplicaArgs(url, i, 0, sc.now, sc.lookahead, start_at=due - DEADLINE_LEAD)
+        for i in range(replicas)
+    ]
+    before = os.getloadavg()[0]
+    seconds, reports = run_replicas(library_replica, args)
+    run = Run(
+        f"library {sc.name}, default settings",
+        n,
+        DEFAULT_BATCH_SIZE,
+        seconds,
+        load_seconds,
+        reports,
+    )
+    run.load_average = (before, os.getloadavg()[0])
+    run.checked = check(url, sc)
+    return run
+
+
 def raw_run(url: str, sc: Scenario, n: int, batch_size: int, *, replicas: int = 2) -> Run:
     load_seconds = load(url, sc, n)
     per = -(-n // replicas)
@@ -870,7 +950,12 @@ def main() -> int:
     parser.add_argument(
         "--patch", action="append", default=[], help="apply an experimental fix in the replicas"
     )
-    parser.add_argument("--only", choices=["one", "zones"], help="run one scenario only")
+    parser.add_argument(
+        "--only",
+        choices=["one", "zones", "deadline"],
+        help="run one scenario only (deadline: the one-zone herd with the default settings on a "
+        "moving clock, started when it comes within max_lookahead)",
+    )
     args = parser.parse_args()
     size = 20_000 if args.quick else args.size
     sweep_size = args.sweep_size or (size if args.quick else max(1, size // 10))
@@ -894,6 +979,25 @@ def main() -> int:
     )
     bench_start = time.perf_counter()
     with throwaway_database(database_url()) as url:
+        if args.only == "deadline":
+            run = deadline_run(url, one, size, replicas=args.replicas)
+            describe(run)
+            c = run.checked
+            assert c is not None
+            margin = DEADLINE_LEAD.total_seconds() - run.seconds
+            for r in run.reports:
+                print(
+                    f"    replica {r.index}: measured rate {r.stats.get('measured rate', 0):,.0f}/s"
+                    f", lookahead at the end {r.stats.get('effective lookahead', 0):.0f} s"
+                )
+            complete = c.jobs == size and c.left_due == 0
+            print(
+                f"  started {DEADLINE_LEAD.total_seconds():.0f} s before the herd's instant"
+                f" (default max_lookahead {DEFAULT_MAX_LOOKAHEAD.total_seconds():.0f} s);"
+                f" all {c.jobs:,} enqueued {margin:.1f} s before it:"
+                f" {'pass' if complete and margin > 0 else 'FAIL'}"
+            )
+            return 0 if complete and margin > 0 else 1
         print(f"batch_size sweep ({one.name}, {sweep_size:,} reminders):")
         sweep: list[Run] = []
         for b in batch_sizes:

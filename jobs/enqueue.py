@@ -16,13 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, LiteralString
+from uuid import UUID
 
 import psycopg
+from psycopg.adapt import Dumper
+from psycopg.postgres import types as pg_types
+from psycopg.pq import Format
 
 from jobs import validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec
 from jobs.queries import query
+from jobs.validate import DEFAULT_MAX_ATTEMPTS
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
 # the insert is simply tried again.
@@ -149,6 +154,19 @@ def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
     raise InvalidJob(f"specs[{index}]", item, "must be a jobs.JobSpec or a mapping")
 
 
+_COLUMNS = (
+    "organization_ids",
+    "queues",
+    "job_types",
+    "payloads",
+    "idempotency_keys",
+    "priorities",
+    "run_ats",
+    "max_attempts",
+)
+_PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
+
+
 def enqueue_many(
     conn: psycopg.Connection[Any],
     specs: Iterable[JobSpec | Mapping[str, Any]],
@@ -161,41 +179,71 @@ def enqueue_many(
     :func:`enqueue` (a key repeated inside the batch names one job). Every spec is validated
     before anything is written; an error names the spec's index and the field.
     """
-    columns: dict[str, list[Any]] = {
-        "organization_ids": [],
-        "queues": [],
-        "job_types": [],
-        "payloads": [],
-        "idempotency_keys": [],
-        "priorities": [],
-        "run_ats": [],
-        "max_attempts": [],
-    }
+    # The checks of jobs.validate, in its order, with a fast path for the common values: a
+    # queue or job type is checked once per call, not once per spec, and a value that fails
+    # the fast test goes to the validator, which accepts it or raises its own message.
+    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+    organization_ids = columns["organization_ids"]
+    queues = columns["queues"]
+    job_types = columns["job_types"]
+    payloads = columns["payloads"]
+    keys = columns["idempotency_keys"]
+    priorities = columns["priorities"]
+    run_ats = columns["run_ats"]
+    attempts = columns["max_attempts"]
+    known_types: set[str] = set()
+    known_queues: set[str] = set()
+    known_orgs: dict[str, UUID] = {}
+    max_key = validate.MAX_IDEMPOTENCY_KEY
+    max_limit = validate.MAX_ATTEMPTS_LIMIT
     for index, item in enumerate(specs):
-        spec = _spec(item, index)
+        spec = item if type(item) is JobSpec else _spec(item, index)
         try:
-            p = _params(
-                spec.job_type,
-                spec.payload,
-                spec.queue,
-                spec.idempotency_key,
-                spec.organization_id,
-                spec.run_at,
-                spec.priority,
-                spec.max_attempts,
-                None,
-            )
+            job_type = spec.job_type
+            if type(job_type) is not str or job_type not in known_types:
+                job_type = validate.job_type(job_type)
+                if type(job_type) is str:
+                    known_types.add(job_type)
+            payload = validate.payload(spec.payload)
+            queue = spec.queue
+            if type(queue) is not str or queue not in known_queues:
+                queue = validate.queue_name(queue)
+                if type(queue) is str:
+                    known_queues.add(queue)
+            key = spec.idempotency_key
+            if key is not None and (type(key) is not str or not 0 < len(key) <= max_key):
+                key = validate.idempotency_key(key)
+            org: Any = spec.organization_id
+            if org is not None and type(org) is not UUID:
+                if type(org) is str and org in known_orgs:
+                    org = known_orgs[org]
+                else:
+                    given = org
+                    org = validate.organization_id(org)
+                    if type(given) is str:
+                        known_orgs[given] = org
+            run_at = spec.run_at
+            if run_at is not None:
+                run_at = validate.aware(run_at, "run_at")
+            priority = spec.priority
+            if type(priority) is not int or not _PRIORITY_LOW <= priority <= _PRIORITY_HIGH:
+                priority = validate.priority(priority)
+            max_attempts = spec.max_attempts
+            if max_attempts is None:
+                max_attempts = DEFAULT_MAX_ATTEMPTS
+            elif type(max_attempts) is not int or not 1 <= max_attempts <= max_limit:
+                max_attempts = validate.max_attempts(max_attempts)
         except InvalidJob as exc:
             field = f"specs[{index}].{exc.field}"
             raise InvalidJob(field, exc.value, exc.reason) from None
-        columns["organization_ids"].append(p["organization_id"])
-        columns["queues"].append(p["queue"])
-        columns["job_types"].append(p["job_type"])
-        columns["payloads"].append(p["payload"])
-        columns["idempotency_keys"].append(p["idempotency_key"])
-        columns["priorities"].append(p["priority"])
-        columns["run_ats"].append(p["run_at"])
-        columns["max_attempts"].append(p["max_attempts"])
+        organization_ids.append(org)
+        queues.append(queue)
+        job_types.append(job_type)
+        payloads.append(payload)
+        keys.append(key)
+        priorities.append(priority)
+        run_ats.append(run_at)
+        attempts.append(max_attempts)
     return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
 
 
@@ -207,69 +255,199 @@ def enqueue_columns(
 ) -> list[Enqueued]:
     """The insert behind :func:`enqueue_many`, for input validated already (no checks here).
 
-    ``columns`` holds parallel lists: ``organization_ids``, ``queues``, ``job_types``,
-    ``payloads`` (JSON text), ``idempotency_keys``, ``priorities``, ``run_ats`` (aware or
-    None) and ``max_attempts``. The scheduler uses it for occurrences of schedules it validated
-    when they were created; anything else should call :func:`enqueue_many`.
+    ``columns`` holds parallel lists: ``organization_ids`` (UUID or None), ``queues``,
+    ``job_types``, ``payloads`` (JSON text), ``idempotency_keys``,
+    ``priorities``, ``run_ats`` (aware or None) and ``max_attempts``. The scheduler uses it for
+    occurrences of schedules it validated when they were created; anything else should call
+    :func:`enqueue_many`.
+
+    A batch goes in with one binary COPY. A batch with idempotency keys is copied inside a
+    savepoint when no key repeats within it: if a key is taken already (or by a concurrent
+    transaction that commits while we wait on it), the COPY fails on jobs_idempotency_uq, the
+    savepoint rolls it back, and the batch goes through ``INSERT ... ON CONFLICT DO NOTHING``,
+    whose lookup then returns the holder of each taken key.
     """
-    if not columns["queues"]:
+    n = len(columns["queues"])
+    if not n:
         return []
-    if all(key is None for key in columns["idempotency_keys"]):
-        return _copy_columns(conn, columns, now)
-    params: dict[str, Any] = {**columns, "now": now}
     with conn.cursor() as cur:
-        cur.execute(query("job_enqueue_many"), params)
-        results: list[Enqueued | None] = [
-            Enqueued(id=job_id, created=True) if created else None
-            for _ord, job_id, created, _notified in cur.fetchall()
-        ]
-        missing = [i for i, r in enumerate(results) if r is None]
-        if missing:
-            cur.execute(
-                query("job_find_many_by_key"),
-                {
-                    "organization_ids": [columns["organization_ids"][i] for i in missing],
-                    "job_types": [columns["job_types"][i] for i in missing],
-                    "idempotency_keys": [columns["idempotency_keys"][i] for i in missing],
-                },
-            )
-            for ordinal, job_id in cur.fetchall():
-                results[missing[ordinal - 1]] = Enqueued(id=job_id, created=False)
+        # First, so that the caller's transaction (if any) is open before the savepoint:
+        # conn.transaction() on an idle connection would begin and commit a transaction of
+        # its own.
+        row = cur.execute(query("job_allocate_ids"), {"now": now, "n": n}).fetchone()
+        assert row is not None
+        db_now: datetime = row[0]
+        ids: list[int] = row[1]
+        run_ats = [db_now if at is None else at for at in columns["run_ats"]]
+        keys = columns["idempotency_keys"]
+        defaults = _all_defaults(columns, n, now)
+        if keys.count(None) == n:
+            _copy(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            _wake(cur, columns["queues"], run_ats, db_now)
+            return [Enqueued(job_id, True) for job_id in ids]
+        if not _repeats_a_key(columns):
+            try:
+                with conn.transaction():
+                    _copy(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != _KEY_CONSTRAINT:
+                    raise
+            else:
+                _wake(cur, columns["queues"], run_ats, db_now)
+                return [Enqueued(job_id, True) for job_id in ids]
+        return _insert(cur, ids, columns, run_ats, db_now)
+
+
+_KEY_CONSTRAINT = "jobs_idempotency_uq"
+_JSONB_OID = pg_types["jsonb"].oid
+# COPY's binary format carries no types: the order of job_copy's columns.
+_COPY_TYPES = (
+    "int8",
+    "uuid",
+    "text",
+    "text",
+    "jsonb",
+    "text",
+    "int4",
+    "timestamptz",
+    "int4",
+    "timestamptz",
+)
+
+
+class _JsonbTextBinaryDumper(Dumper):
+    """JSON text in jsonb's binary format: a version byte, then the text.
+
+    psycopg's own jsonb dumper would encode the text again, as a JSON string.
+    """
+
+    format = Format.BINARY
+    oid = _JSONB_OID
+
+    def dump(self, obj: Any) -> bytes:
+        text: str = obj
+        return b"\x01" + text.encode()
+
+
+def _repeats_a_key(columns: Mapping[str, list[Any]]) -> bool:
+    seen: set[tuple[Any, str, str]] = set()
+    for org, job_type, key in zip(
+        columns["organization_ids"], columns["job_types"], columns["idempotency_keys"], strict=True
+    ):
+        if key is not None:
+            scoped = (org, job_type, key)
+            if scoped in seen:
+                return True
+            seen.add(scoped)
+    return False
+
+
+def _copy(
+    cur: psycopg.Cursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+    *,
+    defaults: bool,
+) -> None:
+    """COPY the batch: only the columns that differ from the table's defaults when every spec
+    leaves the others at them (the cheapest rows to format and to parse), else all of them in
+    binary format (no text formatting of timestamps)."""
+    if defaults:
+        with cur.copy(query("job_copy_defaults")) as copy:
+            write_row = copy.write_row
+            for item in zip(
+                ids,
+                columns["queues"],
+                columns["job_types"],
+                columns["payloads"],
+                columns["idempotency_keys"],
+                strict=True,
+            ):
+                write_row(item)
+        return
+    cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
+    with cur.copy(query("job_copy")) as copy:
+        copy.set_types(_COPY_TYPES)
+        write_row = copy.write_row
+        for item in zip(
+            ids,
+            columns["organization_ids"],
+            columns["queues"],
+            columns["job_types"],
+            columns["payloads"],
+            columns["idempotency_keys"],
+            columns["priorities"],
+            run_ats,
+            columns["max_attempts"],
+            strict=True,
+        ):
+            write_row((*item, db_now))
+
+
+def _all_defaults(columns: Mapping[str, list[Any]], n: int, now: datetime | None) -> bool:
+    """Whether the database would fill every other column as we would: run_at and created_at
+    with its clock (now() of this transaction, as job_allocate_ids read it), priority 0, the
+    default max_attempts, no organization."""
+    return (
+        now is None
+        and columns["run_ats"].count(None) == n
+        and columns["organization_ids"].count(None) == n
+        and columns["priorities"].count(0) == n
+        and columns["max_attempts"].count(DEFAULT_MAX_ATTEMPTS) == n
+    )
+
+
+def _wake(
+    cur: psycopg.Cursor[Any], queues: list[str], run_ats: list[datetime], db_now: datetime
+) -> None:
+    """Notify the queues that received a job ready now (once per queue, in a fixed order)."""
+    ready = sorted({q for q, at in zip(queues, run_ats, strict=True) if at <= db_now})
+    if ready:
+        cur.execute(query("job_wake_queues"), {"queues": ready})
+
+
+def _insert(
+    cur: psycopg.Cursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+) -> list[Enqueued]:
+    params = {
+        **columns,
+        "ids": ids,
+        "run_ats": run_ats,
+        "created_at": db_now,
+    }
+    cur.execute(query("job_enqueue_many"), params)
+    created = {row[0] for row in cur.fetchall()}
+    results: list[Enqueued | None] = [
+        Enqueued(job_id, True) if job_id in created else None for job_id in ids
+    ]
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        cur.execute(
+            query("job_find_many_by_key"),
+            {
+                "organization_ids": [columns["organization_ids"][i] for i in missing],
+                "job_types": [columns["job_types"][i] for i in missing],
+                "idempotency_keys": [columns["idempotency_keys"][i] for i in missing],
+            },
+        )
+        for ordinal, job_id in cur.fetchall():
+            results[missing[ordinal - 1]] = Enqueued(id=job_id, created=False)
+    queues = columns["queues"]
+    _wake(
+        cur,
+        [queues[i] for i, job_id in enumerate(ids) if job_id in created],
+        [run_ats[i] for i, job_id in enumerate(ids) if job_id in created],
+        db_now,
+    )
     found = [r for r in results if r is not None]
     if len(found) != len(results):
         # The job holding a key was deleted between the two statements (retention or a
         # person, at this very moment): nothing is guessed; the caller retries the batch.
         raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
     return found
-
-
-def _copy_columns(
-    conn: psycopg.Connection[Any], columns: Mapping[str, list[Any]], now: datetime | None
-) -> list[Enqueued]:
-    """A batch without idempotency keys cannot conflict: COPY it, with ids drawn up front."""
-    n = len(columns["queues"])
-    with conn.cursor() as cur:
-        row = cur.execute(query("job_allocate_ids"), {"now": now, "n": n}).fetchone()
-        assert row is not None
-        db_now: datetime = row[0]
-        ids: list[int] = row[1]
-        run_ats = [at or db_now for at in columns["run_ats"]]
-        with cur.copy(query("job_copy")) as copy:
-            for item in zip(
-                ids,
-                columns["organization_ids"],
-                columns["queues"],
-                columns["job_types"],
-                columns["payloads"],
-                columns["priorities"],
-                run_ats,
-                columns["max_attempts"],
-                strict=True,
-            ):
-                copy.write_row((*item, db_now))
-        ready = sorted(
-            {q for q, at in zip(columns["queues"], run_ats, strict=True) if at <= db_now}
-        )
-        if ready:
-            cur.execute(query("job_wake_queues"), {"queues": ready})
-    return [Enqueued(id=job_id, created=True) for job_id in ids]

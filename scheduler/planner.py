@@ -63,9 +63,44 @@ def jitter_offset(schedule_id: int, occurrence_key: str, jitter_seconds: int) ->
     return timedelta(milliseconds=millis)
 
 
-def run_at_for(schedule: Schedule, occ: Occurrence, following: Occurrence | None) -> datetime:
+class PlanMemo:
+    """What the plans of one tick batch share: in a herd, schedules with the same rule, zone,
+    policies and cursor have the same occurrences, computed (and keyed) once. Occurrences are
+    immutable values, so sharing them is safe."""
+
+    __slots__ = ("_keys", "_next")
+
+    def __init__(self) -> None:
+        self._next: dict[tuple[Any, ...], Occurrence | None] = {}
+        # id(occurrence) -> (the occurrence, its key): holding it keeps the id from reuse.
+        self._keys: dict[int, tuple[Occurrence, str]] = {}
+
+    def next_after(self, schedule: Schedule, after: datetime) -> Occurrence | None:
+        rule = schedule.rule_raw
+        if not isinstance(rule, str):  # parsed already: no cheap identity for the rule
+            return next_occurrence(schedule, after)
+        k = (rule, schedule.zone, schedule.gap, schedule.fold, after)
+        try:
+            return self._next[k]
+        except KeyError:
+            occ = self._next[k] = next_occurrence(schedule, after)
+            return occ
+
+    def key(self, occ: Occurrence) -> str:
+        """``occ.key``, formatted once per occurrence."""
+        hit = self._keys.get(id(occ))
+        if hit is not None and hit[0] is occ:
+            return hit[1]
+        text = occ.key
+        self._keys[id(occ)] = (occ, text)
+        return text
+
+
+def run_at_for(
+    schedule: Schedule, occ: Occurrence, following: Occurrence | None, key: str | None = None
+) -> datetime:
     """The occurrence's instant plus jitter, capped so the job never passes the next one."""
-    offset = jitter_offset(schedule.id, occ.key, schedule.jitter_seconds)
+    offset = jitter_offset(schedule.id, occ.key if key is None else key, schedule.jitter_seconds)
     if following is not None and offset:
         room = following.at - occ.at - timedelta(seconds=1)
         offset = max(timedelta(0), min(offset, room))
@@ -76,14 +111,20 @@ def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
     return next_after(schedule.rule, schedule.zone, after, gap=schedule.gap, fold=schedule.fold)
 
 
-def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
-    """Decide the occurrences of ``schedule`` after its cursor and up to ``horizon``."""
+def plan(
+    schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None
+) -> Plan:
+    """Decide the occurrences of ``schedule`` after its cursor and up to ``horizon``.
+
+    ``memo`` (one per batch) shares the occurrences of schedules alike (:class:`PlanMemo`).
+    """
     result = Plan(schedule)
     occs: list[Occurrence] = []
-    occ = next_occurrence(schedule, schedule.cursor_at)
+    step = memo.next_after if memo is not None else next_occurrence
+    occ = step(schedule, schedule.cursor_at)
     while occ is not None and occ.at <= horizon and len(occs) < MAX_PER_TICK:
         occs.append(occ)
-        occ = next_occurrence(schedule, occ.at)
+        occ = step(schedule, occ.at)
     result.next = occ
     if not occs:
         return result
@@ -91,7 +132,8 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
     if len(occs) == 1 and schedule.quiet_hours is None and occs[0].at > now:
         # The common case (a herd enqueued ahead): one future occurrence, no quiet hours.
         only = occs[0]
-        result.decisions.append(Decision(only, run_at_for(schedule, only, occ), "enqueue"))
+        key = memo.key(only) if memo is not None else None
+        result.decisions.append(Decision(only, run_at_for(schedule, only, occ, key), "enqueue"))
         result.enqueued = 1
         return result
 
@@ -133,9 +175,36 @@ def plan(schedule: Schedule, now: datetime, horizon: datetime) -> Plan:
             result.decisions.append(Decision(o, run_at, "enqueue", "deferred_quiet_hours"))
             result.enqueued += 1
             continue
-        result.decisions.append(Decision(o, run_at_for(schedule, o, following), "enqueue"))
+        key = memo.key(o) if memo is not None else None
+        result.decisions.append(Decision(o, run_at_for(schedule, o, following, key), "enqueue"))
         result.enqueued += 1
     return result
+
+
+# The adaptive lookahead (scheduler/tick.py): the herd is given this much more time than the
+# measured rate says it needs (the rate wavers with the load of the machine).
+LOOKAHEAD_SAFETY = 1.5
+
+
+def adaptive_lookahead(
+    due: int,
+    rate: float,
+    lookahead: timedelta,
+    max_lookahead: timedelta,
+    margin: timedelta = timedelta(0),
+) -> timedelta:
+    """How far ahead a tick looks, given ``due`` schedules falling due within ``max_lookahead``.
+
+    Enqueueing them at ``rate`` per second takes ``due / rate`` seconds; a tick that looks that
+    far ahead (times :data:`LOOKAHEAD_SAFETY`, plus ``margin`` for the age of the count) starts
+    on a herd early enough to have it all in the table before its instant. Never less than
+    ``lookahead`` (the configured minimum) nor more than ``max_lookahead``. Only how early a
+    job is inserted depends on it, never its run_at.
+    """
+    if rate <= 0:
+        return max(lookahead, max_lookahead)
+    need = timedelta(seconds=due * LOOKAHEAD_SAFETY / rate) + margin
+    return max(lookahead, min(max_lookahead, need))
 
 
 def schedule_meta(job: Job) -> Mapping[str, Any] | None:

@@ -35,37 +35,24 @@ WHERE organization_id IS NULL
   AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
 
 -- name: job_enqueue_many
--- Insert many jobs in one statement. Ids are drawn up front so that every input row can be
--- matched to its job: a row whose id comes back was created, the others hit an idempotency key
--- (within the batch or in the table) and are looked up by the caller.
-WITH input AS (
-    SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id, t.*
-    FROM unnest(%(organization_ids)b::uuid[], %(queues)b::text[], %(job_types)b::text[],
-                %(payloads)b::jsonb[], %(idempotency_keys)b::text[], %(priorities)b::int[],
-                %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
-         WITH ORDINALITY
-         AS t(organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-              max_attempts, ord)
-),
-ins AS (
-    INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
-                      run_at, max_attempts, created_at)
-    SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority,
-           coalesce(run_at, %(now)s::timestamptz, now()), max_attempts,
-           coalesce(%(now)s::timestamptz, now())
-    FROM input
-    ORDER BY ord
-    ON CONFLICT (organization_id, job_type, idempotency_key)
-        WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, run_at
-),
-wake AS (
-    SELECT DISTINCT queue FROM ins WHERE run_at <= coalesce(%(now)s::timestamptz, now())
-)
-SELECT i.ord, i.id, (ins.id IS NOT NULL) AS created,
-       (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS notified
-FROM input AS i LEFT JOIN ins ON ins.id = i.id
-ORDER BY i.ord;
+-- Insert many jobs in one statement, for a batch that may hit idempotency keys (within the batch
+-- or in the table). The ids were drawn up front (job_allocate_ids), so every input row can be
+-- matched to its job: a row whose id comes back was created, the others hit a key and are looked
+-- up by the caller. Rows go in input order, so the first spec of a repeated key wins.
+INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
+                  run_at, max_attempts, created_at)
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+       max_attempts, %(created_at)s::timestamptz
+FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
+            %(job_types)b::text[], %(payloads)b::jsonb[], %(idempotency_keys)b::text[],
+            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
+     WITH ORDINALITY
+     AS t(id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+          max_attempts, ord)
+ORDER BY ord
+ON CONFLICT (organization_id, job_type, idempotency_key)
+    WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id;
 
 -- name: job_find_many_by_key
 SELECT k.ord, j.id
@@ -368,15 +355,26 @@ WHERE queue = ANY(%(queues)s::text[])
   AND run_at > coalesce(%(now)s::timestamptz, now());
 
 -- name: job_allocate_ids
--- Ids for a COPY of new jobs, and the database clock (the default run_at and created_at).
+-- Ids for a batch of new jobs, and the database clock (the default run_at and created_at). The
+-- sequence is looked up once (an InitPlan returning the regclass), not once per id: per row,
+-- pg_get_serial_sequence and the text-to-regclass cast cost several times the nextval itself.
 SELECT coalesce(%(now)s::timestamptz, now()),
-       ARRAY(SELECT nextval(pg_get_serial_sequence('jobs', 'id'))
+       ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('jobs', 'id')::regclass))
              FROM generate_series(1, %(n)s::int));
 
 -- name: job_copy
-COPY jobs (id, organization_id, queue, job_type, payload, priority, run_at, max_attempts,
-           created_at)
-FROM STDIN;
+-- A batch in binary COPY format (the caller sets the column types): no text formatting of
+-- timestamps, and heap_multi_insert writes whole pages. With idempotency keys it runs inside a
+-- savepoint: a key already taken fails it with a unique violation on jobs_idempotency_uq, and
+-- the caller falls back to job_enqueue_many.
+COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+           max_attempts, created_at)
+FROM STDIN (FORMAT BINARY);
+
+-- name: job_copy_defaults
+-- A batch that leaves run_at, created_at (now() of this transaction), priority, max_attempts
+-- and organization_id to the table's defaults: the fewest columns to format and parse.
+COPY jobs (id, queue, job_type, payload, idempotency_key) FROM STDIN;
 
 -- name: job_wake_queues
 SELECT count(pg_notify('tockwork_jobs', q)) FROM unnest(%(queues)s::text[]) AS q;

@@ -161,7 +161,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         default=timedelta(seconds=60),
         help="enqueue occurrences this many seconds ahead (default 60)",
     )
-    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--batch-size", type=int, default=2000)
     p.add_argument(
         "--interval",
         type=seconds("--interval"),

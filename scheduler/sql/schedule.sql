@@ -92,6 +92,15 @@ FROM unnest(%(ids)b::bigint[], %(next_run_ats)b::timestamptz[], %(next_keys)b::t
      AS u(id, next_run_at, next_key)
 WHERE s.id = u.id;
 
+-- name: schedule_count_due
+-- How many active schedules fall due by %(horizon)s, counting at most %(limit)s (the adaptive
+-- lookahead of scheduler/tick.py: beyond the limit the answer changes nothing). An index-only
+-- range scan of schedules_due_idx.
+SELECT count(*)
+FROM (SELECT 1 FROM schedules
+      WHERE NOT paused AND next_run_at IS NOT NULL AND next_run_at <= %(horizon)s
+      LIMIT %(limit)s) AS due;
+
 -- name: schedule_due_lag
 -- How far overdue the most overdue active schedule is (seconds; 0 when none is).
 SELECT coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(next_run_at)),

@@ -221,3 +221,104 @@ def test_enqueue_many_without_keys_copies_in_order(conn: psycopg.Connection[Any]
     assert [rows[r.id][0] for r in out] == list(range(1000))  # ids match the specs' order
     assert rows[out[3].id][2] == later
     assert rows[out[4].id][1:] == ("r", T0, T0)
+
+
+def test_enqueue_many_with_keys_taken_in_the_table_falls_back_inside_the_transaction(
+    db_url: str,
+) -> None:
+    """No key repeats within the batch, so it is copied first; the COPY hits the taken key,
+    its savepoint is rolled back, and the batch goes through the conflict-tolerant insert.
+    The caller's earlier work in the same transaction stays, and nothing commits early."""
+    with psycopg.connect(db_url) as c:
+        taken = jobs.enqueue(c, "remind", {"n": 0}, idempotency_key="k2").id
+        c.commit()
+        before = jobs.enqueue(c, "other", {"before": True}).id  # opens the transaction
+        specs = [JobSpec("remind", {"n": i}, idempotency_key=f"k{i}") for i in range(5)]
+        out = jobs.enqueue_many(c, specs)
+        assert [r.created for r in out] == [True, True, False, True, True]
+        assert out[2].id == taken
+        assert len({r.id for r in out}) == 5
+        assert count(db_url) == 1  # nothing committed yet: the savepoint did not commit
+        c.commit()
+        rows: dict[int, Any] = dict(c.execute("SELECT id, payload FROM jobs").fetchall())
+    assert rows[before] == {"before": True}
+    assert rows[taken] == {"n": 0}  # the first job keeps its payload
+    assert {rows[r.id]["n"] for r in out} == {0, 1, 3, 4}
+    assert count(db_url) == 6
+
+
+def test_enqueue_many_with_keys_on_an_idle_connection_commits_with_the_caller(
+    db_url: str,
+) -> None:
+    """A keyed batch on a connection with no transaction open yet: the COPY's savepoint must not
+    be an outer transaction of its own (which would commit the jobs before the caller does)."""
+    with psycopg.connect(db_url) as c:
+        jobs.enqueue_many(c, [JobSpec("remind", {}, idempotency_key=f"k{i}") for i in range(3)])
+        assert count(db_url) == 0
+        c.rollback()
+        assert count(db_url) == 0
+    with psycopg.connect(db_url, autocommit=True) as c:
+        out = jobs.enqueue_many(
+            c, [JobSpec("remind", {}, idempotency_key=f"k{i}") for i in range(3)]
+        )
+        again = jobs.enqueue_many(c, [JobSpec("remind", {}, idempotency_key="k1")])
+    assert all(r.created for r in out)
+    assert again == [jobs.Enqueued(id=out[1].id, created=False)]
+    assert count(db_url) == 3
+
+
+def test_concurrent_enqueue_many_of_the_same_keys_get_one_job_per_key(db_url: str) -> None:
+    """Eight transactions copy the same 300 keys at once: each waits on the first holder of a
+    key, falls back, and finds it; every caller gets the same ids, none sees an error."""
+    barrier = threading.Barrier(8)
+    results: list[list[jobs.Enqueued]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    specs = [JobSpec("remind", {"i": i}, idempotency_key=f"herd:{i}") for i in range(300)]
+
+    def enqueuer() -> None:
+        try:
+            with psycopg.connect(db_url) as c:
+                with c.transaction():
+                    barrier.wait(timeout=10)
+                    out = jobs.enqueue_many(c, specs)
+                    c.execute("SELECT pg_sleep(0.02)")  # others wait on our rows
+                with lock:
+                    results.append(out)
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=enqueuer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 8
+    assert len({tuple(r.id for r in out) for out in results}) == 1
+    assert [sum(out[i].created for out in results) for i in range(300)] == [1] * 300
+    assert count(db_url) == 300
+
+
+def test_enqueue_many_with_every_column_set(conn: psycopg.Connection[Any]) -> None:
+    """The binary COPY of all columns (keys, organization, priority, run_at, max_attempts)."""
+    org = uuid.uuid4()
+    later = T0 + timedelta(minutes=5)
+    specs = [
+        JobSpec("remind", {"i": 0}, queue="q", idempotency_key="a", organization_id=org,
+                run_at=later, priority=-3, max_attempts=2),
+        JobSpec("remind", {"i": 1, "é": "\t\\"}, idempotency_key="b", organization_id=str(org)),
+        JobSpec("plain", [1, 2.5, None]),
+    ]  # fmt: skip
+    out = jobs.enqueue_many(conn, specs, now=T0)
+    rows: dict[int, tuple[Any, ...]] = {
+        row[0]: row[1:]
+        for row in conn.execute(
+            "SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority,"
+            " run_at, max_attempts, created_at FROM jobs"
+        ).fetchall()
+    }
+    assert rows[out[0].id] == (org, "q", "remind", {"i": 0}, "a", -3, later, 2, T0)
+    assert rows[out[1].id] == (org, "default", "remind", {"i": 1, "é": "\t\\"}, "b", 0, T0, 10, T0)
+    assert rows[out[2].id] == (None, "default", "plain", [1, 2.5, None], None, 0, T0, 10, T0)

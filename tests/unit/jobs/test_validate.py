@@ -1,0 +1,108 @@
+"""Payload encoding: the fast encoder (orjson) and the standard library agree on every value.
+
+Invariant: ``validate.payload`` accepts exactly what ``json.dumps(allow_nan=False)`` accepts,
+refuses the rest with the same message, and its text decodes to the same JSON value.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import OrderedDict
+from datetime import UTC, datetime
+from enum import Enum, IntEnum
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobs import InvalidJob, validate
+
+
+def reference(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+class Level(IntEnum):
+    HIGH = 3
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_plain_values_encode_to_the_same_json_as_the_standard_library(value: Any) -> None:
+    """Every JSON-shaped value (big integers, any text, nesting) gives the same JSON value."""
+    try:
+        expected = json.loads(reference(value))
+    except UnicodeEncodeError:  # pragma: no cover - lone surrogates, refused alike below
+        return
+    if "\\u0000" in reference(value):
+        with pytest.raises(InvalidJob):
+            validate.payload(value)
+        return
+    assert json.loads(validate.payload(value)) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"i": 1, "s": 'é\n\t"\\', "f": 1.5e300, "n": None, "b": [True, False]},
+        {"big": 2**70, "neg": -(2**64)},  # beyond orjson's 64 bits: the stdlib's text
+        [[[[{"deep": [1]}]]]] * 3,
+        {"level": Level.HIGH},  # an int subclass: as the stdlib writes it
+        OrderedDict(a=1),
+        {1: "int key", None: "null key", 2.5: "float key"},  # the stdlib converts keys
+        "text",
+        7,
+    ],
+)
+def test_the_text_is_the_standard_librarys(value: Any) -> None:
+    assert json.loads(validate.payload(value)) == json.loads(reference(value))
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"x": float("nan")}, "Out of range float values are not JSON compliant"),
+        ({"x": [float("inf")]}, "Out of range float values are not JSON compliant"),
+        ({"when": datetime(2026, 1, 1, tzinfo=UTC)}, "is not JSON serializable"),
+        ({"id": uuid.UUID(int=1)}, "is not JSON serializable"),  # orjson would accept it
+        ({"colour": Colour.RED}, "is not JSON serializable"),  # so would it an Enum
+        ({"x": object()}, "is not JSON serializable"),
+        ({"x": b"bytes"}, "is not JSON serializable"),
+    ],
+)
+def test_what_the_standard_library_refuses_is_refused_with_its_message(
+    value: Any, reason: str
+) -> None:
+    with pytest.raises(InvalidJob) as info:
+        validate.payload(value)
+    assert info.value.field == "payload"
+    assert "must be JSON-serialisable" in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_nul_and_size_limits() -> None:
+    with pytest.raises(InvalidJob, match="NUL"):
+        validate.payload({"x": "a\x00b"})
+    with pytest.raises(InvalidJob, match="larger than 1 MiB"):
+        validate.payload({"x": "é" * (validate.MAX_PAYLOAD_BYTES // 2)})  # 2 bytes a char
+    assert len(validate.payload({"x": "a" * (validate.MAX_PAYLOAD_BYTES - 10)})) > 10
