@@ -27,7 +27,7 @@ from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
-from scheduler.tick import Scheduler
+from scheduler.tick import DEFAULT_MAX_LOOKAHEAD, Scheduler
 from timezones import SystemClock
 
 
@@ -51,7 +51,11 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 f"deleted {len(result.deleted)}, unchanged {len(result.unchanged)}"
             )
     replica = Scheduler(
-        url, lookahead=args.lookahead, batch_size=args.batch_size, interval=args.interval
+        url,
+        lookahead=args.lookahead,
+        max_lookahead=args.max_lookahead,
+        batch_size=args.batch_size,
+        interval=args.interval,
     )
     server = None
     if args.metrics_port is not None:
@@ -160,6 +164,13 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         type=seconds("--lookahead"),
         default=timedelta(seconds=60),
         help="enqueue occurrences this many seconds ahead (default 60)",
+    )
+    p.add_argument(
+        "--max-lookahead",
+        type=seconds("--max-lookahead"),
+        default=DEFAULT_MAX_LOOKAHEAD,
+        help="how far ahead the lookahead may grow when a herd is due (seconds, default "
+        f"{DEFAULT_MAX_LOOKAHEAD.total_seconds():.0f}; at most --lookahead turns it off)",
     )
     p.add_argument("--batch-size", type=int, default=2000)
     p.add_argument(
