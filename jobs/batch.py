@@ -46,7 +46,7 @@ from typing import Any, overload
 
 import psycopg
 
-from jobs.errors import InvalidJob, JobsError
+from jobs.errors import InvalidJob, NotInHandler
 from jobs.model import Job, JobStatus
 from jobs.outcomes import (
     Cancel,
@@ -202,10 +202,6 @@ def batch_handler(
 # -- the single-job handler's completion effects --------------------------------------------
 
 _current = threading.local()
-
-
-class NotInHandler(JobsError, RuntimeError):
-    """:func:`in_completion` was called outside a single-job handler."""
 
 
 def in_completion(fn: SingleEffect) -> None:

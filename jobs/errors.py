@@ -30,3 +30,11 @@ class JobNotFound(JobsError, LookupError):
 
 class MigrationError(JobsError):
     """The database schema could not be brought up to date."""
+
+
+class NotInHandler(JobsError, RuntimeError):
+    """:func:`jobs.in_completion` was called outside a single-job handler."""
+
+
+class EffectLeftTransactionInError(JobsError):
+    """A completion effect swallowed a database error; its savepoint is rolled back."""

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import pq
 
 from jobs.batch import COMPLETION_EFFECT, RunEffects
-from jobs.errors import JobsError
+from jobs.errors import EffectLeftTransactionInError
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.queries import query
@@ -122,10 +122,6 @@ def effect_failure_decisions(
     """The decisions for jobs whose completion effect raised ``exc``: transient retries."""
     error = TransientError(f"completion effect failed: {summarize(exc)}", code=COMPLETION_EFFECT)
     return [decide(j, error, policy(j)) for j in jobs]
-
-
-class EffectLeftTransactionInError(JobsError):
-    """A completion effect swallowed a database error; its savepoint is rolled back."""
 
 
 def _job(row: tuple[Any, ...]) -> Job:
