@@ -18,3 +18,11 @@ CREATE DATABASE {} {}
 
 -- name: pg_database_drop
 DROP DATABASE IF EXISTS {} WITH (FORCE)
+
+-- name: pg_tables_of_schema
+-- The tables a freshly migrated test database holds (scheduler/pytest_plugin.py cleans them).
+SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename;
+
+-- name: pg_truncate_tables
+-- The placeholder takes the tables (psycopg.sql.Identifier values joined by commas).
+TRUNCATE {} RESTART IDENTITY CASCADE
