@@ -26,6 +26,7 @@ from jobs.relay import Relay
 from jobs.retry import RetryPolicies, RetryPolicy
 from jobs.service import Reconnect, Service, default_name, stop_on_signals
 from jobs.store import JobStore, PgJobStore
+from jobs.typed import JobDefinition, handlers, job
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 from jobs.worker import Handler, Worker, WorkerStats
 from timezones.errors import InvalidInput, TockworkError
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidInput",
     "InvalidJob",
     "Job",
+    "JobDefinition",
     "JobNotFound",
     "JobRecord",
     "JobSpec",
@@ -69,7 +71,9 @@ __all__ = [
     "enqueue_async",
     "enqueue_many",
     "get_job",
+    "handlers",
     "in_completion",
+    "job",
     "job_attempts",
     "list_jobs",
     "migrate",
