@@ -81,7 +81,7 @@ import psycopg, pytest, jobs
 @pytest.mark.parametrize("n", range(3))
 def test_starts_empty(tockwork_database, n):
     with psycopg.connect(tockwork_database) as conn:
-        assert jobs.list_jobs(conn) == []
+        assert jobs.list_jobs(conn, statuses=list(jobs.JobStatus)) == []
         jobs.enqueue(conn, "t", {"n": n})
 
 @pytest.mark.tockwork_now("2030-07-01T00:00:00+02:00")
