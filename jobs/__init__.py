@@ -5,6 +5,7 @@ import logging
 from jobs import effects, logs, maintenance, metrics, outbox, queries, validate
 from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue, supersede
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
+from jobs.connection import connect, connect_kwargs, pooler_mode
 from jobs.enqueue import enqueue, enqueue_async, enqueue_columns, enqueue_many
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
 from jobs.listener import CHANNEL as JOBS_CHANNEL
@@ -64,6 +65,8 @@ __all__ = [
     "WorkerStats",
     "batch_handler",
     "cancel",
+    "connect",
+    "connect_kwargs",
     "effects",
     "enqueue",
     "enqueue_async",
@@ -100,6 +103,7 @@ __all__ += [
     "maintenance",
     "metrics",
     "pending_migrations",
+    "pooler_mode",
     "queries",
     "stop_on_signals",
     "supersede",
