@@ -68,7 +68,9 @@ def _binary() -> str | None:
 
 
 def _version(binary: str) -> tuple[int, ...]:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run(
+        [binary, "--version"], check=False, capture_output=True, text=True, timeout=10
+    ).stdout
     match = re.search(r"PgBouncer (\d+)\.(\d+)(?:\.(\d+))?", out)
     if match is None:
         return (0,)

@@ -36,7 +36,7 @@ class Processes:
         self.running: list[tuple[subprocess.Popen[bytes], IO[bytes]]] = []
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        err = tempfile.TemporaryFile()
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop_all or the fixture
         environ = {
             **os.environ,
             "PYTHONPATH": ROOT,
@@ -169,4 +169,3 @@ def test_relay_process_through_the_pooler(
     for _code, err in results:
         assert "Traceback" not in err and err.count(POLL_ONLY) == 1, err
     assert auto.execute("SELECT count(*) FROM jobs").fetchone() == (25,)
-
