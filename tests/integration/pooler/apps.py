@@ -1,6 +1,6 @@
 """Handlers for the worker processes of the pooler tests (``--app ...pooler.apps:handlers``).
 
-``tick`` records its run in the ``runs`` table (which the test creates) on a connection of the
+Each handler records its run in the ``runs`` table (which the test creates) on a connection of the
 handler's thread, kept for the life of the process and opened with ``jobs.connect`` on
 ``$DATABASE_URL``: the pooler URL the worker was given, in the pooler mode the worker exported
 (``TOCKWORK_POOLER``). A handler connection that prepared its statements would collide with the
@@ -32,4 +32,5 @@ def tick(job: jobs.Job) -> None:
     _connection().execute("INSERT INTO runs (job_id) VALUES (%s)", (job.id,))
 
 
-handlers = {"tick": tick}
+# Jobs the test enqueues, the scheduler enqueues, and the relay projects (outbox apps).
+handlers = {"tick": tick, "scheduled": tick, "send_confirmation": tick}

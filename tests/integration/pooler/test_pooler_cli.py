@@ -93,7 +93,9 @@ def test_admin_commands_through_the_pooler(
     assert "(0 dead event(s))" in capsys.readouterr().out
     assert cli("outbox", "retry", "--all") == 0
     assert cli("healthz", "--compact", "--max-scheduler-lag", "0") == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1])["ok"] is True
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["ok"] is True
+    assert "transaction-mode pooler" in report["checks"]["listen"]["detail"]
 
     statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
     assert statuses == {"dead": 4, "pending": 2 + 2, "cancelled": 1}
