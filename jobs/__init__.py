@@ -2,9 +2,10 @@
 
 import logging
 
-from jobs import effects, logs, maintenance, metrics, outbox, queries, validate
+from jobs import connection, effects, logs, maintenance, metrics, outbox, queries, validate
 from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue, supersede
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
+from jobs.connection import connect, connect_kwargs, pooler_mode
 from jobs.enqueue import enqueue, enqueue_async, enqueue_columns, enqueue_many
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
 from jobs.listener import CHANNEL as JOBS_CHANNEL
@@ -66,6 +67,8 @@ __all__ = [
     "WorkerStats",
     "batch_handler",
     "cancel",
+    "connect",
+    "connect_kwargs",
     "effects",
     "enqueue",
     "enqueue_async",
@@ -87,8 +90,9 @@ __all__ = [
 # never need them: enqueue_columns skips validation (input validated earlier), supersede frees
 # idempotency keys, and the modules hold the maintenance tasks over the queue's tables
 # (maintenance), the service shape every long-running loop shares (Service, Reconnect), the
-# Prometheus instruments and collector (metrics, Metrics), the one SQL
-# query loader (queries), the input validators (validate) and the logging set-up (logs).
+# Prometheus instruments and collector (metrics, Metrics), the pooler settings (connection,
+# pooler_mode), the one SQL query loader (queries), the input validators (validate) and the
+# logging set-up (logs).
 __all__ += [
     "DEFAULT_MAX_ATTEMPTS",
     "JOBS_CHANNEL",
@@ -98,12 +102,14 @@ __all__ += [
     "PgJobStore",
     "Reconnect",
     "Service",
+    "connection",
     "default_name",
     "enqueue_columns",
     "logs",
     "maintenance",
     "metrics",
     "pending_migrations",
+    "pooler_mode",
     "queries",
     "stop_on_signals",
     "supersede",

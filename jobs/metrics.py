@@ -46,6 +46,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from jobs.admin import queue_stats
+from jobs.connection import connect
 from jobs.queries import query
 
 log = logging.getLogger("tockwork.metrics")
@@ -251,7 +252,7 @@ class DatabaseCollector(Collector):
         now = self.now() if self.now is not None else None
         kwargs = {"connect_timeout": max(1, round(self.timeout)), **self.connect_kwargs}
         with (
-            psycopg.connect(self.conninfo, autocommit=True, **kwargs) as conn,
+            connect(self.conninfo, autocommit=True, **kwargs) as conn,
             conn.transaction(),
         ):
             conn.execute(query("pg_set_transaction_read_only"))

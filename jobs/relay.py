@@ -94,6 +94,8 @@ class Relay(Service[RelayStats]):
         retry: RetryPolicy | None = None,
         connect_kwargs: dict[str, Any] | None = None,
         reconnect: Reconnect | None = None,
+        pooler: str | None = None,
+        listen_conninfo: str | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidJob("batch_size", batch_size, "must be an integer")
@@ -113,6 +115,8 @@ class Relay(Service[RelayStats]):
             clock=clock,
             connect_kwargs=connect_kwargs,
             reconnect=reconnect,
+            pooler=pooler,
+            listen_conninfo=listen_conninfo,
         )
         self.projections = (
             projections if isinstance(projections, Projections) else Projections(projections)

@@ -19,6 +19,10 @@ and everything around that loop is written once, here:
   clock is the one clock: :meth:`~Service.now_or_none` gives SQL its ``now`` parameter
   (``coalesce(%(now)s, now())``) and is None; :meth:`~Service.now` is for the rare instant
   that must be stamped in Python, and falls back to :class:`timezones.SystemClock`.
+- **One way to connect** (:mod:`jobs.connection`): ``pooler="transaction"`` (or
+  ``TOCKWORK_POOLER=transaction``) for a database URL that goes through a transaction-mode
+  pooler: no prepared statements, and LISTEN over ``listen_conninfo`` (a direct URL) or not at
+  all (poll-only, said once in the log).
 - **One reconnect policy** (:class:`Reconnect`, applied by :meth:`~Service._retrying`). A
   service that cannot connect when it starts fails at once (a wrong URL should not look like an
   outage). A connection lost later is an outage: the operation is tried again on a new
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
 
+from jobs.connection import connect, listen_url, pooler_mode
 from jobs.errors import InvalidJob
 from jobs.listener import Listener
 from jobs.retry import RetryPolicy
@@ -139,8 +144,14 @@ class Service(ABC, Generic[R]):
         connect_kwargs: dict[str, Any] | None = None,
         autocommit: bool = True,
         reconnect: Reconnect | None = None,
+        pooler: str | None = None,
+        listen_conninfo: str | None = None,
     ) -> None:
         self.conninfo = conninfo
+        # jobs/connection.py: behind a transaction-mode pooler nothing may need a session (no
+        # prepared statements; LISTEN only over a direct URL).
+        self.pooler = pooler_mode(pooler)
+        self.listen_conninfo = listen_url(listen_conninfo)
         self.kind = kind
         self.name = name
         self.log = log
@@ -312,8 +323,11 @@ class Service(ABC, Generic[R]):
     def _connection(self) -> psycopg.Connection[Any]:
         """The service's connection, opened on first use and after a loss."""
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.conninfo, autocommit=self._autocommit, **self.connect_kwargs
+            self._conn = connect(
+                self.conninfo,
+                pooler=self.pooler,
+                autocommit=self._autocommit,
+                **self.connect_kwargs,
             )
             self._connected(self._conn)
         return self._conn
@@ -383,9 +397,25 @@ class Service(ABC, Generic[R]):
         return False
 
     def _listen(self, channel: str, metrics: Metrics | None = None) -> None:
-        """LISTEN on ``channel`` in the background: each notification wakes the loop."""
+        """LISTEN on ``channel`` in the background: each notification wakes the loop.
+
+        LISTEN goes over :attr:`listen_conninfo` when one is given. Through a transaction-mode
+        pooler without one, the service polls only: a LISTEN there would succeed and never
+        deliver a notification.
+        """
+        conninfo = self.listen_conninfo
+        if conninfo is None:
+            if self.pooler == "transaction":
+                self.log.info(
+                    "%s: poll-only: the database URL goes through a transaction-mode pooler "
+                    "and LISTEN needs a session (give a direct --listen-url / "
+                    "TOCKWORK_LISTEN_URL for wake-ups)",
+                    self.label,
+                )
+                return
+            conninfo = self.conninfo
         self._listener = Listener(
-            self.conninfo,
+            conninfo,
             lambda _payload: self.wake(),
             channel=channel,
             connect_kwargs=self.connect_kwargs,

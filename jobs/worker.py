@@ -176,6 +176,8 @@ class Worker(Service[WorkerStats]):
     threads (default: adaptive, see the module docstring). ``clock`` pins time for tests (SQL
     then uses it as ``now``); by default the database clock is the one clock. ``reconnect`` is
     the policy for a lost database connection (:class:`jobs.service.Reconnect`).
+    ``pooler="transaction"`` for a URL through a transaction-mode pooler (``listen_conninfo``:
+    a direct URL for LISTEN; without it the worker polls only), see :mod:`jobs.connection`.
 
     After :meth:`stop` the worker claims nothing more; running handlers get the ``grace``
     period, then their leases are given back. :meth:`run_until_idle` returns when no job is
@@ -203,6 +205,8 @@ class Worker(Service[WorkerStats]):
         on_outcome: Callable[[Job, Decision, float], None] | None = None,
         metrics: Metrics | None = None,
         reconnect: Reconnect | None = None,
+        pooler: str | None = None,
+        listen_conninfo: str | None = None,
     ) -> None:
         queues = dict(queues or {"default": 4})
         if not queues:
@@ -228,6 +232,8 @@ class Worker(Service[WorkerStats]):
             clock=clock,
             connect_kwargs=dict(connect_kwargs or {}),
             reconnect=reconnect,
+            pooler=pooler,
+            listen_conninfo=listen_conninfo,
         )
         self.handlers = dict(handlers)
         self.queues = queues

@@ -160,11 +160,11 @@ def app() -> dict[str, jobs.Handler]:
     def run_retention(job: jobs.Job) -> None:
         ages = job.payload if isinstance(job.payload, Mapping) else {}
         settings = {k: v for k, v in ages.items() if k in DEFAULT_AGES or k == "dead_days"}
-        with psycopg.connect(url) as conn:
+        with jobs.connect(url) as conn:
             retention(conn, settings)
 
     def run_lease_recovery(_job: jobs.Job) -> None:
-        with psycopg.connect(url) as conn:
+        with jobs.connect(url) as conn:
             lease_recovery(conn)
 
     def run_tzdb(_job: jobs.Job) -> None:

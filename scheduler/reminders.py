@@ -206,7 +206,7 @@ class _ThreadConnections:
     def _connection(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = psycopg.connect(self.conninfo)
+            conn = jobs.connect(self.conninfo)  # the process's pooler mode (TOCKWORK_POOLER)
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)

@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
+import psycopg
+
+from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, pooler_mode
+from jobs.connection import connect as jobs_connect
+from jobs.connection import connect_kwargs as jobs_connect_kwargs
+from jobs.connection import listen_url as jobs_listen_url
 from scheduler.devdb import database_url
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput
@@ -48,10 +56,56 @@ def instant(text: str) -> datetime:
 
 
 def database_arg(parser: argparse.ArgumentParser) -> None:
+    """``--database-url`` and ``--pooler``: every command that touches the database has both."""
     parser.add_argument(
         "--database-url",
         help="PostgreSQL URL (default: $DATABASE_URL, else the project's embedded server)",
     )
+    parser.add_argument(
+        "--pooler",
+        choices=POOLERS,
+        help="what --database-url reaches: 'session' (PostgreSQL, or a session-mode pooler) or "
+        "'transaction' (e.g. PgBouncer's pool_mode=transaction: no prepared statements, "
+        "nothing that needs a session, LISTEN only over --listen-url) "
+        f"(default: ${POOLER_ENV}, else session)",
+    )
+
+
+def listen_url_arg(parser: argparse.ArgumentParser) -> None:
+    """``--listen-url``: the services that LISTEN (the worker, the relay)."""
+    parser.add_argument(
+        "--listen-url",
+        help="a direct PostgreSQL URL (no transaction pooler) for LISTEN wake-ups, when "
+        "--database-url goes through a transaction-mode pooler; without one such a service "
+        f"polls only (default: ${LISTEN_URL_ENV})",
+    )
+
+
+def pooler(args: argparse.Namespace) -> Pooler:
+    """The command's pooler mode (``--pooler``, else ``$TOCKWORK_POOLER``, else session).
+
+    The mode is exported as ``TOCKWORK_POOLER`` so that every connection of this process
+    follows it, the ones an application's handlers open with ``jobs.connect`` included (as
+    ``DATABASE_URL`` tells them the URL). A bad ``$TOCKWORK_POOLER`` is an input error.
+    """
+    mode = pooler_mode(getattr(args, "pooler", None))
+    os.environ[POOLER_ENV] = mode
+    return mode
+
+
+def listen_url(args: argparse.Namespace) -> str | None:
+    """``--listen-url``, else ``$TOCKWORK_LISTEN_URL``, else None."""
+    return jobs_listen_url(getattr(args, "listen_url", None))
+
+
+def connect_kwargs(args: argparse.Namespace, **kwargs: Any) -> dict[str, Any]:
+    """``psycopg.connect`` keyword arguments for the command's pooler mode (services)."""
+    return jobs_connect_kwargs(pooler(args), **kwargs)
+
+
+def connect(args: argparse.Namespace, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Open a connection to the command's database (``--database-url``) in its pooler mode."""
+    return jobs_connect(resolve_url(args.database_url), pooler=pooler(args), **kwargs)
 
 
 def log_args(parser: argparse.ArgumentParser) -> None:
@@ -115,14 +169,13 @@ def ensure_schema(url: str, *, apply: bool) -> None:
     """Apply the core migrations (``apply``) or refuse to start on an out-of-date schema.
 
     Raises :class:`InputError` naming what is missing, so a command started against a database
-    nobody migrated exits with a clear message (code 2).
+    nobody migrated exits with a clear message (code 2). Connects in the pooler mode of the
+    process (:func:`pooler` exported it).
     """
-    import psycopg
-
     from jobs import migrate
     from jobs import pending_migrations as pending
 
-    with psycopg.connect(url) as conn:
+    with jobs_connect(url) as conn:
         if apply:
             migrate(conn, COMPONENTS)
             return

@@ -14,9 +14,11 @@ import jobs
 from scheduler.cli.common import (
     InputError,
     SubParsers,
+    connect,
     database_arg,
     ensure_schema,
     instant,
+    pooler,
     resolve_url,
 )
 from scheduler.queries import query as scheduler_query
@@ -47,7 +49,7 @@ def _print_record(record: jobs.JobRecord) -> None:
 
 
 def cmd_jobs_show(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         try:
             record = jobs.get_job(conn, args.id)
         except jobs.JobNotFound as exc:
@@ -74,7 +76,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         records = jobs.list_jobs(
             conn,
             statuses=args.status,
@@ -122,7 +124,7 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_jobs_requeue(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         ids = jobs.requeue(
             conn,
             **_filters(args),
@@ -138,7 +140,7 @@ def cmd_jobs_requeue(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         ids = jobs.cancel(conn, **_filters(args), reason=args.reason)
     print(f"cancelled {len(ids)} job(s)" + (f": {', '.join(map(str, ids[:50]))}" if ids else ""))
     return 0
@@ -172,8 +174,9 @@ def _more_stats(conn: psycopg.Connection[Any]) -> str:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
+    pooler(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=False)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect(args, autocommit=True) as conn:
         while True:
             stats = jobs.queue_stats(conn)
             if args.json:

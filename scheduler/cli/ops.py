@@ -11,11 +11,12 @@ from datetime import timedelta
 from types import FrameType
 
 from scheduler import health
-from scheduler.cli.common import SubParsers, database_arg, resolve_url, seconds
+from scheduler.cli.common import SubParsers, database_arg, pooler, resolve_url, seconds
 
 
 def _health(args: argparse.Namespace) -> health.Health:
     lag: timedelta = args.max_scheduler_lag
+    pooler(args)  # exported: the checks and the scrapes connect in the pooler mode
     return health.Health(
         resolve_url(args.database_url),
         poll_only=args.poll_only,

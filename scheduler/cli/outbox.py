@@ -11,17 +11,20 @@ import sys
 from collections.abc import Iterable
 from datetime import timedelta
 
-import psycopg
-
 from jobs import RELAY_MAX_BATCH as MAX_BATCH
 from jobs import Relay, logs, outbox
 from jobs.outbox import Projection, Projections
 from scheduler.cli.common import (
     InputError,
     SubParsers,
+    connect,
+    connect_kwargs,
     database_arg,
     import_attribute,
+    listen_url,
+    listen_url_arg,
     log_args,
+    pooler,
     resolve_url,
     seconds,
 )
@@ -78,6 +81,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
         name=args.name,
         listen=not args.no_listen,
         max_attempts=args.max_attempts,
+        connect_kwargs=connect_kwargs(args),
+        pooler=pooler(args),
+        listen_conninfo=listen_url(args),
     )
     stats = relay.run()
     print(json.dumps(stats.__dict__), file=sys.stderr)
@@ -85,7 +91,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         events = outbox.dead_events(conn, limit=args.limit)
     if args.json:
         print(json.dumps([
@@ -108,7 +114,7 @@ def cmd_dead(args: argparse.Namespace) -> int:
 def cmd_retry(args: argparse.Namespace) -> int:
     if not args.id and not args.all:
         raise InputError("give --id EVENT_ID (repeatable) or --all")
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         ids = outbox.retry_dead(conn, None if args.all else args.id)
     print(f"retried {len(ids)} event(s)")
     return 0
@@ -165,5 +171,6 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--name", help="this relay's name in claimed_by (default host:pid)")
     p.add_argument("--no-listen", action="store_true", help="poll only (behind PgBouncer)")
+    listen_url_arg(p)
     log_args(p)
     p.set_defaults(func=cmd_relay)

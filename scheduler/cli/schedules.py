@@ -14,6 +14,8 @@ from scheduler import health
 from scheduler.cli.common import (
     InputError,
     SubParsers,
+    connect,
+    connect_kwargs,
     database_arg,
     ensure_schema,
     instant,
@@ -34,8 +36,9 @@ from timezones import SystemClock
 def cmd_scheduler(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url)
+    kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=args.migrate)
-    with psycopg.connect(url) as conn:
+    with connect(args) as conn:
         if args.maintenance:
             with conn.transaction():
                 built_in = sync_maintenance(conn)
@@ -56,6 +59,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         max_lookahead=args.max_lookahead,
         batch_size=args.batch_size,
         interval=args.interval,
+        connect_kwargs=kwargs,
     )
     server = None
     if args.metrics_port is not None:
@@ -77,7 +81,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     definitions = load_file(args.file)
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         result = sync(conn, definitions)
         if args.dry_run:
             conn.rollback()
@@ -103,7 +107,7 @@ def _row(s: Schedule) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         items = list_schedules(conn, limit=args.limit)
     print(f"{'id':>7} {'key/subject':<24} {'job_type':<22} {'zone':<20} {'next_run_at':<26} state")
     for s in items:
@@ -122,7 +126,7 @@ def _find(conn: psycopg.Connection[Any], ident: str) -> Schedule:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         s = _find(conn, args.key)
     for name in (
         "id", "key", "subject", "organization_id", "job_type", "queue", "zone", "gap", "fold",
@@ -138,7 +142,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         s = _find(conn, args.key)
     after = args.after or SystemClock().now()  # the composition root reads the clock
     items = preview(s, after, args.count)

@@ -9,19 +9,22 @@ import sys
 from collections.abc import Mapping
 from datetime import timedelta
 
-import psycopg
-
 import jobs
 from jobs import logs, migrate, validate
 from scheduler import health
 from scheduler.cli.common import (
     InputError,
     SubParsers,
+    connect,
+    connect_kwargs,
     database_arg,
     ensure_schema,
     import_attribute,
+    listen_url,
+    listen_url_arg,
     log_args,
     metrics_args,
+    pooler,
     resolve_url,
     seconds,
 )
@@ -55,7 +58,7 @@ def load_app(spec: str) -> Mapping[str, jobs.Handler]:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     components = (*COMPONENTS, *(OPTIONAL[name] for name in args.with_components or ()))
-    with psycopg.connect(resolve_url(args.database_url)) as conn:
+    with connect(args) as conn:
         applied = migrate(conn, components)
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
@@ -65,8 +68,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url)
     # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
-    # find the worker's database here, also when their factory runs (so: before loading them).
+    # find the worker's database here, also when their factory runs (so: before loading them);
+    # pooler() exports the pooler mode for them the same way.
     os.environ["DATABASE_URL"] = url
+    mode = pooler(args)
+    listen_on = listen_url(args)
+    # Behind a transaction pooler without a direct --listen-url the worker polls only (the
+    # worker says so once in its log), and /healthz knows it.
+    poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
     handlers = load_app(args.app)
     queues = dict(args.queue or [("default", 4)])
     ensure_schema(url, apply=args.migrate)
@@ -79,13 +88,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         grace=args.grace,
         poll_interval=args.poll,
         listen=not args.no_listen,
+        connect_kwargs=connect_kwargs(args),
+        pooler=mode,
+        listen_conninfo=listen_on,
     )
     server = None
     if args.metrics_port is not None:
         check = health.Health(
             url,
             listening=lambda: worker.listening,
-            poll_only=args.no_listen,
+            poll_only=poll_only,
             max_scheduler_lag=args.max_scheduler_lag or None,
         )
         server = health.serve(url, args.metrics_port, host=args.metrics_host, health=check)
@@ -143,6 +155,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="reconciliation poll interval in seconds",
     )
     p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
+    listen_url_arg(p)
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
     metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
     log_args(p)

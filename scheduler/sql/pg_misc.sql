@@ -4,9 +4,10 @@
 -- The database clock: production plans with one clock, the database's.
 SELECT now();
 
--- name: pg_set_statement_timeout
--- For the whole session (the /healthz checks run on one short-lived connection).
-SELECT set_config('statement_timeout', %(timeout)s, false);
+-- name: pg_set_local_statement_timeout_health
+-- For the current transaction only: each /healthz check runs in its own transaction, and
+-- nothing stays on the session (a transaction-mode pooler would hand it to other clients).
+SELECT set_config('statement_timeout', %(timeout)s, true);
 
 -- name: pg_ping
 SELECT 1;
