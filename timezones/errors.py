@@ -21,6 +21,9 @@ from typing import Any
 # A value embedded in a message is cut to this many characters: a 1 MB rule must not yield a
 # 1 MB error message.
 MAX_SHOWN = 160
+# A whole message is cut to this many characters: a reason may quote several values (a rule,
+# the part that failed, what a library said about it), each bounded, and the sum is bounded too.
+MAX_MESSAGE = 1000
 
 
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
@@ -29,6 +32,13 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters with an ellipsis."""
+    if len(message) > limit:
+        return message[: limit - 3] + "..."
+    return message
 
 
 class TockworkError(Exception):
@@ -50,17 +60,17 @@ class InvalidInput(TockworkError, ValueError):
     def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
         if reason is None:
             # A preformatted message ("field: reason").
-            message = field
+            message = bounded(field)
             head, sep, _ = message.partition(":")
             self.field = head if sep else ""
             self.value = value
             self.reason = message
             super().__init__(message)
             return
-        self.field = field
+        self.field = bounded(field, MAX_SHOWN)
         self.value = value
-        self.reason = reason
-        super().__init__(f"invalid {field} {shown(value)}: {reason}")
+        self.reason = bounded(reason)
+        super().__init__(bounded(f"invalid {self.field} {shown(value)}: {self.reason}"))
 
 
 class TimezoneError(InvalidInput):
@@ -76,7 +86,7 @@ class TimezoneError(InvalidInput):
     def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
         super().__init__(field, value, reason)
         if reason is not None:
-            self.args = (f"{field}: {reason}",)
+            self.args = (bounded(f"{self.field}: {self.reason}"),)
 
 
 class InvalidRule(TimezoneError):
