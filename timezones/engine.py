@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import zoneinfo
 from collections.abc import Iterator
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, timezone, tzinfo
 from typing import Any, cast
 
 from timezones.cron import CronSpec, parse_cron
@@ -74,7 +74,7 @@ _RULE_TYPES = frozenset(
 _GAP_ADJUSTMENTS = frozenset({Adjustment.GAP_SHIFTED, Adjustment.GAP_AT_TRANSITION})
 # The last instant a datetime holds (9999-12-31T23:59:59Z): a fire after it, or whose local
 # time is after 9999-12-31T23:59:59, is not representable and counts as no further fire.
-_LAST_INSTANT = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc) - EPOCH) // SECOND
+_LAST_INSTANT = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - EPOCH) // SECOND
 _SAFE_INSTANT = _LAST_INSTANT - MAX_OFFSET
 # occurrences(count=...) at most this many (a lazy iterator, but a count is a promise to stop).
 MAX_COUNT = 10_000_000

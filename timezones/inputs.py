@@ -48,5 +48,9 @@ def check_text(
     problem = text_problem(value, max_chars)
     if problem is not None:
         # A TimezoneError's message is "field: reason", so its reason names the value.
-        raise error(field, value, f"{shown(value)} {problem}" if issubclass(error, TimezoneError) else problem)
+        raise error(
+            field,
+            value,
+            f"{shown(value)} {problem}" if issubclass(error, TimezoneError) else problem,
+        )
     return value

@@ -48,11 +48,10 @@ DEFAULT_DTSTART = datetime(2000, 1, 1)
 _CACHE_CAP = 100_000
 _CHUNK = 64
 _MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
-_MIN_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 MAX_INTERVAL = 1_000_000
 MAX_COUNT = 100_000_000
-# How many years a daily or finer rule is searched for an occurrence: two 28-year solar cycles (dateutil visits a filtered-out day once, so about
-# 20,000 steps).
+# How many years a daily or finer rule is searched for an occurrence: two 28-year solar
+# cycles (dateutil visits a filtered-out day once, so about 20,000 steps).
 PROBE_YEARS = 56
 _LAST = datetime(9999, 12, 31, 23, 59, 59)
 
@@ -186,9 +185,7 @@ def _day_filters(built: du_rrule.rrule) -> dict[str, Any] | None:
     weekdays = [du_rrule.weekday(d) for d in getattr(built, "_byweekday", None) or ()]
     weekdays += [du_rrule.weekday(d, n) for d, n in nweekdays]
     months = getattr(built, "_bymonth", None)
-    monthdays = tuple(getattr(built, "_bymonthday", ())) + tuple(
-        getattr(built, "_bynmonthday", ())
-    )
+    monthdays = tuple(getattr(built, "_bymonthday", ())) + tuple(getattr(built, "_bynmonthday", ()))
     filters: dict[str, Any] = {
         "bymonth": months,
         "bymonthday": monthdays or None,

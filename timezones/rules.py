@@ -301,12 +301,13 @@ class IntervalRule(_Rule):
     def _check_every(cls, value: object) -> str:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             value = f"{value}s" if value <= MAX_INTERVAL_SECONDS else ""
-        match = _EVERY_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+        text = value.strip() if isinstance(value, str) else ""
+        match = _EVERY_RE.fullmatch(text)
         if match is None or int(match[1]) * _UNIT_SECONDS[match[2]] > MAX_INTERVAL_SECONDS:
             raise ValueError(
                 "expected a positive duration of at most ten years such as 90s, 15m or 2h"
             )
-        return value.strip()
+        return text
 
     @field_validator("anchor", mode="before")
     @classmethod
