@@ -50,7 +50,7 @@ MAX_KEY = 200
 # catch_up_max and catch_up_grace are int4 columns; these bounds are far below theirs.
 MAX_CATCH_UP = 1_000_000
 MAX_GRACE_SECONDS = 10 * 366 * 86_400
-_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
+_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::[0-5][0-9])?")
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
 INPUT_ERRORS = (TimezoneError, jobs.InvalidJob, ValueError, TypeError)
 
@@ -155,7 +155,7 @@ def check_organization_id(value: Any) -> UUID | None:
 
 
 def check_jitter(value: Any) -> int:
-    delay = wrap("jitter", value, lambda: job_validate.delay(value, "jitter", MAX_JITTER_SECONDS))
+    delay = wrap("jitter", value, lambda: job_validate.delay(value, "jitter"))
     seconds = int(delay.total_seconds())
     if seconds > MAX_JITTER_SECONDS:
         raise InvalidSchedule("jitter", value, "must be at most one day")
@@ -191,16 +191,14 @@ def check_catch_up_max(value: Any) -> int:
 
 
 def _hhmm(field: str, value: Any) -> time:
-    """A local time of day to the minute: ``time(22, 0)`` or exactly ``"HH:MM"``.
+    """A local time of day, kept to the minute: ``time(22, 0)``, ``"HH:MM"`` or ``"HH:MM:SS"``.
 
     Quiet hours are wall-clock times in the schedule's zone: an offset (``"22:00+05:00"``, a
-    ``time`` with a ``tzinfo``) or seconds would be dropped silently, so they are refused."""
+    ``time`` with a ``tzinfo``) would be dropped silently, so it is refused."""
     if isinstance(value, time):
-        if value.tzinfo is not None or value.second or value.microsecond:
-            raise InvalidSchedule(
-                field, value, "must be a local time to the minute, without a zone or seconds"
-            )
-        return value
+        if value.tzinfo is not None:
+            raise InvalidSchedule(field, value, "must be a local time, without a zone or offset")
+        return value.replace(second=0, microsecond=0)
     if isinstance(value, str) and (match := _HHMM.fullmatch(value)) is not None:
         return time(int(match[1]), int(match[2]))
     raise InvalidSchedule(field, value, "must be a local time such as '22:00'")
