@@ -16,6 +16,7 @@ Messages name the field and the value, e.g. ``invalid zone 'America/Chicgo': unk
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 # A value embedded in a message is cut to this many characters: a 1 MB rule must not yield a
@@ -26,9 +27,28 @@ MAX_SHOWN = 160
 MAX_MESSAGE = 1000
 
 
+# Containers are shown to a bounded depth and width: the repr of a payload nested 10,000 deep
+# would overflow the stack, and that of a million-item list costs megabytes before the cut.
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 6
+_REPR.maxdict = _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = 20
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_SHOWN
+
+
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
-    """``repr(value)``, cut to ``limit`` characters with an ellipsis."""
-    text = repr(value)
+    """``repr(value)``, cut to ``limit`` characters with an ellipsis (containers: bounded)."""
+    try:
+        if isinstance(value, int) and value.bit_length() > 1000:
+            text = f"<an integer of {value.bit_length()} bits>"  # repr() refuses > 4300 digits
+        elif isinstance(value, list | tuple | dict | set | frozenset) and len(value) > 100:
+            text = _REPR.repr(value)
+        else:
+            try:
+                text = repr(value)
+            except RecursionError:
+                text = _REPR.repr(value)
+    except Exception:  # a __repr__ that fails: say what it is instead
+        text = f"<{type(value).__name__} object>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text

@@ -29,6 +29,7 @@ years apart is refused rather than walked.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 from collections.abc import Iterator
@@ -47,12 +48,15 @@ __all__ = ["DEFAULT_DTSTART", "MAX_COUNT", "MAX_INTERVAL", "RRulePlan", "compile
 DEFAULT_DTSTART = datetime(2000, 1, 1)
 _CACHE_CAP = 100_000
 _CHUNK = 64
+_CHUNK_SPAN = 400 * DAY  # a chunk read ahead stops at the first slot this far past its first
 _MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 MAX_INTERVAL = 1_000_000
 MAX_COUNT = 100_000_000
 # How many years a daily or finer rule is searched for an occurrence: two 28-year solar
 # cycles (dateutil visits a filtered-out day once, so about 20,000 steps).
 PROBE_YEARS = 56
+# At most this many dateutil steps per search (see _steps_per_day).
+PROBE_STEPS = 1_000_000
 _LAST = datetime(9999, 12, 31, 23, 59, 59)
 
 # Frequencies whose periods have a fixed length in naive wall-clock time; a rule of one of them
@@ -120,12 +124,20 @@ class RRulePlan(Plan):
             cache = self._cache
             if self._done or len(cache) >= _CACHE_CAP:
                 return
+            first: int | None = None
             for _ in range(_CHUNK):
                 item = _next(self._source)
                 if item is None:
                     self._done = True
                     return
-                cache.append((item - EPOCH_NAIVE) // SECOND)
+                slot = (item - EPOCH_NAIVE) // SECOND
+                cache.append(slot)
+                if first is None:
+                    first = slot
+                elif slot - first > _CHUNK_SPAN:
+                    # A sparse rule (Monday 29 February): read ahead no further than needed,
+                    # each next slot may be decades of dateutil's walking away.
+                    return
 
     def slots_from(self, local: int) -> Iterator[int]:
         self._prepare(local)
@@ -226,7 +238,7 @@ def _late(built: du_rrule.rrule, start: datetime) -> du_rrule.rrule:
         moved = total + steps * months
         return built.replace(count=None, dtstart=start.replace(year=moved // 12))
     period = _FIXED_PERIODS[freq] * interval
-    target = (_LAST - EPOCH_NAIVE) // SECOND - _probe_years(freq) * 366 * DAY
+    target = (_LAST - EPOCH_NAIVE) // SECOND - _probe_days(built) * DAY
     own = (start - EPOCH_NAIVE) // SECOND
     steps = (target - own) // period
     if steps <= 0:
@@ -234,10 +246,28 @@ def _late(built: du_rrule.rrule, start: datetime) -> du_rrule.rrule:
     return built.replace(count=None, dtstart=start + timedelta(seconds=steps * period))
 
 
-def _probe_years(freq: int) -> int:
-    """How many years the search of :func:`_late` covers (a weekly step visits seven days at
-    once, so a weekly rule affords a whole 400-year cycle)."""
-    return PROBE_YEARS if freq > du_rrule.WEEKLY else 400
+def _steps_per_day(built: du_rrule.rrule) -> int:
+    """About how many steps dateutil takes per day it walks through: a minutely or secondly
+    rule whose hours (or minutes) are filtered steps through every period of a day to find the
+    next allowed one; any other rule steps once per day it skips."""
+    freq = getattr(built, "_freq", du_rrule.DAILY)
+    interval = int(getattr(built, "_interval", 1) or 1)
+    if freq == du_rrule.MINUTELY and getattr(built, "_byhour", None) is not None:
+        return max(1, 1440 // interval)
+    if freq == du_rrule.SECONDLY and (
+        getattr(built, "_byhour", None) is not None or getattr(built, "_byminute", None) is not None
+    ):
+        return max(1, 86400 // interval)
+    return 1
+
+
+def _probe_days(built: du_rrule.rrule) -> int:
+    """How many days the search of :func:`_late` covers: a whole 400-year cycle for a weekly
+    or coarser rule (a step visits a week or more at once), else :data:`PROBE_YEARS` years or
+    what :data:`PROBE_STEPS` steps walk, whichever is shorter."""
+    if getattr(built, "_freq", du_rrule.DAILY) <= du_rrule.WEEKLY:
+        return 146_097
+    return max(1, min(PROBE_YEARS * 366, PROBE_STEPS // _steps_per_day(built)))
 
 
 def _probe(built: du_rrule.rrule, rrule: str, start: datetime) -> None:
@@ -255,6 +285,8 @@ def _probe(built: du_rrule.rrule, rrule: str, start: datetime) -> None:
         )
         if _next(iter(days)) is None:
             raise _never(rrule, "no date matches its BYMONTH, BYMONTHDAY, BYYEARDAY, BYDAY")
+        if _steps_per_day(built) > 1:
+            _check_sparse(built, rrule, days)
     try:
         first = _next(iter(_late(built, start)))
     except (ValueError, TypeError, OverflowError) as exc:
@@ -263,7 +295,25 @@ def _probe(built: du_rrule.rrule, rrule: str, start: datetime) -> None:
         raise _never(
             rrule,
             f"its FREQ and INTERVAL never meet its filters (no occurrence in "
-            f"{_probe_years(getattr(built, '_freq', du_rrule.DAILY))} years)",
+            f"{_probe_days(built)} days)",
+        )
+
+
+def _check_sparse(built: du_rrule.rrule, rrule: str, days: du_rrule.rrule) -> None:
+    """Refuse a minutely or secondly rule with filtered hours whose dates lie further apart
+    than its search affords: each next occurrence would cost too many steps to find."""
+    ordinals = [d.toordinal() for d in days]  # the matching dates of 28 years, one each
+    gaps = [b - a for a, b in itertools.pairwise(ordinals)]
+    widest = max(gaps) if gaps else 28 * 366
+    afford = _probe_days(built)
+    if widest > afford:
+        raise InvalidRule(
+            "rrule",
+            rrule,
+            f"{shown(rrule)} costs too much to expand: its dates lie up to {widest} days apart "
+            f"and each day costs {_steps_per_day(built)} steps at this FREQ and INTERVAL (at "
+            f"most {afford} days are searched); give the times of day with FREQ=DAILY and "
+            "BYHOUR/BYMINUTE/BYSECOND instead",
         )
 
 

@@ -426,7 +426,7 @@ def _refuse_fixed_offset(name: str) -> UnknownZone:
 
 
 def _entry_for_key(name: str) -> ZoneEntry:
-    entry = _entries.get(name)
+    entry = _entries.get(name) if isinstance(name, str) else None
     if entry is not None:
         return entry
     if not isinstance(name, str) or not name:
