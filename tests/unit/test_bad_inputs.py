@@ -99,36 +99,43 @@ def _rule_cases() -> list[Case]:
 def _engine_cases() -> list[Case]:
     cases: list[Case] = []
     for i, rule in enumerate(GOOD_RULES):
-        cases += cases_of(
-            f"next_after-{i}-zone", "zone", BAD_ZONES, lambda z, r=rule: _next(r, z, NOW)
-        )
-        cases += cases_of(
-            f"next_after-{i}-after", "after", BAD_INSTANTS, lambda a, r=rule: _next(r, "UTC", a)
-        )
-        cases += cases_of(
-            f"next_after-{i}-gap", "gap", [("word", "sometimes"), ("int", 5), *BAD_TEXTS[:2]],
-            lambda g, r=rule: _next(r, "UTC", NOW, gap=g),
-        )  # fmt: skip
-        cases += cases_of(
-            f"next_after-{i}-fold", "fold", [("word", "third"), ("list", []), *BAD_TEXTS[:2]],
-            lambda f, r=rule: _next(r, "UTC", NOW, fold=f),
-        )  # fmt: skip
-        counts = [
-            ("negative", -1), ("float", 2.5), ("text", "3"), ("bool", True),
-            ("huge", 10**12), ("nan", float("nan")),
-        ]  # fmt: skip
-        cases += cases_of(
-            f"occurrences-{i}-count", "count", counts, lambda c, r=rule: _occ(r, count=c)
-        )
-        cases += cases_of(
-            f"occurrences-{i}-until", "until", BAD_INSTANTS, lambda u, r=rule: _occ(r, until=u)
-        )
-        cases += cases_of(
-            f"occurrences-{i}-after",
-            "after",
-            BAD_INSTANTS,
-            lambda a, r=rule: lambda: list(occurrences(r, "UTC", a, count=1)),
-        )
+        cases += _engine_cases_for(i, rule)
+    return cases + _zone_cases()
+
+
+def _engine_cases_for(i: int, rule: str) -> list[Case]:
+    cases: list[Case] = []
+    cases += cases_of(f"next_after-{i}-zone", "zone", BAD_ZONES, lambda z: _next(rule, z, NOW))
+    cases += cases_of(
+        f"next_after-{i}-after", "after", BAD_INSTANTS, lambda a: _next(rule, "UTC", a)
+    )
+    cases += cases_of(
+        f"next_after-{i}-gap", "gap", [("word", "sometimes"), ("int", 5), *BAD_TEXTS[:2]],
+        lambda g: _next(rule, "UTC", NOW, gap=g),
+    )  # fmt: skip
+    cases += cases_of(
+        f"next_after-{i}-fold", "fold", [("word", "third"), ("list", []), *BAD_TEXTS[:2]],
+        lambda f: _next(rule, "UTC", NOW, fold=f),
+    )  # fmt: skip
+    counts = [
+        ("negative", -1), ("float", 2.5), ("text", "3"), ("bool", True),
+        ("huge", 10**12), ("nan", float("nan")),
+    ]  # fmt: skip
+    cases += cases_of(f"occurrences-{i}-count", "count", counts, lambda c: _occ(rule, count=c))
+    cases += cases_of(
+        f"occurrences-{i}-until", "until", BAD_INSTANTS, lambda u: _occ(rule, until=u)
+    )
+    cases += cases_of(
+        f"occurrences-{i}-after",
+        "after",
+        BAD_INSTANTS,
+        lambda a: lambda: list(occurrences(rule, "UTC", a, count=1)),
+    )
+    return cases
+
+
+def _zone_cases() -> list[Case]:
+    cases: list[Case] = []
     cases += cases_of("get_zone", "zone", BAD_ZONES, lambda z: lambda: timezones.get_zone(z))
     cases += cases_of(
         "transitions-zone", "zone", BAD_ZONES,
@@ -201,13 +208,18 @@ SPEC_BAD: dict[str, list[tuple[str, Any]]] = {
 }  # fmt: skip
 
 
+def _spec_call(field: str) -> Callable[[Any], Callable[[], object]]:
+    return lambda v: lambda: ScheduleSpec.validated({**SPEC_BASE, field: v})
+
+
+def _validated(data: dict[str, Any]) -> Callable[[], object]:
+    return lambda: ScheduleSpec.validated(data)
+
+
 def _spec_cases() -> list[Case]:
     cases: list[Case] = []
     for field, values in SPEC_BAD.items():
-        cases += cases_of(
-            f"spec-{field}", field, values,
-            lambda v, f=field: lambda: ScheduleSpec.validated({**SPEC_BASE, f: v}),
-        )  # fmt: skip
+        cases += cases_of(f"spec-{field}", field, values, _spec_call(field))
     cases.append(
         Case(
             "spec-unknown-field",
@@ -217,10 +229,16 @@ def _spec_cases() -> list[Case]:
     )
     for missing in SPEC_BASE:
         rest = {k: v for k, v in SPEC_BASE.items() if k != missing}
-        cases.append(
-            Case(f"spec-missing-{missing}", lambda r=rest: ScheduleSpec.validated(r), missing)
-        )
+        cases.append(Case(f"spec-missing-{missing}", _validated(rest), missing))
     return cases
+
+
+def _definition_call(base: dict[str, Any], field: str) -> Callable[[Any], Callable[[], object]]:
+    return lambda v: lambda: parse_definitions([{**base, field: v}])
+
+
+def _load(path: Path) -> Callable[[], object]:
+    return lambda: load_file(path)
 
 
 def _definition_cases() -> list[Case]:
@@ -240,7 +258,7 @@ def _definition_cases() -> list[Case]:
     for field in ("rule", "zone", "queue", "key", "jitter", "catch_up_max", "payload", "gap"):
         cases += cases_of(
             f"definitions-{field}", field, SPEC_BAD[field][:8],
-            lambda v, f=field: lambda: parse_definitions([{**base, f: v}]),
+            _definition_call(base, field),
         )  # fmt: skip
     return cases
 
@@ -270,7 +288,7 @@ def _file_cases(folder: Path) -> list[Case]:
         path = folder / f"{name}.toml"
         if data is not None and folder.is_dir():
             path.write_bytes(data)
-        cases.append(Case(f"load_file-{name}", lambda p=path: load_file(p), field))
+        cases.append(Case(f"load_file-{name}", _load(path), field))
     cases.append(Case("load_file-directory", lambda: load_file(folder), "file"))
     cases.append(Case("load_file-nul-path", lambda: load_file("a\x00b.toml"), "file"))
     return cases
