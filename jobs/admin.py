@@ -15,21 +15,39 @@ from jobs import validate
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.model import Attempt, JobRecord, JobStatus, QueueStats
 from jobs.queries import query
+from jobs.validate import INT8_MAX, MAX_ERROR_CODE
+
+MAX_IDS = 1_000_000
 
 
 def _ids(ids: Iterable[int] | None) -> list[int] | None:
     if ids is None:
         return None
-    result = list(ids)
-    for value in result:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidJob("ids", value, "job ids are positive integers")
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise InvalidJob("ids", ids, "must be a list of job ids")
+    result = []
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT8_MAX:
+            raise InvalidJob("ids", value, f"job ids are integers from 1 to {INT8_MAX}")
+        result.append(value)
+        if len(result) > MAX_IDS:
+            raise InvalidJob("ids", f"<more than {MAX_IDS} ids>", "too many ids in one call")
     return result
 
 
+def _error_code(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    return validate.text(value, field, MAX_ERROR_CODE)
+
+
 def _statuses(statuses: Iterable[str], allowed: set[JobStatus], field: str) -> list[str]:
+    if isinstance(statuses, str | bytes) or not isinstance(statuses, Iterable):
+        raise InvalidJob(field, statuses, f"must be a list of statuses from {sorted(allowed)}")
     result = []
     for s in statuses:
+        if not isinstance(s, str):
+            raise InvalidJob(field, s, f"must be one of {sorted(allowed)}")
         try:
             status = JobStatus(s)
         except ValueError:
@@ -52,8 +70,16 @@ def _filters(
         "ids": _ids(ids),
         "queue": None if queue is None else validate.queue_name(queue),
         "job_type": None if job_type is None else validate.job_type(job_type),
-        "error_code": error_code,
+        "error_code": _error_code(error_code, "error_code"),
     }
+
+
+def _window(since: datetime | None, until: datetime | None) -> dict[str, Any]:
+    after = validate.aware(since, "since")
+    before = validate.aware(until, "until")
+    if after is not None and before is not None and before <= after:
+        raise InvalidJob("until", until, f"must be after since ({after.isoformat()})")
+    return {"since": after, "until": before}
 
 
 def requeue(
@@ -75,8 +101,7 @@ def requeue(
     """
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
-    params["since"] = validate.aware(since, "since")
-    params["until"] = validate.aware(until, "until")
+    params.update(_window(since, until))
     params["now"] = validate.aware(now, "now")
     rows = conn.execute(query("job_requeue"), params).fetchall()
     return [row[0] for row in rows]
@@ -98,7 +123,7 @@ def cancel(
     params["statuses"] = _statuses(
         statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
     )
-    params["reason"] = reason
+    params["reason"] = _error_code(reason, "reason")
     params["now"] = validate.aware(now, "now")
     rows = conn.execute(query("job_cancel"), params).fetchall()
     return [row[0] for row in rows]
@@ -140,7 +165,7 @@ def list_jobs(
         "statuses": _statuses(statuses, set(JobStatus), "statuses"),
         "queue": None if queue is None else validate.queue_name(queue),
         "job_type": None if job_type is None else validate.job_type(job_type),
-        "error_code": error_code,
+        "error_code": _error_code(error_code, "error_code"),
         "limit": limit,
     }
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
@@ -174,11 +199,12 @@ def supersede(
     if not keys:
         return []
     org = validate.organization_id(organization_id)
+    validate.text(suffix, "suffix", MAX_ERROR_CODE)
     params = {
         "job_type": validate.job_type(job_type),
         "keys": keys,
         "organization_id": org,
-        "reason": reason,
+        "reason": validate.text(reason, "reason", MAX_ERROR_CODE),
         "summary": f"superseded: {reason}",
         "suffix": suffix,
         "now": validate.aware(now, "now"),

@@ -27,7 +27,7 @@ from jobs import validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec
 from jobs.queries import query
-from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
 # the insert is simply tried again.
@@ -211,7 +211,9 @@ def enqueue_many(
                 if type(queue) is str:
                     known_queues.add(queue)
             key = spec.idempotency_key
-            if key is not None and (type(key) is not str or not 0 < len(key) <= max_key):
+            if key is not None and (
+                type(key) is not str or not 0 < len(key) <= max_key or not key_is_plain(key)
+            ):
                 key = validate.idempotency_key(key)
             org: Any = spec.organization_id
             if org is not None and type(org) is not UUID:

@@ -14,18 +14,41 @@ from uuid import UUID
 import orjson
 
 from jobs.errors import InvalidJob
+from timezones.inputs import text_problem
 
-QUEUE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+# Matched with fullmatch: "$" alone would match before a final newline ("default\n").
+QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 512
 MAX_JOB_TYPE = 200
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_LIMIT = 1000
 DEFAULT_MAX_ATTEMPTS = 10
+# Bounds of the database's integer columns, and of a delay (whole seconds in an int4 column).
+INT8_MAX = 2**63 - 1
+MAX_DELAY_SECONDS = 2**31 - 1
+# A payload nested deeper than this is refused (jsonb and both encoders have limits).
+MAX_PAYLOAD_DEPTH = 1000
+# An error code (a filter, a cancel reason): short text.
+MAX_ERROR_CODE = 200
+# In JSON text, an escaped NUL is "\u0000" after an even number of backslashes; after an odd
+# number it is a backslash followed by the text "u0000", which jsonb stores fine.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def text(value: Any, field: str, max_chars: int) -> str:
+    """A string of at most ``max_chars`` characters that PostgreSQL can store (no NUL, no lone
+    surrogate); else :class:`InvalidJob` naming ``field``."""
+    if not isinstance(value, str):
+        raise InvalidJob(field, value, f"must be a string, got {type(value).__name__}")
+    problem = text_problem(value, max_chars)
+    if problem is not None:
+        raise InvalidJob(field, value, problem)
+    return value
 
 
 def queue_name(value: Any, field: str = "queue") -> str:
-    if not isinstance(value, str) or not QUEUE_PATTERN.match(value):
+    if not isinstance(value, str) or not QUEUE_PATTERN.fullmatch(value):
         raise InvalidJob(
             field,
             value,
@@ -40,7 +63,7 @@ def job_type(value: Any) -> str:
         raise InvalidJob(
             "job_type", value, f"must be a non-empty string of at most {MAX_JOB_TYPE} characters"
         )
-    return value
+    return text(value, "job_type", MAX_JOB_TYPE)
 
 
 # Nesting deeper than this goes to the standard library's encoder (orjson stops at 255 levels).
@@ -96,16 +119,43 @@ def payload(value: Any) -> str:
         except orjson.JSONEncodeError:
             text = None
     if text is None:
+        _check_structure(value)
         try:
             text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidJob("payload", value, f"must be JSON-serialisable ({exc})") from None
-    if "\\u0000" in text:
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise InvalidJob(
+                    "payload", value, "contains a lone surrogate (not valid Unicode text)"
+                ) from None
+    if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidJob("payload", value, "PostgreSQL jsonb cannot store the NUL character")
     # A character is 1 to 4 bytes: only a long text needs encoding to be measured.
     if len(text) > MAX_PAYLOAD_BYTES // 4 and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob("payload", f"<{len(text)} characters>", "larger than 1 MiB")
     return text
+
+
+def _check_structure(value: Any) -> None:
+    """What the standard library's encoder would let through silently: keys that are not
+    strings (``{1: "a"}`` would become ``{"1": "a"}``), and nesting too deep to store."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidJob("payload", value, f"nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise InvalidJob(
+                        "payload", value, f"object keys must be strings, got {type(key).__name__}"
+                    )
+                stack.append((inner, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((inner, depth + 1) for inner in item)
 
 
 def idempotency_key(value: Any) -> str | None:
@@ -117,7 +167,13 @@ def idempotency_key(value: Any) -> str | None:
             value,
             f"must be None or a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
         )
-    return value
+    return text(value, "idempotency_key", MAX_IDEMPOTENCY_KEY)
+
+
+def key_is_plain(value: str) -> bool:
+    """A cheap test that a key of the right length needs no further check (the fast path of
+    ``enqueue_many``): ASCII without NUL."""
+    return value.isascii() and "\x00" not in value
 
 
 def organization_id(value: Any) -> UUID | None:
@@ -158,13 +214,17 @@ def max_attempts(value: Any) -> int:
     return value
 
 
-def delay(value: Any, field: str) -> timedelta:
+def delay(value: Any, field: str, max_seconds: int = MAX_DELAY_SECONDS) -> timedelta:
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not -max_seconds <= value <= max_seconds:  # also False for NaN
+            raise InvalidJob(field, value, f"must be a finite number of at most {max_seconds} s")
         result = timedelta(seconds=value)
     else:
         raise InvalidJob(field, value, "must be a timedelta or a number of seconds")
     if result < timedelta(0):
         raise InvalidJob(field, value, "must not be negative")
+    if result > timedelta(seconds=max_seconds):
+        raise InvalidJob(field, value, f"must be at most {max_seconds} seconds")
     return result

@@ -94,26 +94,49 @@ class SyncResult:
     unchanged: list[str] = field(default_factory=list)
 
 
+# A definitions file larger than this is refused before it is read.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
 def load_file(path: str | Path) -> list[Definition]:
     """Read and validate a TOML file of ``[[schedule]]`` tables."""
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        file = Path(path)
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InvalidSchedule("file", str(path), f"is larger than {MAX_FILE_BYTES} bytes")
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidSchedule("file", str(path), "does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidSchedule(
+            "file", str(path), f"is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidSchedule("file", str(path), f"is not valid TOML: {exc}") from None
+    except (OSError, ValueError) as exc:  # a directory, no permission, a NUL in the path
+        raise InvalidSchedule("file", str(path), f"cannot be read: {exc}") from None
     unknown = set(data) - {"schedule"}
     if unknown:
         raise InvalidSchedule("file", str(path), f"unknown top-level keys {sorted(unknown)}")
-    return parse_definitions(data.get("schedule", []))
+    tables = data.get("schedule", [])
+    if not isinstance(tables, list):
+        raise InvalidSchedule(
+            "schedule", tables, "must be an array of tables ([[schedule]] entries)"
+        )
+    return parse_definitions(tables)
 
 
 def parse_definitions(items: Iterable[Mapping[str, Any]]) -> list[Definition]:
     """Validate ``[[schedule]]`` tables; an error names ``schedule[i].field``, or ``key.field``
     for a wrong value in a definition whose key is fine."""
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidSchedule("schedule", items, "must be a list of tables")
     result: list[Definition] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidSchedule(f"schedule[{index}]", item, "must be a table")
         try:
             d = Definition.model_validate(item)
         except ValidationError as exc:

@@ -27,7 +27,14 @@ from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now, query
-from scheduler.spec import INPUT_ERRORS, ScheduleSpec, check_subject, wrap
+from scheduler.spec import (
+    INPUT_ERRORS,
+    ScheduleSpec,
+    check_key,
+    check_source,
+    check_subject,
+    wrap,
+)
 from timezones import (
     FoldPolicy,
     GapPolicy,
@@ -42,12 +49,33 @@ from timezones import (
 _UNSET: Any = object()
 
 
+MAX_LIST = 100_000
+MAX_PREVIEW = 10_000
+_ID_MAX = 2**63 - 1
+
+
 def _now(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
     if now is not None:
-        if now.tzinfo is None or now.utcoffset() is None:
-            raise InvalidSchedule("now", now, "must be timezone-aware")
-        return now.astimezone(UTC)
+        return _aware("now", now)
     return database_now(conn)
+
+
+def _aware(field: str, value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidSchedule(field, value, "must be an aware datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidSchedule(field, value, "must be timezone-aware")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSchedule(field, value, "is outside the years 1-9999 in UTC") from None
+
+
+def _schedule_id(value: Any) -> int:
+    """A schedule id is a positive bigint; checked before any statement (and any row lock)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _ID_MAX:
+        raise InvalidSchedule("schedule_id", value, f"must be an integer from 1 to {_ID_MAX}")
+    return value
 
 
 # The lookups (get_schedule, list_schedules) check their filters with the spec's checks.
@@ -119,6 +147,8 @@ def create_schedules(
     :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
     caller rolls back: it runs in the caller's transaction).
     """
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidSchedule("items", items, "must be a list of schedule mappings")
     at = _now(conn, now)
     rows: list[dict[str, Any]] = []
     tzdb = tzdb_version()
@@ -169,6 +199,7 @@ def get_schedule(
     """One schedule by id, or by ``key`` within an organization."""
     name = "schedule_get_for_update" if for_update else "schedule_get"
     if schedule_id is not None:
+        _schedule_id(schedule_id)
         params = {"id": schedule_id, "key": None, "organization_id": None}
         row = conn.execute(query(name), params).fetchone()
         if row is None:
@@ -176,6 +207,7 @@ def get_schedule(
         return schedule_from_row(tuple(row))
     if key is None:
         raise InvalidSchedule("key", None, "give a schedule id or a key")
+    check_key(key)
     org = _wrap(
         "organization_id", organization_id, lambda: job_validate.organization_id(organization_id)
     )
@@ -195,9 +227,17 @@ def list_schedules(
 ) -> list[Schedule]:
     """Schedules, optionally of one organization, one subject or one source; by id."""
     by_organization = organization_id is not _UNSET
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+        raise InvalidSchedule("limit", limit, f"must be an integer from 1 to {MAX_LIST}")
+    if source is not None:
+        check_source(source)
     params = {
         "by_organization": by_organization,
-        "organization_id": job_validate.organization_id(organization_id)
+        "organization_id": _wrap(
+            "organization_id",
+            organization_id,
+            lambda: job_validate.organization_id(organization_id),
+        )
         if by_organization
         else None,
         "subject": None if subject is None else _subject(subject),
@@ -267,10 +307,19 @@ def update_schedule(
     supersedes the occurrences enqueued ahead of ``now`` and recomputes the next one from
     ``now`` in the new configuration.
     """
+    _schedule_id(schedule_id)
     allowed = ScheduleSpec.updatable()
     unknown = set(changes) - allowed
     if unknown:
         raise InvalidSchedule(sorted(unknown)[0], changes[sorted(unknown)[0]], "cannot be changed")
+    if now is not None:
+        _aware("now", now)
+    # Each value alone first, before the row lock is taken: a bad one (a rule that cannot
+    # fire) is refused without holding up the scheduler. The whole is checked again below.
+    settings = ScheduleSpec.settings()
+    for name, value in changes.items():
+        if not settings[name].with_data:
+            settings[name].check(value)
     current = get_schedule(conn, schedule_id, for_update=True)
     return _apply(conn, current, changes, now, pause=None)
 
@@ -326,6 +375,9 @@ def pause(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Stop enqueueing; occurrences enqueued ahead of now are superseded."""
+    _schedule_id(schedule_id)
+    if now is not None:
+        _aware("now", now)
     return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=True)
 
 
@@ -333,11 +385,17 @@ def resume(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Enqueue again from now on; the occurrences during the pause are not caught up."""
+    _schedule_id(schedule_id)
+    if now is not None:
+        _aware("now", now)
     return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=False)
 
 
 def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None) -> bool:
     """Delete a schedule; its jobs enqueued ahead of now are superseded. False if it was gone."""
+    _schedule_id(schedule_id)
+    if now is not None:
+        _aware("now", now)
     try:
         current = get_schedule(conn, schedule_id, for_update=True)
     except ScheduleNotFound:
@@ -349,6 +407,9 @@ def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | N
 
 def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurrence]:
     """The schedule's next ``count`` occurrences after ``after`` (pure)."""
+    _aware("after", after)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_PREVIEW:
+        raise InvalidSchedule("count", count, f"must be an integer from 0 to {MAX_PREVIEW}")
     result: list[Occurrence] = []
     occ = next_occurrence(schedule, after)
     while occ is not None and len(result) < count:

@@ -18,6 +18,7 @@ and ``subject=42`` becomes ``"42"`` as before.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import time
@@ -41,9 +42,15 @@ from timezones import (
     parse_rule,
     rule_to_json,
 )
+from timezones.inputs import text_problem
 
 _T = TypeVar("_T")
 MAX_JITTER_SECONDS = 86_400
+MAX_KEY = 200
+# catch_up_max and catch_up_grace are int4 columns; these bounds are far below theirs.
+MAX_CATCH_UP = 1_000_000
+MAX_GRACE_SECONDS = 10 * 366 * 86_400
+_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::[0-5][0-9])?")
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
 INPUT_ERRORS = (TimezoneError, jobs.InvalidJob, ValueError, TypeError)
 
@@ -117,22 +124,30 @@ def check_queue(value: Any) -> str:
     return wrap("queue", value, lambda: job_validate.queue_name(value))
 
 
+def _text(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY:
+        raise InvalidSchedule(field, value, f"must be a string of 1-{MAX_KEY} characters")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidSchedule(field, value, problem)
+    return value
+
+
 def check_key(value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        raise InvalidSchedule("key", value, "must be a string of 1-200 characters")
-    return value
+    return _text("key", value)
 
 
 def check_subject(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str) or not 1 <= len(value) <= 200:
-        raise InvalidSchedule("subject", value, "must be a string of 1-200 characters")
-    return value
+        # An integer id becomes its text; a huge one is refused before str() is asked for it.
+        if not -(10**MAX_KEY) < value < 10**MAX_KEY:
+            raise InvalidSchedule("subject", value, f"must be a string of 1-{MAX_KEY} characters")
+        value = str(value)
+    return _text("subject", value)
 
 
 def check_organization_id(value: Any) -> UUID | None:
@@ -154,35 +169,47 @@ def check_catch_up(value: Any, data: Mapping[str, Any]) -> CatchUp:
         return CatchUp.ALL if named else CatchUp.LATEST
     try:
         return CatchUp(value)
-    except ValueError:
+    except (ValueError, TypeError):
         raise InvalidSchedule("catch_up", value, "must be 'skip', 'latest' or 'all'") from None
 
 
 def check_grace(value: Any) -> int | None:
     if value is None:
         return None
-    delay = wrap("catch_up_grace", value, lambda: job_validate.delay(value, "catch_up_grace"))
+    delay = wrap(
+        "catch_up_grace",
+        value,
+        lambda: job_validate.delay(value, "catch_up_grace", MAX_GRACE_SECONDS),
+    )
     return int(delay.total_seconds())
 
 
 def check_catch_up_max(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidSchedule("catch_up_max", value, "must be a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CATCH_UP:
+        raise InvalidSchedule("catch_up_max", value, f"must be an integer from 1 to {MAX_CATCH_UP}")
     return value
 
 
 def _hhmm(field: str, value: Any) -> time:
+    """A local time of day, kept to the minute: ``time(22, 0)``, ``"HH:MM"`` or ``"HH:MM:SS"``.
+
+    Quiet hours are wall-clock times in the schedule's zone: an offset (``"22:00+05:00"``, a
+    ``time`` with a ``tzinfo``) would be dropped silently, so it is refused."""
     if isinstance(value, time):
-        return value.replace(tzinfo=None, second=0, microsecond=0)
-    try:
-        return time.fromisoformat(str(value))
-    except ValueError:
-        raise InvalidSchedule(field, value, "must be a local time such as '22:00'") from None
+        if value.tzinfo is not None:
+            raise InvalidSchedule(field, value, "must be a local time, without a zone or offset")
+        return value.replace(second=0, microsecond=0)
+    if isinstance(value, str) and (match := _HHMM.fullmatch(value)) is not None:
+        return time(int(match[1]), int(match[2]))
+    raise InvalidSchedule(field, value, "must be a local time such as '22:00'")
 
 
 def check_quiet_hours(value: Any) -> QuietHours | None:
-    if value is None or isinstance(value, QuietHours):
+    if value is None:
         return value
+    if isinstance(value, QuietHours):
+        # Checked like the mapping form: a QuietHours built by hand may hold anything.
+        value = {"start": value.start, "end": value.end, "action": value.action}
     if not isinstance(value, Mapping):
         raise InvalidSchedule("quiet_hours", value, "must be None or {'start','end','action'}")
     unknown = set(value) - {"start", "end", "action"}
@@ -195,11 +222,17 @@ def check_quiet_hours(value: Any) -> QuietHours | None:
     action = value.get("action", "defer")
     try:
         quiet_action = QuietAction(action)
-    except ValueError:
+    except (ValueError, TypeError):
         raise InvalidSchedule("quiet_hours.action", action, "must be 'defer' or 'skip'") from None
     if start == end:
         raise InvalidSchedule("quiet_hours", value, "start and end must differ")
     return QuietHours(start, end, quiet_action)
+
+
+def check_paused(value: Any) -> bool:
+    if type(value) is not bool:  # "no" is truthy: only True and False say what they mean
+        raise InvalidSchedule("paused", value, "must be True or False")
+    return value
 
 
 def check_gap(value: Any) -> str | None:
@@ -211,7 +244,7 @@ def check_fold(value: Any) -> str | None:
 
 
 def check_source(value: Any) -> str:
-    if value not in ("api", "definitions"):
+    if not isinstance(value, str) or value not in ("api", "definitions"):
         raise InvalidSchedule("source", value, "must be 'api' or 'definitions'")
     return str(value)
 
@@ -271,7 +304,7 @@ class ScheduleSpec(BaseModel):
     ] = None
     gap: Annotated[str | None, Setting(check_gap, timing=True)] = None
     fold: Annotated[str | None, Setting(check_fold, timing=True)] = None
-    paused: Annotated[bool, Setting(bool, update=False, definition=False)] = False
+    paused: Annotated[bool, Setting(check_paused, update=False, definition=False)] = False
     source: Annotated[str, Setting(check_source, update=False, definition=False)] = "api"
 
     if TYPE_CHECKING:

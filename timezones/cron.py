@@ -16,6 +16,7 @@ from datetime import date
 
 from timezones.epoch import days_in_month as _days_in_month
 from timezones.errors import InvalidRule, shown
+from timezones.inputs import MAX_RULE_TEXT, check_text
 
 __all__ = ["CronSpec", "parse_cron"]
 
@@ -95,7 +96,7 @@ def _value(text: str, names: list[str] | None, offset: int, field: str, expr: st
     lowered = text.lower()
     if names is not None and lowered in names:
         return names.index(lowered) + offset
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()) or len(text) > 2:
         raise InvalidRule(f"cron {field}", text, f"invalid value {shown(text)} in {shown(expr)}")
     return int(text)
 
@@ -113,7 +114,7 @@ def _field(
         base, slash, step_text = part.partition("/")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not (step_text.isascii() and step_text.isdigit()) or not 0 < int(step_text) < 100:
                 raise InvalidRule(
                     f"cron {field}",
                     step_text,
@@ -146,6 +147,7 @@ def parse_cron(expr: str) -> CronSpec:
     """Parse a 5-field Vixie expression or a macro (``@daily``); raise :class:`InvalidRule`."""
     if not isinstance(expr, str):
         raise InvalidRule("cron expr", expr, f"expected text, got {shown(expr)}")
+    check_text("cron expr", expr, MAX_RULE_TEXT, InvalidRule)
     text = " ".join(expr.split())
     if text.startswith("@"):
         if text.lower() not in _MACROS:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import zoneinfo
 from collections.abc import Iterator
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, timezone, tzinfo
 from typing import Any, cast
 
 from timezones.cron import CronSpec, parse_cron
@@ -72,6 +72,12 @@ _RULE_TYPES = frozenset(
     {DailyRule, WeekdaysRule, WeeklyRule, MonthlyRule, OnceRule, RRuleRule, CronRule, IntervalRule}
 )
 _GAP_ADJUSTMENTS = frozenset({Adjustment.GAP_SHIFTED, Adjustment.GAP_AT_TRANSITION})
+# The last instant a datetime holds (9999-12-31T23:59:59Z): a fire after it, or whose local
+# time is after 9999-12-31T23:59:59, is not representable and counts as no further fire.
+_LAST_INSTANT = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - EPOCH) // SECOND
+_SAFE_INSTANT = _LAST_INSTANT - MAX_OFFSET
+# occurrences(count=...) at most this many (a lazy iterator, but a count is a promise to stop).
+MAX_COUNT = 10_000_000
 
 
 # ----------------------------------------------------------------------------------------------
@@ -201,6 +207,16 @@ def _next_fire(
     return _next_slot_fire(plan, table, a, gap, fold)
 
 
+def _representable(table: ZoneTable, fire: _Fire | None) -> _Fire | None:
+    """``fire``, or ``None`` when its instant or local time lies beyond the year 9999."""
+    if fire is None or fire[0] <= _SAFE_INSTANT:
+        return fire
+    u = fire[0]
+    if u > _LAST_INSTANT or u + table.offset_at(u) > _LAST_INSTANT:
+        return None
+    return fire
+
+
 def _build(entry: ZoneEntry, fire: _Fire, utc_key: bool) -> Occurrence:
     return Occurrence(fire[0], fire[1], entry.tzinfo, fire[2], fire[3], utc_key)
 
@@ -271,9 +287,10 @@ def next_after(
             if slot is None:
                 return None
             k = bisect.bisect_right(trans, slot - MAX_OFFSET)
-            if k == bisect.bisect_right(trans, slot + MAX_OFFSET) and slot - offs[k] > a:
-                return Occurrence(slot - offs[k], slot, entry.tzinfo)
-    fire = _next_fire(plan, table, a, gap_p, fold_p)
+            u = slot - offs[k]
+            if k == bisect.bisect_right(trans, slot + MAX_OFFSET) and a < u <= _SAFE_INSTANT:
+                return Occurrence(u, slot, entry.tzinfo)
+    fire = _representable(table, _next_fire(plan, table, a, gap_p, fold_p))
     if fire is None:
         return None
     return Occurrence(fire[0], fire[1], entry.tzinfo, fire[2], fire[3], type(plan) is IntervalPlan)
@@ -297,8 +314,12 @@ def occurrences(
     plan, entry, gap_p, fold_p = _prepare(rule, zone, gap, fold)
     a = epoch_seconds(after, "after")
     limit = None if until is None else epoch_seconds(until, "until")
-    if count is not None and count < 0:
-        raise TimezoneError("count", count, f"must be >= 0, got {shown(count)}")
+    if count is not None and (
+        type(count) is not int or not 0 <= count <= MAX_COUNT  # not a bool, a float, a str
+    ):
+        raise TimezoneError(
+            "count", count, f"must be >= 0, an integer of at most {MAX_COUNT}; got {shown(count)}"
+        )
     return _iterate(plan, entry, a, limit, count, gap_p, fold_p)
 
 
@@ -314,7 +335,7 @@ def _iterate(
     produced = 0
     utc_key = isinstance(plan, IntervalPlan)
     while count is None or produced < count:
-        fire = _next_fire(plan, entry.table, a, gap, fold)
+        fire = _representable(entry.table, _next_fire(plan, entry.table, a, gap, fold))
         if fire is None or (limit is not None and fire[0] > limit):
             return
         yield _build(entry, fire, utc_key)

@@ -16,19 +16,49 @@ Messages name the field and the value, e.g. ``invalid zone 'America/Chicgo': unk
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 # A value embedded in a message is cut to this many characters: a 1 MB rule must not yield a
 # 1 MB error message.
 MAX_SHOWN = 160
+# A whole message is cut to this many characters: a reason may quote several values (a rule,
+# the part that failed, what a library said about it), each bounded, and the sum is bounded too.
+MAX_MESSAGE = 1000
+
+
+# Containers are shown to a bounded depth and width: the repr of a payload nested 10,000 deep
+# would overflow the stack, and that of a million-item list costs megabytes before the cut.
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 6
+_REPR.maxdict = _REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxfrozenset = 20
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_SHOWN
 
 
 def shown(value: Any, limit: int = MAX_SHOWN) -> str:
-    """``repr(value)``, cut to ``limit`` characters with an ellipsis."""
-    text = repr(value)
+    """``repr(value)``, cut to ``limit`` characters with an ellipsis (containers: bounded)."""
+    try:
+        if isinstance(value, int) and value.bit_length() > 1000:
+            text = f"<an integer of {value.bit_length()} bits>"  # repr() refuses > 4300 digits
+        elif isinstance(value, list | tuple | dict | set | frozenset) and len(value) > 100:
+            text = _REPR.repr(value)
+        else:
+            try:
+                text = repr(value)
+            except RecursionError:
+                text = _REPR.repr(value)
+    except Exception:  # a __repr__ that fails: say what it is instead
+        text = f"<{type(value).__name__} object>"
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters with an ellipsis."""
+    if len(message) > limit:
+        return message[: limit - 3] + "..."
+    return message
 
 
 class TockworkError(Exception):
@@ -50,17 +80,17 @@ class InvalidInput(TockworkError, ValueError):
     def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
         if reason is None:
             # A preformatted message ("field: reason").
-            message = field
+            message = bounded(field)
             head, sep, _ = message.partition(":")
             self.field = head if sep else ""
             self.value = value
             self.reason = message
             super().__init__(message)
             return
-        self.field = field
+        self.field = bounded(field, MAX_SHOWN)
         self.value = value
-        self.reason = reason
-        super().__init__(f"invalid {field} {shown(value)}: {reason}")
+        self.reason = bounded(reason)
+        super().__init__(bounded(f"invalid {self.field} {shown(value)}: {self.reason}"))
 
 
 class TimezoneError(InvalidInput):
@@ -76,7 +106,7 @@ class TimezoneError(InvalidInput):
     def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
         super().__init__(field, value, reason)
         if reason is not None:
-            self.args = (f"{field}: {reason}",)
+            self.args = (bounded(f"{self.field}: {self.reason}"),)
 
 
 class InvalidRule(TimezoneError):

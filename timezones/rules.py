@@ -43,6 +43,7 @@ from pydantic import (
 
 from timezones.cron import parse_cron
 from timezones.errors import InvalidInput, InvalidRule, shown
+from timezones.inputs import MAX_RULE_TEXT, check_text
 from timezones.policy import CronWildcard
 from timezones.rrule_plan import compile_rrule
 
@@ -64,10 +65,24 @@ __all__ = [
 RULE_VERSION = 1
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_TIME_RE = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?$")
-_LOCAL_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?$")
-_EVERY_RE = re.compile(r"^([1-9]\d*)([smh])$")
+# ASCII digits and fullmatch: ``\d`` matches other scripts' digits ("٣") and ``$`` matches
+# before a final newline.
+_TIME_RE = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9]))?")
+_LOCAL_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(?::[0-9]{2})?")
+_EVERY_RE = re.compile(r"([1-9][0-9]{0,8})([smh])")
+_DAY_RE = re.compile(r"[0-9]{1,2}")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+# An interval rule fires at most this far apart (ten years): its instants stay representable.
+MAX_INTERVAL_SECONDS = 10 * 366 * 86400
+_DAY_NAMES = {
+    name: day
+    for day, full in zip(
+        ("mon", "tue", "wed", "thu", "fri", "sat", "sun"),
+        ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"),
+        strict=True,
+    )
+    for name in (day, full)
+}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -78,7 +93,7 @@ def _parse_time(value: object) -> time:
         if value.microsecond:
             raise ValueError("sub-second times are not supported")
         return value
-    if not isinstance(value, str) or (match := _TIME_RE.match(value)) is None:
+    if not isinstance(value, str) or (match := _TIME_RE.fullmatch(value)) is None:
         raise ValueError("expected a local time HH:MM (00:00-23:59)")
     return time(int(match[1]), int(match[2]), int(match[3] or 0))
 
@@ -92,9 +107,9 @@ def _parse_local(value: object) -> datetime:
         if value.tzinfo is not None:
             raise ValueError("a local date-time must be naive (the zone is given separately)")
         return value.replace(microsecond=0)
-    if not isinstance(value, str) or not _LOCAL_RE.match(value):
+    if not isinstance(value, str) or not _LOCAL_RE.fullmatch(value):
         raise ValueError("expected a local date-time YYYY-MM-DDTHH:MM[:SS] without offset")
-    return datetime.fromisoformat(value)
+    return datetime.fromisoformat(value)  # a ValueError for 2026-02-30 is pydantic's to report
 
 
 def _format_local(value: datetime) -> str:
@@ -159,12 +174,18 @@ class WeeklyRule(_AtRule):
     @classmethod
     def _check_days(cls, value: object) -> tuple[str, ...]:
         items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not items:
+        if not isinstance(items, list | tuple) or not items or len(items) > 7 * 4:
             raise ValueError("expected a non-empty list of days (mon..sun)")
-        days = {str(d).strip().lower()[:3] for d in items}
-        unknown = sorted(d for d in days if d not in WEEKDAYS)
-        if unknown:
-            raise ValueError(f"unknown day {unknown[0]!r} (use mon, tue, wed, thu, fri, sat, sun)")
+        days = set()
+        for item in items:
+            # Exactly a three-letter or a full English day name: "monkey" is not Monday.
+            day = _DAY_NAMES.get(item.strip().lower()) if isinstance(item, str) else None
+            if day is None:
+                raise ValueError(
+                    f"unknown day {shown(item)} (use mon, tue, wed, thu, fri, sat, sun, or the "
+                    "full English name)"
+                )
+            days.add(day)
         return tuple(d for d in WEEKDAYS if d in days)
 
     def compact(self) -> str:
@@ -175,7 +196,7 @@ class MonthlyRule(_AtRule):
     """Day ``day`` (1..31, or ``last``) of every month at ``at``; the 31st only in long months."""
 
     kind: Literal["monthly"] = "monthly"
-    day: Annotated[int, Field(ge=1, le=31)] | Literal["last"]
+    day: Annotated[int, Field(strict=True, ge=1, le=31)] | Literal["last"]
 
     def compact(self) -> str:
         return f"monthly:{self.day}@{_format_time(self.at)}"
@@ -279,10 +300,14 @@ class IntervalRule(_Rule):
     @classmethod
     def _check_every(cls, value: object) -> str:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return f"{value}s"
-        if not isinstance(value, str) or not _EVERY_RE.match(value.strip()):
-            raise ValueError("expected a positive duration such as 90s, 15m or 2h")
-        return value.strip()
+            value = f"{value}s" if value <= MAX_INTERVAL_SECONDS else ""
+        text = value.strip() if isinstance(value, str) else ""
+        match = _EVERY_RE.fullmatch(text)
+        if match is None or int(match[1]) * _UNIT_SECONDS[match[2]] > MAX_INTERVAL_SECONDS:
+            raise ValueError(
+                "expected a positive duration of at most ten years such as 90s, 15m or 2h"
+            )
+        return text
 
     @field_validator("anchor", mode="before")
     @classmethod
@@ -294,7 +319,10 @@ class IntervalRule(_Rule):
                 raise ValueError("expected an ISO 8601 instant with offset") from None
         if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("expected an aware instant (with Z or an offset)")
-        return value.astimezone(UTC).replace(microsecond=0)
+        try:
+            return value.astimezone(UTC).replace(microsecond=0)
+        except OverflowError:
+            raise ValueError("the instant is outside the years 1-9999 in UTC") from None
 
     @field_serializer("anchor")
     def _dump_anchor(self, value: datetime) -> str:
@@ -302,7 +330,7 @@ class IntervalRule(_Rule):
 
     @property
     def seconds(self) -> int:
-        match = _EVERY_RE.match(self.every)
+        match = _EVERY_RE.fullmatch(self.every)
         assert match is not None
         return int(match[1]) * _UNIT_SECONDS[match[2]]
 
@@ -351,13 +379,18 @@ _KINDS = {"daily", "weekdays", "weekly", "monthly", "once", "rrule", "cron", "in
 
 def _from_mapping(data: Mapping[str, Any], source: object) -> Rule:
     payload = dict(data)
+    for name, value in payload.items():
+        if not isinstance(name, str):
+            raise InvalidRule("rule", source, f"field names are text, got {shown(name)}")
+        if isinstance(value, str):
+            check_text(name, value, MAX_RULE_TEXT, InvalidRule)
     version = payload.pop("version", RULE_VERSION)
-    if version != RULE_VERSION:
+    if type(version) is not int or version != RULE_VERSION:
         raise InvalidRule(
             "version", version, f"unsupported rule version {shown(version)} (expected 1)"
         )
     kind = payload.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         allowed = ", ".join(sorted(_KINDS))
         raise InvalidRule("kind", kind, f"unknown rule kind {shown(kind)} (use one of {allowed})")
     try:
@@ -415,7 +448,8 @@ def _from_text(text: str) -> Rule:
 
 
 def _int(value: str, text: str) -> int | str:
-    return int(value) if value.isdigit() else value
+    # ASCII digits only: str.isdigit() is true for "٣" and "²" too.
+    return int(value) if _DAY_RE.fullmatch(value) else value
 
 
 def parse_rule(value: str | Mapping[str, Any] | _Rule) -> Rule:
@@ -423,7 +457,7 @@ def parse_rule(value: str | Mapping[str, Any] | _Rule) -> Rule:
     if isinstance(value, _RULE_TYPES):
         return value
     if isinstance(value, str):
-        return _from_text(value)
+        return _from_text(check_text("rule", value, MAX_RULE_TEXT, InvalidRule))
     if isinstance(value, Mapping):
         return _from_mapping(value, dict(value))
     raise InvalidRule("rule", value, f"expected text or a mapping, got {shown(value)}")

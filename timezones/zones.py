@@ -41,6 +41,7 @@ from timezones.epoch import days_in_month as _days_in_month
 from timezones.epoch import epoch_seconds
 from timezones.epoch import is_leap as _is_leap
 from timezones.errors import TimezoneError, UnknownZone, shown
+from timezones.inputs import MAX_ZONE_NAME, check_text
 
 __all__ = [
     "Transition",
@@ -58,6 +59,8 @@ TzDatabase = Literal["tzdata", "system"]
 # |UTC offset| never exceeds 26 hours in any tzdb zone (LMT included); used to bound searches.
 MAX_OFFSET = 26 * 3600
 _FOOTER_CHUNK_YEARS = 100
+_LAST_YEAR = 9999
+_NO_HORIZON = 2**62
 _KEY_RE = re.compile(r"^[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*$")
 _FIXED_OFFSET_RE = re.compile(r"^(?:UTC|GMT|Z)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$", re.IGNORECASE)
 
@@ -228,6 +231,7 @@ class ZoneTable:
     def _extend(self, last_year: int) -> None:
         footer = self._footer
         assert footer is not None
+        last_year = min(last_year, _LAST_YEAR)
         first_year = _year_of(self.horizon)
         first_index = len(self.trans)
         current = self.offs[-1]
@@ -244,7 +248,11 @@ class ZoneTable:
                 self.trans.append(instant)
                 self.offs.append(offset)
                 current = offset
-        self.horizon = (date(last_year, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY
+        if last_year == _LAST_YEAR:
+            # The footer has been applied to the last year a datetime holds: final for good.
+            self.horizon = _NO_HORIZON
+        else:
+            self.horizon = (date(last_year, 1, 1).toordinal() - _EPOCH_ORDINAL) * _DAY
         self._scan_backward(first_index)
 
     def ensure(self, instant: int) -> None:
@@ -418,11 +426,12 @@ def _refuse_fixed_offset(name: str) -> UnknownZone:
 
 
 def _entry_for_key(name: str) -> ZoneEntry:
-    entry = _entries.get(name)
+    entry = _entries.get(name) if isinstance(name, str) else None
     if entry is not None:
         return entry
     if not isinstance(name, str) or not name:
         raise UnknownZone("zone", name, f"{shown(name)} is not a time zone name")
+    check_text("zone", name, MAX_ZONE_NAME, UnknownZone)
     keys = available_zones()
     if name not in keys:
         if _FIXED_OFFSET_RE.match(name.strip()):

@@ -177,7 +177,7 @@ def test_json_forms_from_the_issue() -> None:
     ("value", "needle"),
     [
         ("daily@25:00", "at: expected a local time"),
-        ("weekly:funday@08:00", "unknown day 'fun'"),
+        ("weekly:funday@08:00", "unknown day 'funday'"),
         ("monthly:32@09:00", "day"),
         ("once:2026-12-24T18:00+01:00", "without offset"),
         ("cron:0 0 31 2 *", "never meet"),
