@@ -223,6 +223,14 @@ class _Conn:
     # -- server -> client ---------------------------------------------------------------------
 
     def _server_pump(self) -> None:
+        try:
+            self._server_messages()
+        except OSError:
+            pass  # either side closed: the connection is over
+        finally:
+            self.cut()
+
+    def _server_messages(self) -> None:
         assert self.server is not None
         started = False
         while not self.closed.is_set():
@@ -331,7 +339,11 @@ class FaultProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # the client is already gone
+                client.close()
+                continue
             conn = _Conn(self, client)
             thread = threading.Thread(target=conn.run, name="faultproxy-conn", daemon=True)
             conn.threads.append(thread)
