@@ -3,6 +3,12 @@
 The worker logs each outcome on the ``tockwork.jobs`` logger with an ``extra={"job": {...}}``
 record (job id, type, queue, attempt, idempotency key, duration, outcome, error code). Full
 tracebacks go to the logs only; the jobs table keeps a bounded summary.
+
+:func:`configure` owns the ``psycopg`` logger too, so that nothing reaches stderr unformatted
+(a ``--log-json`` stream stays one JSON object per line). psycopg's "error ignored ..." warnings
+(a pipeline or transaction that could not be closed on a connection already lost) come with an
+error the service handles and logs itself ("database connection lost"): they are demoted to
+debug.
 """
 
 from __future__ import annotations
@@ -44,11 +50,29 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+class DemoteIgnoredErrors(logging.Filter):
+    """psycopg's "error ignored ..." warnings become debug records (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (
+            record.name.split(".")[0] == "psycopg"
+            and record.levelno == logging.WARNING
+            and str(record.msg).startswith("error ignored")
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger("psycopg").isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure(level: str = "info", *, json_lines: bool = False) -> None:
-    """Send tockwork's logs to stderr, as JSON lines when asked."""
+    """Send tockwork's logs, and psycopg's, to stderr, as JSON lines when asked."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
-    root = logging.getLogger("tockwork")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    # On the handler, not the logger: psycopg's child loggers (psycopg.transaction) propagate
+    # to it past the parent logger's filters.
+    handler.addFilter(DemoteIgnoredErrors())
+    for name in ("tockwork", "psycopg"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level.upper())
+        logger.propagate = False

@@ -31,9 +31,8 @@ and everything around that loop is written once, here:
   a few more attempts, so a shutdown neither gives up at the first error nor hangs on a dead
   database. An outage is logged once when it starts and once when it ends, not per attempt.
   Each service decides what one retried operation is: a relay batch, a scheduler tick, a worker
-  store call. A worker's claim is retried too, which is a known limit: if the connection died
-  after the claim committed, the jobs it claimed stay leased to nobody until the reaper takes
-  them back after the lease (``Worker._db`` is the one place to fix that).
+  store call. An operation that is not safe to repeat (a worker's claim) first finds out what
+  its lost attempt committed: see "Lost replies" in :mod:`jobs.worker`.
 """
 
 from __future__ import annotations

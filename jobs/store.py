@@ -5,6 +5,10 @@ mode): a claim commits before any handler runs, and outcomes are written afterwa
 the fencing token the claim handed out. The one exception is a completion with database
 effects (:mod:`jobs.batch`): lock the leases of the jobs that have effects, run the effects
 under savepoints, write the outcomes, claim, commit, all in one transaction.
+
+Each write is atomic, so when its reply is lost with the connection it committed whole or not
+at all, and :meth:`JobStore.lost_reply` tells which: a claim stamps its rows with the caller's
+claim id, and an outcome leaves its attempt row.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
+from uuid import UUID
 
 import psycopg
 from psycopg import pq
@@ -40,13 +45,20 @@ class Finished:
 
 class JobStore(Protocol):
     def claim(
-        self, wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+        self,
+        wanted: Mapping[str, int],
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+        *,
+        claim: UUID | None = None,
     ) -> list[Job]:
         """Lease up to ``wanted[queue]`` ready jobs of each queue.
 
         Eligible: status pending or retrying and run_at <= now, in order of priority (highest
         first), then run_at, then id. Each claimed row becomes leased with attempts + 1,
-        locked_by = worker, locked_until = now + lease and a new fencing token.
+        locked_by = worker, locked_until = now + lease, a new fencing token and claim_id =
+        ``claim`` (the caller's id for this claim, so :meth:`lost_reply` can find its rows).
         """
         ...
 
@@ -70,8 +82,9 @@ class JobStore(Protocol):
         *,
         effects: Sequence[RunEffects] = (),
         effect_failed: EffectFailed | None = None,
+        claim: UUID | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
-        """:meth:`complete` then :meth:`claim`, committed together.
+        """:meth:`complete` then :meth:`claim` (under ``claim``), committed together.
 
         ``effects`` run first, in the same transaction: the rows of their jobs whose decision
         is succeeded are locked where the lease token still matches (one statement), then each
@@ -79,6 +92,18 @@ class JobStore(Protocol):
         effects of jobs that lost their lease never run. An effect that raises is rolled back
         to its savepoint and its jobs get ``effect_failed``'s decisions instead (by default a
         transient retry with code 'completion_effect').
+        """
+        ...
+
+    def lost_reply(
+        self, finished: Sequence[Finished], claim: UUID | None, worker: str
+    ) -> tuple[dict[int, str], list[Job]]:
+        """What a :meth:`complete_and_claim` whose reply was lost had committed (a read).
+
+        Returns the outcomes ``worker`` wrote for ``finished`` (``{job id: outcome}``, 'fenced'
+        included: the attempt rows that write left) and the jobs still leased under ``claim``,
+        as :meth:`claim` would have returned them. Both empty: nothing of it committed (or it
+        claimed nothing and wrote nothing), so running it again is safe.
         """
         ...
 
@@ -164,7 +189,11 @@ class PgJobStore:
 
     @staticmethod
     def _claim_params(
-        wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+        wanted: Mapping[str, int],
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+        claim: UUID | None,
     ) -> dict[str, Any] | None:
         queues = [q for q, n in wanted.items() if n > 0]
         if not queues:
@@ -175,6 +204,7 @@ class PgJobStore:
             "worker": worker,
             "lease": lease,
             "now": now,
+            "claim": claim,
         }
 
     @staticmethod
@@ -207,9 +237,15 @@ class PgJobStore:
         }
 
     def claim(
-        self, wanted: Mapping[str, int], worker: str, lease: timedelta, now: datetime | None
+        self,
+        wanted: Mapping[str, int],
+        worker: str,
+        lease: timedelta,
+        now: datetime | None,
+        *,
+        claim: UUID | None = None,
     ) -> list[Job]:
-        params = self._claim_params(wanted, worker, lease, now)
+        params = self._claim_params(wanted, worker, lease, now, claim)
         if params is None:
             return []
         return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
@@ -233,8 +269,9 @@ class PgJobStore:
         *,
         effects: Sequence[RunEffects] = (),
         effect_failed: EffectFailed | None = None,
+        claim: UUID | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
-        claim_params = self._claim_params(wanted, worker, lease, now)
+        claim_params = self._claim_params(wanted, worker, lease, now, claim)
         if effects and finished:
             succeeded = {f.job.id for f in finished if f.decision.status is JobStatus.SUCCEEDED}
             runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
@@ -243,7 +280,7 @@ class PgJobStore:
                     finished, runs, succeeded, claim_params, worker, now, effect_failed
                 )
         if not finished:
-            return {}, self.claim(wanted, worker, lease, now)
+            return {}, self.claim(wanted, worker, lease, now, claim=claim)
         if claim_params is None:
             return self.complete(finished, worker, now), []
         with self.conn.transaction(), self.conn.pipeline():
@@ -309,6 +346,34 @@ class PgJobStore:
                 written_rows = done.fetchall()
                 claimed_rows = got.fetchall() if got is not None else []
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
+
+    def lost_reply(
+        self, finished: Sequence[Finished], claim: UUID | None, worker: str
+    ) -> tuple[dict[int, str], list[Job]]:
+        if not finished and claim is None:
+            return {}, []
+        with self.conn.pipeline():
+            written = (
+                self.conn.execute(
+                    query("job_attempt_written"),
+                    {
+                        "ids": [f.job.id for f in finished],
+                        "attempts": [f.job.attempt for f in finished],
+                        "started": [f.started_at for f in finished],
+                        "worker": worker,
+                    },
+                )
+                if finished
+                else None
+            )
+            leased = (
+                self.conn.execute(query("job_claim_lookup"), {"claim": claim})
+                if claim is not None
+                else None
+            )
+            written_rows = written.fetchall() if written is not None else []
+            leased_rows = leased.fetchall() if leased is not None else []
+        return {i: o for i, o in written_rows}, self._claimed(leased_rows)
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
         row = self.conn.execute(

@@ -31,6 +31,20 @@ jobs ahead, a no-op handler up to 500, and a queue whose handler has not finishe
 none. ``prefetch=N`` fixes the ahead target at N instead. Leased jobs that have not started are
 given back at once when the worker stops, as if never claimed.
 
+**Lost replies.** When the connection dies while a write commits, the worker cannot know from
+the error whether it committed. Writes that are safe to repeat are repeated on a new
+connection: a heartbeat (it extends the same leases), a reap (it finds only leases still
+expired), a release (only leases still held under their token). A claim is not: repeated, it
+would lease other jobs and leave the first ones leased to a live worker with no handler, until
+the reaper took them back as ``lease_expired`` with an attempt used. So each cycle's
+transaction (outcomes and claim, atomic) carries a claim id chosen before it is sent and
+stamped on the rows it leases; after a lost reply the worker first asks what committed
+(:meth:`jobs.store.JobStore.lost_reply`: the attempt rows its outcomes left, the rows still
+leased under the claim id). Any trace means the whole transaction committed: its outcomes are
+counted as written (not as "fenced"), its jobs are run here, and one warning says so. No trace
+means nothing committed, and the cycle runs again under the same claim id, so a reply lost
+again is resolved the same way. The normal path pays nothing for this but one parameter.
+
 Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, give back the jobs claimed ahead,
 let running handlers finish within the grace period, then give the remaining leases back so
 nothing stays leased.
@@ -50,6 +64,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 
@@ -106,6 +121,8 @@ class WorkerStats:
     reruns: int = 0  # batch re-runs that isolated a failure (bisection)
     effect_failures: int = 0  # completion effects that raised (their jobs were retried)
     returned: int = 0  # jobs claimed ahead and given back unstarted when stopping
+    recovered_claims: int = 0  # writes whose reply was lost although they had committed
+    recovered: int = 0  # jobs those lost claims had leased, found and run here
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -363,20 +380,30 @@ class Worker(Service[WorkerStats]):
                 wait = min(wait, max(due, _MIN_WAIT))
         return max(0.0, wait)
 
-    def _db(self, op: Callable[[JobStore], Any], operation: str = "other") -> Any:
+    def _db(
+        self,
+        op: Callable[[JobStore], Any],
+        operation: str = "other",
+        *,
+        again: Callable[[JobStore], Any] | None = None,
+    ) -> Any:
         """Run one store operation under the reconnect policy (:class:`jobs.service.Reconnect`).
 
-        After a lost connection the operation runs again on a new one. A claim is not
-        idempotent: if the lost connection had committed it, its jobs stay leased to nobody
-        until the reaper recovers them after the lease, and its outcomes, written again, come
-        back as fenced (their completion effects, finding no lease, do not run again). A known
-        limit, kept in this one place until it is fixed.
+        After a lost connection the operation runs again on a new one, as ``again`` when given:
+        an operation that is not idempotent (a claim) first finds out what the lost attempt
+        committed (see "Lost replies" in the module docstring). The others are safe to repeat:
+        a heartbeat extends the same leases again, a reap finds only leases still expired, a
+        release only leases still held under their token.
         """
+        attempts = 0
 
         def timed() -> Any:
+            nonlocal attempts
             assert self._store is not None
+            attempts += 1
+            run = op if attempts == 1 or again is None else again
             with self.metrics.db_duration.labels(operation).time():
-                return op(self._store)
+                return run(self._store)
 
         return self._retrying(timed)
 
@@ -404,9 +431,11 @@ class Worker(Service[WorkerStats]):
         if not finished and not wanted:
             return 0
         self._replaced.clear()
+        claim_id = uuid4() if wanted else None
         started = time.perf_counter()
-        written, claimed = self._db(
-            lambda s: s.complete_and_claim(
+
+        def attempt(s: JobStore) -> tuple[dict[int, str], list[Job]]:
+            return s.complete_and_claim(
                 finished,
                 wanted,
                 self.name,
@@ -414,8 +443,32 @@ class Worker(Service[WorkerStats]):
                 self.now_or_none(),
                 effects=effects,
                 effect_failed=self._effect_failed,
-            ),
+                claim=claim_id,
+            )
+
+        def again(s: JobStore) -> tuple[dict[int, str], list[Job]]:
+            # The lost attempt committed whole or not at all (one transaction): if any trace
+            # of it is found, it is what happened; if none, running it again is safe.
+            written, leased = s.lost_reply(finished, claim_id, self.name)
+            if not written and not leased:
+                return attempt(s)
+            self.stats.recovered_claims += 1
+            self.stats.recovered += len(leased)
+            log.warning(
+                "worker %s: the reply to a %s was lost with the connection, but it had "
+                "committed: %d outcome(s) written, %d job(s) leased and now run here%s",
+                self.name,
+                "claim" if not finished else "completion" if not wanted else "completion+claim",
+                len(written),
+                len(leased),
+                f" ({', '.join(str(j.id) for j in leased[:20])})" if leased else "",
+            )
+            return written, leased
+
+        written, claimed = self._db(
+            attempt,
             ("complete_and_claim" if wanted else "complete") if finished else "claim",
+            again=again,
         )
         elapsed = time.perf_counter() - started
         if wanted:
@@ -636,7 +689,8 @@ class Worker(Service[WorkerStats]):
             if outcome == "fenced":
                 self.stats.fenced += 1
                 log.warning(
-                    "job %s: outcome %s rejected, the lease was lost to another worker",
+                    "job %s: outcome %s not recorded: its lease had ended before it was "
+                    "written (expired and recovered, then perhaps claimed again)",
                     item.job.id,
                     item.decision.outcome,
                 )

@@ -65,7 +65,8 @@ JOIN jobs AS j
 -- name: job_claim
 -- Lease up to n ready jobs per queue in one short statement. SKIP LOCKED lets claimers pass
 -- each other; every claim bumps the fencing token, so only the current holder can write the
--- outcome.
+-- outcome. The rows carry the caller's claim id, so a caller that lost the reply can find them
+-- (job_claim_lookup).
 WITH wanted AS (
     SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
 ),
@@ -88,13 +89,23 @@ SET status = 'leased',
     locked_at = coalesce(%(now)s::timestamptz, now()),
     locked_by = %(worker)s,
     locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
-    lease_token = j.lease_token + 1
+    lease_token = j.lease_token + 1,
+    claim_id = %(claim)s::uuid
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
           j.created_at;
+
+-- name: job_claim_lookup
+-- After a lost reply (jobs/worker.py): the rows a claim leased that are still leased under it.
+-- Every end of a lease changes the status and every new claim its id, so these are exactly the
+-- leases the claim holds. Only leased rows are read (the partial jobs_leased_idx).
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+       attempts, max_attempts, lease_token, locked_at, created_at
+FROM jobs
+WHERE status = 'leased' AND claim_id = %(claim)s::uuid;
 
 -- name: job_complete
 -- Record the outcomes of a batch of attempts. A row is updated only while the caller still
@@ -174,7 +185,9 @@ WITH expired AS (
 updated AS (
     UPDATE jobs AS j
     SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
-        run_at = coalesce(%(now)s::timestamptz, now()),
+        -- Back at the front, not behind the backlog: the job keeps the run_at it was claimed
+        -- with (it was at the head of its queue then), never later than now.
+        run_at = least(j.run_at, coalesce(%(now)s::timestamptz, now())),
         locked_at = NULL,
         locked_by = NULL,
         locked_until = NULL,
@@ -201,14 +214,14 @@ SELECT u.id, u.queue, u.status FROM updated AS u;
 -- name: job_release
 -- Give leases back on shutdown: the jobs are ready again at once, and the interrupted attempt
 -- is recorded. The attempt still counts, so a job that never finishes within the grace period
--- cannot loop forever.
+-- cannot loop forever. Like a reaped job, it goes back to the front (its own run_at).
 WITH input AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 ),
 updated AS (
     UPDATE jobs AS j
     SET status = 'retrying',
-        run_at = coalesce(%(now)s::timestamptz, now()),
+        run_at = least(j.run_at, coalesce(%(now)s::timestamptz, now())),
         locked_at = NULL,
         locked_by = NULL,
         locked_until = NULL,

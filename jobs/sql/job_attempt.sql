@@ -12,3 +12,17 @@ WITH doomed AS (
     LIMIT %(limit)s
 )
 DELETE FROM job_attempts WHERE id IN (SELECT id FROM doomed);
+
+-- name: job_attempt_written
+-- After a lost reply (jobs/worker.py): which of these attempts a worker's job_complete wrote
+-- before the connection died. An attempt is known by its job, attempt number and the instant
+-- its handler started (stamped by the worker); only job_complete writes a worker's outcome or
+-- 'fenced' for it (the reaper and a release write 'lease_expired' or 'interrupted').
+SELECT a.job_id, a.outcome
+FROM job_attempts AS a
+JOIN unnest(%(ids)b::bigint[], %(attempts)b::int[], %(started)b::timestamptz[])
+     AS t(id, attempt, started_at)
+  ON a.job_id = t.id AND a.attempt = t.attempt AND a.started_at = t.started_at
+WHERE a.job_id = ANY(%(ids)b::bigint[])
+  AND a.worker = %(worker)s
+  AND a.outcome NOT IN ('lease_expired', 'interrupted');

@@ -24,6 +24,9 @@ CREATE TABLE jobs (
     last_error_summary text,
     completed_at timestamptz,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- The claim that leased the row last (migration 0004): a worker that lost the reply to its
+    -- claim looks up the rows still leased under the id it chose, and runs them.
+    claim_id uuid,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),

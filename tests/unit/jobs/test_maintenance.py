@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import pytest
 
@@ -32,7 +33,7 @@ class ExpiredLeases:
 
     # The rest of the protocol is not used by the rescuer.
     def claim(self, wanted: Mapping[str, int], worker: str, lease: timedelta,
-              now: datetime | None) -> list[Job]:  # fmt: skip
+              now: datetime | None, *, claim: UUID | None = None) -> list[Job]:  # fmt: skip
         raise NotImplementedError
 
     def complete(self, finished: Sequence[Finished], worker: str,
@@ -43,7 +44,12 @@ class ExpiredLeases:
                            worker: str, lease: timedelta, now: datetime | None, *,
                            effects: Sequence[RunEffects] = (),
                            effect_failed: EffectFailed | None = None,
+                           claim: UUID | None = None,
                            ) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
+        raise NotImplementedError
+
+    def lost_reply(self, finished: Sequence[Finished], claim: UUID | None,
+                   worker: str) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
         raise NotImplementedError
 
     def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
