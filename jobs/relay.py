@@ -1,4 +1,4 @@
-"""The outbox relay: claims pending events and projects them into jobs, exactly once.
+"""The outbox relay: claims pending events and projects them into jobs, exactly once, in order.
 
 One loop on one autocommit connection:
 
@@ -6,13 +6,29 @@ One loop on one autocommit connection:
     build each event's jobs through its projections, in Python, outside any transaction
     one transaction: mark the built events processed (fenced) and enqueue their jobs
     one statement: record the failures (retry later with backoff, or set aside as dead)
-    sleep until a notification on ``outbox_ready`` or the next poll
+    claim again at once if this batch found work; else sleep until a notification on
+    ``outbox_ready`` or the next poll
 
 Exactly once: the jobs of an event are inserted in the transaction that marks it processed, with
 idempotency keys derived from (event id, projection name, index). A relay killed anywhere leaves
 either the event processed with its jobs, or neither; its claim expires after ``lease`` and
 another relay takes the event over. Marking is fenced by the claim's attempt number, so a relay
 whose lease was taken over cannot mark the event, and its jobs are never inserted.
+
+Order: each aggregate has one *current* event, the one it has claimed, else its pending event of
+lowest ``seq``; only current events are claimed, and a claimed one only by its holder until the
+lease expires (then by a relay that takes it over). So at most one event per aggregate is
+claimed at any time, across any number of relays (a unique partial index enforces it), and the
+events of an aggregate are projected in ``seq`` order, which is the commit order of their
+transactions when those serialise on the aggregate (:mod:`jobs.outbox`, docs/outbox.md). The
+claim after a settled batch finds each aggregate's next event, and the loop claims again at once
+whenever a batch found work, so a backlog on one aggregate drains at one event per round.
+
+Lost replies: every row a relay claims carries its :attr:`Relay.run_id`. If the connection is
+lost before a batch is settled, the claim (or the marking) may have committed unseen; after
+reconnecting, the relay first looks up the events still claimed under its run id and finishes
+them under the claim it holds (same fencing token), instead of leaving them leased to nobody
+until the lease expires.
 
 A claim is a lease, not ownership: the lease must exceed the time a batch takes (projections
 are meant to be quick, pure functions). Many relays may run at once; SKIP LOCKED lets them pass
@@ -29,7 +45,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 
@@ -45,6 +61,8 @@ from timezones.clock import Clock
 log = logging.getLogger("tockwork.relay")
 
 MAX_BATCH = 10_000
+CLAIMED_INDEX = "outbox_aggregate_claimed_idx"  # one claimed event per aggregate
+_CLAIM_RACES = 10
 _SPEC_INDEX = re.compile(r"^specs\[(\d+)\]")
 
 
@@ -124,6 +142,10 @@ class Relay(Service[RelayStats]):
         self.max_attempts = max_attempts
         self.retry = retry or RetryPolicy(base=timedelta(seconds=5), cap=timedelta(minutes=30))
         self.stats = RelayStats()
+        # This relay object's id, written on every row it claims (claim_id), and whether the
+        # last batch may have left claims behind (a lost connection before it was settled).
+        self.run_id = uuid4()
+        self._unsettled = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -151,27 +173,32 @@ class Relay(Service[RelayStats]):
             log.info("relay %s stopped: %s", self.name, self.stats)
 
     def _step(self, *, until_idle: bool) -> float | None:
-        # A lost connection costs the batch in hand: its claims expire after ``lease`` and the
-        # next claim (this relay's or another's) takes the events over.
+        # A batch that found work is followed by the next claim at once, full or not: the claim
+        # after an event is the one that finds its aggregate's next event, so a backlog on one
+        # aggregate drains at one event per round, not one per poll.
         claimed = self._retrying(self.run_batch)
         if until_idle:
             return None if claimed == 0 else 0.0
-        return 0.0 if claimed >= self.batch_size else self.poll_interval.total_seconds()
+        return 0.0 if claimed > 0 else self.poll_interval.total_seconds()
 
     # -- one batch --------------------------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Claim, project and settle one batch; return how many events were claimed."""
+        """Claim, project and settle one batch; return how many events were claimed.
+
+        Run again after a lost connection (the reconnect policy does), it first finishes the
+        events that the interrupted batch may still hold: its claim, or the transaction that
+        marks them, may have committed although the reply never came.
+        """
         conn = self._conn
         assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
         now = self.now_or_none()
-        with conn.cursor() as cur:
-            cur.execute(
-                query("outbox_event_claim"),
-                {"limit": self.batch_size, "lease": self.lease, "relay": self.name, "now": now},
-            )
-            rows = cur.fetchall()
+        rows = self._adopt(conn, now) if self._unsettled else []
         if not rows:
+            self._unsettled = True  # from before the claim is sent: its reply may be lost
+            rows = self._claim(conn, now)
+        if not rows:
+            self._unsettled = False
             return 0
         self.stats.batches += 1
         self.stats.claimed += len(rows)
@@ -203,7 +230,47 @@ class Relay(Service[RelayStats]):
                 except psycopg.Error as one:
                     failures[event.id] = (event, one)
         self._fail(conn, list(failures.values()), now)
+        self._unsettled = False
         return len(rows)
+
+    def _claim(self, conn: psycopg.Connection[Any], now: datetime | None) -> list[Any]:
+        params = {
+            "limit": self.batch_size,
+            "lease": self.lease,
+            "relay": self.name,
+            "claim": self.run_id,
+            "now": now,
+        }
+        for tries in range(1, _CLAIM_RACES + 1):
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(query("outbox_event_claim"), params)
+                    return cur.fetchall()
+            except psycopg.errors.UniqueViolation as exc:
+                # Two claims chose different events of one aggregate from snapshots a commit
+                # apart; the unique index let the first win. Claiming again sees its claim.
+                if exc.diag.constraint_name != CLAIMED_INDEX or tries == _CLAIM_RACES:
+                    raise
+                log.debug("relay %s: claim raced another relay's on one aggregate", self.name)
+        raise AssertionError("unreachable")
+
+    def _adopt(self, conn: psycopg.Connection[Any], now: datetime | None) -> list[Any]:
+        with conn.cursor() as cur:
+            cur.execute(query("outbox_event_adopt"), {"claim": self.run_id, "now": now})
+            rows = cur.fetchall()
+        if rows:
+            log.warning(
+                "relay %s: reconnected; %d event(s) of the interrupted batch were still leased "
+                "to this relay (its claim committed though the reply was lost): finishing them",
+                self.name,
+                len(rows),
+            )
+        else:
+            log.info(
+                "relay %s: reconnected; no event is still leased to the interrupted batch",
+                self.name,
+            )
+        return rows
 
     def _build(self, event: Event) -> list[JobSpec]:
         specs: list[JobSpec] = []
