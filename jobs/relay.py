@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -146,6 +147,11 @@ class Relay(Service[RelayStats]):
         # last batch may have left claims behind (a lost connection before it was settled).
         self.run_id = uuid4()
         self._unsettled = False
+        # The next events of the aggregates the last round settled, claimed by its settling.
+        self._next_rows: list[Any] = []
+        self._woken = False
+        self._general_full = False
+        self._last_general = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -169,26 +175,50 @@ class Relay(Service[RelayStats]):
             yield
         finally:
             self._unlisten()
+            self._finish_in_hand()
             self.close()
             log.info("relay %s stopped: %s", self.name, self.stats)
 
+    def _finish_in_hand(self) -> None:
+        # Stopped between two rounds: the next events of the last batch's aggregates are
+        # claimed already (with the marks that settled it). Finish them rather than leave them
+        # leased until the lease expires; the settle of a stopping relay claims no more.
+        if not self._next_rows or self._conn is None or self._conn.closed:
+            return
+        try:
+            self._retrying(self.run_batch)
+        except psycopg.OperationalError as exc:
+            log.warning(
+                "relay %s: %d claimed event(s) left leased until the lease expires (%s)",
+                self.name,
+                len(self._next_rows),
+                exc,
+            )
+
     def _step(self, *, until_idle: bool) -> float | None:
-        # A batch that found work is followed by the next claim at once, full or not: the claim
-        # after an event is the one that finds its aggregate's next event, so a backlog on one
-        # aggregate drains at one event per round, not one per poll.
+        # A batch that found work is followed by the next round at once: its settling claimed
+        # the next event of each of its aggregates, so a backlog on one aggregate drains at one
+        # event per round, not one per poll.
         claimed = self._retrying(self.run_batch)
         if until_idle:
             return None if claimed == 0 else 0.0
         return 0.0 if claimed > 0 else self.poll_interval.total_seconds()
 
+    def wake(self) -> None:
+        self._woken = True  # new events committed: the next round runs a general claim
+        super().wake()
+
     # -- one batch --------------------------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Claim, project and settle one batch; return how many events were claimed.
+        """Claim, project and settle one batch; return how many events it held.
 
-        Run again after a lost connection (the reconnect policy does), it first finishes the
-        events that the interrupted batch may still hold: its claim, or the transaction that
-        marks them, may have committed although the reply never came.
+        A round takes the events that the previous round's settling claimed (the next event
+        of each aggregate it settled) and, when a general claim is due (:meth:`_general_due`),
+        tops them up to ``batch_size`` with a general claim. Run again after a lost connection
+        (the reconnect policy does), it first finishes the events that the interrupted round
+        may still hold: its claim, or the transaction that settled it, may have committed
+        although the reply never came.
         """
         conn = self._conn
         assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
@@ -196,7 +226,13 @@ class Relay(Service[RelayStats]):
         rows = self._adopt(conn, now) if self._unsettled else []
         if not rows:
             self._unsettled = True  # from before the claim is sent: its reply may be lost
-            rows = self._claim(conn, now)
+            rows, self._next_rows = self._next_rows, []
+            room = self.batch_size - len(rows)
+            if room > 0 and self._general_due(bool(rows)):
+                general = self._claim(conn, now, room)
+                self._last_general = time.monotonic()
+                self._general_full = len(general) == room
+                rows = rows + general
         if not rows:
             self._unsettled = False
             return 0
@@ -233,9 +269,25 @@ class Relay(Service[RelayStats]):
         self._unsettled = False
         return len(rows)
 
-    def _claim(self, conn: psycopg.Connection[Any], now: datetime | None) -> list[Any]:
+    def _general_due(self, holding: bool) -> bool:
+        """Whether this round runs a general claim besides the events it already holds.
+
+        Always when it holds none. While it holds the next events of aggregates it settled, a
+        general claim is due only if new events were committed (a notification), the last one
+        came back full (more is waiting), or a poll interval has passed since the last one: a
+        general claim scans every waiting event of a deep aggregate, so running it on every
+        round of a one-aggregate backlog would make the drain quadratic.
+        """
+        if self._stopping.is_set():
+            return not holding
+        if not holding or self._woken or self._general_full:
+            self._woken = False
+            return True
+        return time.monotonic() - self._last_general >= self.poll_interval.total_seconds()
+
+    def _claim(self, conn: psycopg.Connection[Any], now: datetime | None, limit: int) -> list[Any]:
         params = {
-            "limit": self.batch_size,
+            "limit": limit,
             "lease": self.lease,
             "relay": self.name,
             "claim": self.run_id,
@@ -301,7 +353,8 @@ class Relay(Service[RelayStats]):
         failures: dict[UUID, tuple[Event, BaseException]],
         now: datetime | None,
     ) -> None:
-        """Mark ``events`` processed and enqueue their jobs, in one transaction.
+        """Mark ``events`` processed, enqueue their jobs and claim the next event of each of
+        their aggregates (for the next round), in one transaction.
 
         A spec that fails validation fails its event only: the transaction is rolled back and
         tried again without that event (validation precedes any write, so this is cheap).
@@ -326,6 +379,20 @@ class Relay(Service[RelayStats]):
                             owners.extend([event] * len(built[event.id]))
                             specs.extend(built[event.id])
                     results = enqueue_many(conn, specs, now=now)
+                    settled = [e for e in pending if e.id in marked]
+                    successors: list[Any] = []
+                    if settled and not self._stopping.is_set():
+                        cur.execute(
+                            query("outbox_event_claim_next"),
+                            {
+                                "types": [e.aggregate_type for e in settled],
+                                "ids": [e.aggregate_id for e in settled],
+                                "relay": self.name,
+                                "claim": self.run_id,
+                                "now": now,
+                            },
+                        )
+                        successors = cur.fetchall()
             except InvalidJob as exc:
                 match = _SPEC_INDEX.match(exc.field)
                 if match is None:
@@ -334,6 +401,7 @@ class Relay(Service[RelayStats]):
                 failures[culprit.id] = (culprit, exc)
                 pending = [e for e in pending if e.id != culprit.id]
                 continue
+            self._next_rows.extend(successors)
             self.stats.fenced += len(pending) - len(marked)
             self.stats.processed += len(marked)
             self.stats.jobs_created += sum(1 for r in results if r.created)

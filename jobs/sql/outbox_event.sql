@@ -62,6 +62,43 @@ WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
           o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
 
+-- name: outbox_event_claim_next
+-- In the transaction that marks events processed: claim the next event of each aggregate just
+-- settled (the types and ids given), for the same relay run. This drains a backlog on one
+-- aggregate at one event per round: the general claim scans pending events in seq order and
+-- would pass over every waiting event of a deep aggregate on each round; this is one probe of
+-- outbox_aggregate_pending_idx per aggregate. The marks of this transaction are visible to it,
+-- so the head is the aggregate's next pending event; while this transaction is open no other
+-- relay can claim in these aggregates (they see the claim being marked), so the one-claim rule
+-- holds. Only an unclaimed, available head is taken; anything else waits for a general claim.
+WITH settled AS (
+    SELECT DISTINCT s.aggregate_type, s.aggregate_id
+    FROM unnest(%(types)b::text[], %(ids)b::text[]) AS s(aggregate_type, aggregate_id)
+),
+candidates AS (
+    SELECT e.id
+    FROM settled AS s
+    CROSS JOIN LATERAL (
+        SELECT p.id FROM outbox_events AS p
+        WHERE p.aggregate_type = s.aggregate_type AND p.aggregate_id = s.aggregate_id
+          AND p.processed_at IS NULL AND p.dead_at IS NULL
+        ORDER BY p.seq
+        LIMIT 1
+    ) AS h
+    JOIN outbox_events AS e ON e.id = h.id
+    WHERE e.claimed_at IS NULL
+      AND e.available_at <= coalesce(%(now)s::timestamptz, now())
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE outbox_events AS o
+SET claimed_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_by = %(relay)s,
+    claim_id = %(claim)s,
+    attempts = o.attempts + 1
+WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+
 -- name: outbox_event_adopt
 -- After a lost connection: the events still claimed by the relay run %(claim)s, which its last
 -- claim (or the transaction that settles a batch) may have left leased although the reply never
