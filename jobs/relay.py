@@ -50,9 +50,9 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from jobs.enqueue import enqueue_many
+from jobs.enqueue import enqueue, enqueue_many
 from jobs.errors import InvalidJob
-from jobs.model import JobSpec
+from jobs.model import Enqueued, JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections
 from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
@@ -64,6 +64,7 @@ log = logging.getLogger("tockwork.relay")
 MAX_BATCH = 10_000
 CLAIMED_INDEX = "outbox_aggregate_claimed_idx"  # one claimed event per aggregate
 _CLAIM_RACES = 10
+_FEW_SPECS = 4
 _SPEC_INDEX = re.compile(r"^specs\[(\d+)\]")
 
 
@@ -78,6 +79,36 @@ class RelayStats:
     retried: int = 0
     dead: int = 0
     fenced: int = 0
+
+
+def _enqueue(
+    conn: psycopg.Connection[Any], specs: list[JobSpec], now: datetime | None
+) -> list[Enqueued]:
+    """The jobs of a settled batch: a few go in one ``INSERT`` each (one round trip), more in
+    one ``enqueue_many`` (a COPY, which costs some five round trips however small the batch).
+    The few of a one-aggregate backlog's rounds are the common case on the serial path."""
+    if len(specs) > _FEW_SPECS or any(spec.payload is None for spec in specs):
+        return enqueue_many(conn, specs, now=now)
+    results = []
+    for index, spec in enumerate(specs):
+        try:
+            results.append(
+                enqueue(
+                    conn,
+                    spec.job_type,
+                    spec.payload,
+                    queue=spec.queue,
+                    idempotency_key=spec.idempotency_key,
+                    organization_id=spec.organization_id,
+                    run_at=spec.run_at,
+                    priority=spec.priority,
+                    max_attempts=spec.max_attempts,
+                    now=now,
+                )
+            )
+        except InvalidJob as exc:
+            raise InvalidJob(f"specs[{index}].{exc.field}", exc.value, exc.reason) from None
+    return results
 
 
 class ProjectionError(Exception):
@@ -214,8 +245,9 @@ class Relay(Service[RelayStats]):
         """Claim, project and settle one batch; return how many events it held.
 
         A round takes the events that the previous round's settling claimed (the next event
-        of each aggregate it settled) and, when a general claim is due (:meth:`_general_due`),
-        tops them up to ``batch_size`` with a general claim. Run again after a lost connection
+        of each aggregate it settled, at most ``batch_size``) and, when a general claim is due
+        (:meth:`_general_due`), tops them up to ``batch_size`` with a general claim, or adds a
+        quarter batch when they fill it. Run again after a lost connection
         (the reconnect policy does), it first finishes the events that the interrupted round
         may still hold: its claim, or the transaction that settled it, may have committed
         although the reply never came.
@@ -227,11 +259,14 @@ class Relay(Service[RelayStats]):
         if not rows:
             self._unsettled = True  # from before the claim is sent: its reply may be lost
             rows, self._next_rows = self._next_rows, []
-            room = self.batch_size - len(rows)
-            if room > 0 and self._general_due(bool(rows)):
-                general = self._claim(conn, now, room)
+            if self._general_due(bool(rows)):
+                # At least a quarter of a batch for events of other aggregates, even when the
+                # next events of the aggregates in hand fill it: deep aggregates must not starve
+                # the others (a round holds at most 1.25 batch_size events).
+                limit = max(self.batch_size - len(rows), self.batch_size // 4, 1)
+                general = self._claim(conn, now, limit)
                 self._last_general = time.monotonic()
-                self._general_full = len(general) == room
+                self._general_full = len(general) == limit
                 rows = rows + general
         if not rows:
             self._unsettled = False
@@ -378,13 +413,15 @@ class Relay(Service[RelayStats]):
                         if event.id in marked:
                             owners.extend([event] * len(built[event.id]))
                             specs.extend(built[event.id])
-                    results = enqueue_many(conn, specs, now=now)
+                    results = _enqueue(conn, specs, now)
                     settled = [e for e in pending if e.id in marked]
                     successors: list[Any] = []
-                    if settled and not self._stopping.is_set():
+                    room = self.batch_size - len(self._next_rows)
+                    if settled and room > 0 and not self._stopping.is_set():
                         cur.execute(
                             query("outbox_event_claim_next"),
                             {
+                                "limit": room,
                                 "types": [e.aggregate_type for e in settled],
                                 "ids": [e.aggregate_id for e in settled],
                                 "relay": self.name,

@@ -70,7 +70,8 @@ RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_typ
 -- outbox_aggregate_pending_idx per aggregate. The marks of this transaction are visible to it,
 -- so the head is the aggregate's next pending event; while this transaction is open no other
 -- relay can claim in these aggregates (they see the claim being marked), so the one-claim rule
--- holds. Only an unclaimed, available head is taken; anything else waits for a general claim.
+-- holds. Only an unclaimed, available head is taken, at most %(limit)s of them (the relay's
+-- batch size); anything else waits for a general claim.
 WITH settled AS (
     SELECT DISTINCT s.aggregate_type, s.aggregate_id
     FROM unnest(%(types)b::text[], %(ids)b::text[]) AS s(aggregate_type, aggregate_id)
@@ -88,6 +89,8 @@ candidates AS (
     JOIN outbox_events AS e ON e.id = h.id
     WHERE e.claimed_at IS NULL
       AND e.available_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY e.seq
+    LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 )
 UPDATE outbox_events AS o

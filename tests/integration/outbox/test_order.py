@@ -390,6 +390,34 @@ def test_a_hot_aggregate_drains_without_waiting_for_a_poll(
     assert relay.stats.batches == 300  # one event per round: never two of one aggregate
 
 
+def test_deep_aggregates_in_hand_do_not_starve_the_others(
+    auto: psycopg.Connection[Any], db_url: str
+) -> None:
+    """A relay whose batch is full of the next events of deep aggregates still takes events of
+    other aggregates each round (a quarter batch, at least one), not only at the next poll."""
+    with auto.transaction():
+        for aggregate in ("a", "b", "c"):
+            auto.execute("INSERT INTO orders (id) VALUES (%s)", (aggregate,))
+        for v in range(40):
+            record(auto, "a", v)
+            record(auto, "b", v)
+        record(auto, "c", 0)  # the last seq: behind 80 events of a and b
+    relay = Relay(
+        db_url, projection(), batch_size=2, poll_interval=timedelta(hours=1), listen=False
+    )
+    relay.start()
+    try:
+        assert relay.wait_started(10)
+        wait_for(auto, "SELECT count(*) = 81 FROM jobs", timeout=60)
+    finally:
+        relay.stop()
+        assert relay.wait(30)
+    aggregates = [r[0] for r in auto.execute("SELECT payload->>'aggregate' FROM jobs ORDER BY id")]
+    # Round 1 claims a0 and b0 (full); round 2 holds a1, b1 and claims c0 beside them.
+    assert aggregates.index("c") < 5
+    assert job_order(auto) == {"a": list(range(40)), "b": list(range(40)), "c": [0]}
+
+
 class StopAfterSettling(Relay):
     """Asks to stop right after the settling of event ``v`` (which claimed ``v + 1``)."""
 
