@@ -255,7 +255,11 @@ class Relay(Service[RelayStats]):
         conn = self._conn
         assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
         now = self.now_or_none()
-        rows = self._adopt(conn, now) if self._unsettled else []
+        rows: list[Any] = []
+        if self._unsettled:
+            # Whatever this run still has claimed, the next events in hand included.
+            self._next_rows = []
+            rows = self._adopt(conn, now)
         if not rows:
             self._unsettled = True  # from before the claim is sent: its reply may be lost
             rows, self._next_rows = self._next_rows, []

@@ -135,3 +135,32 @@ def test_a_request_lost_before_the_server_saw_it_is_simply_claimed_again(
     assert stats.processed == 2
     messages = [r.getMessage() for r in caplog.records]
     assert any("no event is still leased to the interrupted batch" in m for m in messages)
+
+
+def test_a_lost_reply_to_recording_failures_keeps_the_next_events_once(
+    auto: psycopg.Connection[Any], proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch's settling committed (and claimed hot v2); the reply to the statement that
+    records its failure is lost. v2 is finished once, from the lookup, and not again from the
+    events the relay had in hand (which would be fenced and logged as a lost lease)."""
+    caplog.set_level(logging.INFO, logger="tockwork")
+    record(auto, [("hot", 1), ("poison", -1), ("hot", 2)])
+
+    def fussy(event: Event) -> list[JobSpec]:
+        if event.payload["v"] < 0:
+            raise ValueError("poison")
+        return build(event)
+
+    r = relay(proxy)
+    r.projections = type(r.projections)([Projection("p", frozenset({"order.changed"}), fussy)])
+    proxy.drop_reply(sql_contains("Record failed projections"), application_name=APP)
+    stats = r.run_until_idle()
+    assert proxy.counts.faults == 1
+    assert (stats.processed, stats.fenced) == (2, 0)
+    assert job_order(auto) == {"hot": [1, 2]}
+    row = auto.execute(
+        "SELECT attempts, claimed_at IS NULL, last_error FROM outbox_events"
+        " WHERE aggregate_id = 'poison'"
+    ).fetchone()
+    assert row == (1, True, "ValueError: poison")
+    assert not any("lost their lease" in r.getMessage() for r in caplog.records)
