@@ -13,9 +13,13 @@ taken. ``build`` must therefore be deterministic and free of side effects; effec
 the jobs it returns.
 
 Ordering: events of one aggregate ``(aggregate_type, aggregate_id)`` are projected one at a
-time in ``(occurred_at, seq)`` order (``seq`` is the insertion order); an event is not claimed
-while an earlier event of its aggregate is pending. Events of different aggregates have no
-mutual order. docs/outbox.md states the guarantee in full.
+time in ``seq`` order, and ``seq`` is drawn when :func:`record` inserts the event. A
+transaction that holds a lock on the aggregate (its row, ``SELECT ... FOR UPDATE`` or an
+``UPDATE``) from before :func:`record` until it commits draws its ``seq`` after every earlier
+holder has committed, so for transactions that serialise on the aggregate, ``seq`` order is
+their commit order. ``occurred_at`` is the caller's timestamp and plays no part in the order
+(it defaults to ``now()``, the transaction's *start*, which is not its commit order). Events of
+different aggregates have no mutual order. docs/outbox.md states the guarantee in full.
 """
 
 from __future__ import annotations
@@ -202,8 +206,9 @@ def record(
     Never commits: the event becomes visible (and the relays are woken) when the caller's
     transaction commits, and vanishes with it on rollback. ``payload`` is any JSON-serialisable
     value of at most 256 KiB once encoded. ``occurred_at`` (aware) defaults to the transaction's
-    start (``now()``). Raises :class:`jobs.InvalidJob` naming the field, before anything is
-    written.
+    start (``now()``); it is recorded, not used for ordering (see the module docstring: lock the
+    aggregate before recording to make its events' order the commit order). Raises
+    :class:`jobs.InvalidJob` naming the field, before anything is written.
     """
     params = {
         "id": uuid7(),

@@ -1,4 +1,4 @@
-"""The outbox relay: claims pending events and projects them into jobs, exactly once.
+"""The outbox relay: claims pending events and projects them into jobs, exactly once, in order.
 
 One loop on one autocommit connection:
 
@@ -6,13 +6,29 @@ One loop on one autocommit connection:
     build each event's jobs through its projections, in Python, outside any transaction
     one transaction: mark the built events processed (fenced) and enqueue their jobs
     one statement: record the failures (retry later with backoff, or set aside as dead)
-    sleep until a notification on ``outbox_ready`` or the next poll
+    claim again at once if this batch found work; else sleep until a notification on
+    ``outbox_ready`` or the next poll
 
 Exactly once: the jobs of an event are inserted in the transaction that marks it processed, with
 idempotency keys derived from (event id, projection name, index). A relay killed anywhere leaves
 either the event processed with its jobs, or neither; its claim expires after ``lease`` and
 another relay takes the event over. Marking is fenced by the claim's attempt number, so a relay
 whose lease was taken over cannot mark the event, and its jobs are never inserted.
+
+Order: each aggregate has one *current* event, the one it has claimed, else its pending event of
+lowest ``seq``; only current events are claimed, and a claimed one only by its holder until the
+lease expires (then by a relay that takes it over). So at most one event per aggregate is
+claimed at any time, across any number of relays (a unique partial index enforces it), and the
+events of an aggregate are projected in ``seq`` order, which is the commit order of their
+transactions when those serialise on the aggregate (:mod:`jobs.outbox`, docs/outbox.md). The
+claim after a settled batch finds each aggregate's next event, and the loop claims again at once
+whenever a batch found work, so a backlog on one aggregate drains at one event per round.
+
+Lost replies: every row a relay claims carries its :attr:`Relay.run_id`. If the connection is
+lost before a batch is settled, the claim (or the marking) may have committed unseen; after
+reconnecting, the relay first looks up the events still claimed under its run id and finishes
+them under the claim it holds (same fencing token), instead of leaving them leased to nobody
+until the lease expires.
 
 A claim is a lease, not ownership: the lease must exceed the time a batch takes (projections
 are meant to be quick, pure functions). Many relays may run at once; SKIP LOCKED lets them pass
@@ -24,18 +40,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 
-from jobs.enqueue import enqueue_many
+from jobs.enqueue import enqueue, enqueue_many
 from jobs.errors import InvalidJob
-from jobs.model import JobSpec
+from jobs.model import Enqueued, JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections
 from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
@@ -45,6 +62,9 @@ from timezones.clock import Clock
 log = logging.getLogger("tockwork.relay")
 
 MAX_BATCH = 10_000
+CLAIMED_INDEX = "outbox_aggregate_claimed_idx"  # one claimed event per aggregate
+_CLAIM_RACES = 10
+_FEW_SPECS = 4
 _SPEC_INDEX = re.compile(r"^specs\[(\d+)\]")
 
 
@@ -59,6 +79,36 @@ class RelayStats:
     retried: int = 0
     dead: int = 0
     fenced: int = 0
+
+
+def _enqueue(
+    conn: psycopg.Connection[Any], specs: list[JobSpec], now: datetime | None
+) -> list[Enqueued]:
+    """The jobs of a settled batch: a few go in one ``INSERT`` each (one round trip), more in
+    one ``enqueue_many`` (a COPY, which costs some five round trips however small the batch).
+    The few of a one-aggregate backlog's rounds are the common case on the serial path."""
+    if len(specs) > _FEW_SPECS or any(spec.payload is None for spec in specs):
+        return enqueue_many(conn, specs, now=now)
+    results = []
+    for index, spec in enumerate(specs):
+        try:
+            results.append(
+                enqueue(
+                    conn,
+                    spec.job_type,
+                    spec.payload,
+                    queue=spec.queue,
+                    idempotency_key=spec.idempotency_key,
+                    organization_id=spec.organization_id,
+                    run_at=spec.run_at,
+                    priority=spec.priority,
+                    max_attempts=spec.max_attempts,
+                    now=now,
+                )
+            )
+        except InvalidJob as exc:
+            raise InvalidJob(f"specs[{index}].{exc.field}", exc.value, exc.reason) from None
+    return results
 
 
 class ProjectionError(Exception):
@@ -128,6 +178,15 @@ class Relay(Service[RelayStats]):
         self.max_attempts = max_attempts
         self.retry = retry or RetryPolicy(base=timedelta(seconds=5), cap=timedelta(minutes=30))
         self.stats = RelayStats()
+        # This relay object's id, written on every row it claims (claim_id), and whether the
+        # last batch may have left claims behind (a lost connection before it was settled).
+        self.run_id = uuid4()
+        self._unsettled = False
+        # The next events of the aggregates the last round settled, claimed by its settling.
+        self._next_rows: list[Any] = []
+        self._woken = False
+        self._general_full = False
+        self._last_general = 0.0
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -151,31 +210,74 @@ class Relay(Service[RelayStats]):
             yield
         finally:
             self._unlisten()
+            self._finish_in_hand()
             self.close()
             log.info("relay %s stopped: %s", self.name, self.stats)
 
+    def _finish_in_hand(self) -> None:
+        # Stopped between two rounds: the next events of the last batch's aggregates are
+        # claimed already (with the marks that settled it). Finish them rather than leave them
+        # leased until the lease expires; the settle of a stopping relay claims no more.
+        if not self._next_rows or self._conn is None or self._conn.closed:
+            return
+        try:
+            self._retrying(self.run_batch)
+        except psycopg.OperationalError as exc:
+            log.warning(
+                "relay %s: %d claimed event(s) left leased until the lease expires (%s)",
+                self.name,
+                len(self._next_rows),
+                exc,
+            )
+
     def _step(self, *, until_idle: bool) -> float | None:
-        # A lost connection costs the batch in hand: its claims expire after ``lease`` and the
-        # next claim (this relay's or another's) takes the events over.
+        # A batch that found work is followed by the next round at once: its settling claimed
+        # the next event of each of its aggregates, so a backlog on one aggregate drains at one
+        # event per round, not one per poll.
         claimed = self._retrying(self.run_batch)
         if until_idle:
             return None if claimed == 0 else 0.0
-        return 0.0 if claimed >= self.batch_size else self.poll_interval.total_seconds()
+        return 0.0 if claimed > 0 else self.poll_interval.total_seconds()
+
+    def wake(self) -> None:
+        self._woken = True  # new events committed: the next round runs a general claim
+        super().wake()
 
     # -- one batch --------------------------------------------------------------------------
 
     def run_batch(self) -> int:
-        """Claim, project and settle one batch; return how many events were claimed."""
+        """Claim, project and settle one batch; return how many events it held.
+
+        A round takes the events that the previous round's settling claimed (the next event
+        of each aggregate it settled, at most ``batch_size``) and, when a general claim is due
+        (:meth:`_general_due`), tops them up to ``batch_size`` with a general claim, or adds a
+        quarter batch when they fill it. Run again after a lost connection
+        (the reconnect policy does), it first finishes the events that the interrupted round
+        may still hold: its claim, or the transaction that settled it, may have committed
+        although the reply never came.
+        """
         conn = self._conn
         assert conn is not None, "run_batch() runs inside run() or run_until_idle()"
         now = self.now_or_none()
-        with conn.cursor() as cur:
-            cur.execute(
-                query("outbox_event_claim"),
-                {"limit": self.batch_size, "lease": self.lease, "relay": self.name, "now": now},
-            )
-            rows = cur.fetchall()
+        rows: list[Any] = []
+        if self._unsettled:
+            # Whatever this run still has claimed, the next events in hand included.
+            self._next_rows = []
+            rows = self._adopt(conn, now)
         if not rows:
+            self._unsettled = True  # from before the claim is sent: its reply may be lost
+            rows, self._next_rows = self._next_rows, []
+            if self._general_due(bool(rows)):
+                # At least a quarter of a batch for events of other aggregates, even when the
+                # next events of the aggregates in hand fill it: deep aggregates must not starve
+                # the others (a round holds at most 1.25 batch_size events).
+                limit = max(self.batch_size - len(rows), self.batch_size // 4, 1)
+                general = self._claim(conn, now, limit)
+                self._last_general = time.monotonic()
+                self._general_full = len(general) == limit
+                rows = rows + general
+        if not rows:
+            self._unsettled = False
             return 0
         self.stats.batches += 1
         self.stats.claimed += len(rows)
@@ -207,7 +309,63 @@ class Relay(Service[RelayStats]):
                 except psycopg.Error as one:
                     failures[event.id] = (event, one)
         self._fail(conn, list(failures.values()), now)
+        self._unsettled = False
         return len(rows)
+
+    def _general_due(self, holding: bool) -> bool:
+        """Whether this round runs a general claim besides the events it already holds.
+
+        Always when it holds none. While it holds the next events of aggregates it settled, a
+        general claim is due only if new events were committed (a notification), the last one
+        came back full (more is waiting), or a poll interval has passed since the last one: a
+        general claim scans every waiting event of a deep aggregate, so running it on every
+        round of a one-aggregate backlog would make the drain quadratic.
+        """
+        if self._stopping.is_set():
+            return not holding
+        if not holding or self._woken or self._general_full:
+            self._woken = False
+            return True
+        return time.monotonic() - self._last_general >= self.poll_interval.total_seconds()
+
+    def _claim(self, conn: psycopg.Connection[Any], now: datetime | None, limit: int) -> list[Any]:
+        params = {
+            "limit": limit,
+            "lease": self.lease,
+            "relay": self.name,
+            "claim": self.run_id,
+            "now": now,
+        }
+        for tries in range(1, _CLAIM_RACES + 1):
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(query("outbox_event_claim"), params)
+                    return cur.fetchall()
+            except psycopg.errors.UniqueViolation as exc:
+                # Two claims chose different events of one aggregate from snapshots a commit
+                # apart; the unique index let the first win. Claiming again sees its claim.
+                if exc.diag.constraint_name != CLAIMED_INDEX or tries == _CLAIM_RACES:
+                    raise
+                log.debug("relay %s: claim raced another relay's on one aggregate", self.name)
+        raise AssertionError("unreachable")
+
+    def _adopt(self, conn: psycopg.Connection[Any], now: datetime | None) -> list[Any]:
+        with conn.cursor() as cur:
+            cur.execute(query("outbox_event_adopt"), {"claim": self.run_id, "now": now})
+            rows = cur.fetchall()
+        if rows:
+            log.warning(
+                "relay %s: reconnected; %d event(s) of the interrupted batch were still leased "
+                "to this relay (its claim committed though the reply was lost): finishing them",
+                self.name,
+                len(rows),
+            )
+        else:
+            log.info(
+                "relay %s: reconnected; no event is still leased to the interrupted batch",
+                self.name,
+            )
+        return rows
 
     def _build(self, event: Event) -> list[JobSpec]:
         specs: list[JobSpec] = []
@@ -238,7 +396,8 @@ class Relay(Service[RelayStats]):
         failures: dict[UUID, tuple[Event, BaseException]],
         now: datetime | None,
     ) -> None:
-        """Mark ``events`` processed and enqueue their jobs, in one transaction.
+        """Mark ``events`` processed, enqueue their jobs and claim the next event of each of
+        their aggregates (for the next round), in one transaction.
 
         A spec that fails validation fails its event only: the transaction is rolled back and
         tried again without that event (validation precedes any write, so this is cheap).
@@ -262,7 +421,23 @@ class Relay(Service[RelayStats]):
                         if event.id in marked:
                             owners.extend([event] * len(built[event.id]))
                             specs.extend(built[event.id])
-                    results = enqueue_many(conn, specs, now=now)
+                    results = _enqueue(conn, specs, now)
+                    settled = [e for e in pending if e.id in marked]
+                    successors: list[Any] = []
+                    room = self.batch_size - len(self._next_rows)
+                    if settled and room > 0 and not self._stopping.is_set():
+                        cur.execute(
+                            query("outbox_event_claim_next"),
+                            {
+                                "limit": room,
+                                "types": [e.aggregate_type for e in settled],
+                                "ids": [e.aggregate_id for e in settled],
+                                "relay": self.name,
+                                "claim": self.run_id,
+                                "now": now,
+                            },
+                        )
+                        successors = cur.fetchall()
             except InvalidJob as exc:
                 match = _SPEC_INDEX.match(exc.field)
                 if match is None:
@@ -271,6 +446,7 @@ class Relay(Service[RelayStats]):
                 failures[culprit.id] = (culprit, exc)
                 pending = [e for e in pending if e.id != culprit.id]
                 continue
+            self._next_rows.extend(successors)
             self.stats.fenced += len(pending) - len(marked)
             self.stats.processed += len(marked)
             self.stats.jobs_created += sum(1 for r in results if r.created)

@@ -20,11 +20,15 @@ WITH ins AS (
 SELECT id, pg_notify('outbox_ready', 'ready')::text IS NOT NULL AS notified FROM ins;
 
 -- name: outbox_event_claim
--- Lease up to %(limit)s pending events. An event is claimable when it is available, not under a
--- live lease (a claim older than %(lease)s is expired and may be taken over), and no earlier
--- pending event of the same aggregate exists: that is the per-aggregate ordering guarantee
--- (dead events no longer hold their aggregate back). attempts counts claims and is the fencing
--- token: only the holder of the latest claim can mark the event.
+-- Lease up to %(limit)s pending events for the relay run %(claim)s. Each aggregate
+-- (aggregate_type, aggregate_id) has one current event: the one it has claimed, if any (the
+-- unique outbox_aggregate_claimed_idx allows one), else its pending event of lowest seq. Only
+-- current events are claimed, and a claimed one only once its lease (%(lease)s) has expired: so
+-- at most one event per aggregate is ever claimed, events go in seq order, and a takeover after
+-- an expired lease takes the same event again. seq is drawn at insert, so for transactions that
+-- serialise on the aggregate it is their commit order (docs/outbox.md). Dead events no longer
+-- hold their aggregate back. attempts counts claims and is the fencing token: only the holder
+-- of the latest claim can mark the event.
 WITH candidates AS (
     SELECT e.id
     FROM outbox_events AS e
@@ -32,25 +36,83 @@ WITH candidates AS (
       AND e.available_at <= coalesce(%(now)s::timestamptz, now())
       AND (e.claimed_at IS NULL
            OR e.claimed_at <= coalesce(%(now)s::timestamptz, now()) - %(lease)s::interval)
-      -- The head of its aggregate's pending events. A scalar subquery, not NOT EXISTS: it stays
-      -- a per-row probe of outbox_aggregate_pending_idx, where an anti-join planned without
-      -- statistics (a fresh burst of events) would compare every pending row with every other.
-      AND e.seq = (
-          SELECT p.seq FROM outbox_events AS p
-          WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id
-            AND p.processed_at IS NULL AND p.dead_at IS NULL
-          ORDER BY p.occurred_at, p.seq
-          LIMIT 1
-      )
-    ORDER BY e.occurred_at, e.seq
+      -- Scalar subqueries, not NOT EXISTS: each stays a per-row probe of a partial index, where
+      -- an anti-join planned without statistics (a fresh burst of events) would compare every
+      -- pending row with every other.
+      AND e.seq = coalesce(
+          (SELECT c.seq FROM outbox_events AS c
+           WHERE c.aggregate_type = e.aggregate_type AND c.aggregate_id = e.aggregate_id
+             AND c.claimed_at IS NOT NULL AND c.processed_at IS NULL AND c.dead_at IS NULL
+           LIMIT 1),
+          (SELECT p.seq FROM outbox_events AS p
+           WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id
+             AND p.processed_at IS NULL AND p.dead_at IS NULL
+           ORDER BY p.seq
+           LIMIT 1))
+    ORDER BY e.seq
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 )
 UPDATE outbox_events AS o
 SET claimed_at = coalesce(%(now)s::timestamptz, now()),
     claimed_by = %(relay)s,
+    claim_id = %(claim)s,
     attempts = o.attempts + 1
 WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+
+-- name: outbox_event_claim_next
+-- In the transaction that marks events processed: claim the next event of each aggregate just
+-- settled (the types and ids given), for the same relay run. This drains a backlog on one
+-- aggregate at one event per round: the general claim scans pending events in seq order and
+-- would pass over every waiting event of a deep aggregate on each round; this is one probe of
+-- outbox_aggregate_pending_idx per aggregate. The marks of this transaction are visible to it,
+-- so the head is the aggregate's next pending event; while this transaction is open no other
+-- relay can claim in these aggregates (they see the claim being marked), so the one-claim rule
+-- holds. Only an unclaimed, available head is taken, at most %(limit)s of them (the relay's
+-- batch size); anything else waits for a general claim.
+WITH settled AS (
+    SELECT DISTINCT s.aggregate_type, s.aggregate_id
+    FROM unnest(%(types)b::text[], %(ids)b::text[]) AS s(aggregate_type, aggregate_id)
+),
+candidates AS (
+    SELECT e.id
+    FROM settled AS s
+    CROSS JOIN LATERAL (
+        SELECT p.id FROM outbox_events AS p
+        WHERE p.aggregate_type = s.aggregate_type AND p.aggregate_id = s.aggregate_id
+          AND p.processed_at IS NULL AND p.dead_at IS NULL
+        ORDER BY p.seq
+        LIMIT 1
+    ) AS h
+    JOIN outbox_events AS e ON e.id = h.id
+    WHERE e.claimed_at IS NULL
+      AND e.available_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY e.seq
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE outbox_events AS o
+SET claimed_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_by = %(relay)s,
+    claim_id = %(claim)s,
+    attempts = o.attempts + 1
+WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+
+-- name: outbox_event_adopt
+-- After a lost connection: the events still claimed by the relay run %(claim)s, which its last
+-- claim (or the transaction that settles a batch) may have left leased although the reply never
+-- came. The claim is refreshed, not repeated: attempts (the fencing token) stays, so the relay
+-- finishes the events under the claim it already holds. A relay that took an event over has
+-- written its own claim_id, so a taken-over event is not found. Served by the small
+-- outbox_aggregate_claimed_idx (claimed pending rows only).
+UPDATE outbox_events AS o
+SET claimed_at = coalesce(%(now)s::timestamptz, now())
+WHERE o.claim_id = %(claim)s
+  AND o.claimed_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
           o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
 
@@ -61,6 +123,7 @@ UPDATE outbox_events AS o
 SET processed_at = coalesce(%(now)s::timestamptz, now()),
     claimed_at = NULL,
     claimed_by = NULL,
+    claim_id = NULL,
     last_error = NULL
 FROM unnest(%(ids)b::uuid[], %(tokens)b::int[]) AS i(id, token)
 WHERE o.id = i.id AND o.attempts = i.token
@@ -76,6 +139,7 @@ SET available_at = CASE WHEN i.dead THEN o.available_at
     dead_at = CASE WHEN i.dead THEN coalesce(%(now)s::timestamptz, now()) END,
     claimed_at = NULL,
     claimed_by = NULL,
+    claim_id = NULL,
     last_error = i.error
 FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(errors)b::text[], %(delays)b::interval[],
             %(dead)b::bool[]) AS i(id, token, error, delay, dead)
@@ -93,9 +157,11 @@ LIMIT %(limit)s;
 
 -- name: outbox_event_retry_dead
 -- Put dead events back in the stream with a fresh attempt budget (all of them when ids is NULL).
+-- A retried event takes its place again among its aggregate's pending events by seq: after the
+-- events already processed and the one claimed now, before the later pending ones.
 UPDATE outbox_events
 SET dead_at = NULL, attempts = 0, available_at = coalesce(%(now)s::timestamptz, now()),
-    claimed_at = NULL, claimed_by = NULL
+    claimed_at = NULL, claimed_by = NULL, claim_id = NULL
 WHERE dead_at IS NOT NULL
   AND (%(ids)b::uuid[] IS NULL OR id = ANY(%(ids)b::uuid[]))
 RETURNING id;

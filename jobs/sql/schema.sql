@@ -103,13 +103,18 @@ CREATE TABLE job_effects (
 
 CREATE INDEX job_effects_recorded_idx ON job_effects (recorded_at);
 
--- Transactional outbox (migration 0002).
+-- Transactional outbox (migrations 0002 and 0003).
 
 -- Durable facts recorded in the business transaction (jobs.outbox.record) and projected into jobs
 -- by the relay (jobs.relay). A row is pending (processed_at and dead_at NULL), processed, or dead
 -- (set aside after its projections failed max_attempts times; kept until a person acts).
 -- aggregate_id is text, not uuid: aggregates keyed by integers or natural keys are common, and
 -- the relay only compares it for equality.
+-- seq is the projection order of an aggregate's events: it is drawn when the row is inserted, so
+-- a transaction that holds the aggregate's lock draws it after every earlier holder committed
+-- (docs/outbox.md, "Order"). Keep its sequence at CACHE 1: a per-session cache would hand out
+-- numbers out of insertion order across sessions. claim_id is the run of the relay holding the
+-- claim, how a relay finds its claims again after a lost reply.
 CREATE TABLE outbox_events (
     id uuid PRIMARY KEY,
     seq bigint GENERATED ALWAYS AS IDENTITY,
@@ -127,6 +132,7 @@ CREATE TABLE outbox_events (
     dead_at timestamptz,
     attempts integer NOT NULL DEFAULT 0,
     last_error text,
+    claim_id uuid,
     CONSTRAINT outbox_events_aggregate_type_check CHECK (length(aggregate_type) BETWEEN 1 AND 200),
     CONSTRAINT outbox_events_aggregate_id_check CHECK (length(aggregate_id) BETWEEN 1 AND 200),
     CONSTRAINT outbox_events_event_type_check CHECK (length(event_type) BETWEEN 1 AND 200),
@@ -141,15 +147,19 @@ CREATE TABLE outbox_events (
     autovacuum_analyze_scale_factor = 0.02
 );
 
--- Pending events in claim order (occurred_at, seq), so a claim's LIMIT stops early. Only pending
--- rows are indexed: the index stays small however many processed events retention keeps.
-CREATE INDEX outbox_pending_idx ON outbox_events (occurred_at, seq)
+-- Pending events in claim order (seq), so a claim's LIMIT stops early. Only pending rows are
+-- indexed: the index stays small however many processed events retention keeps.
+CREATE INDEX outbox_pending_idx ON outbox_events (seq)
     WHERE processed_at IS NULL AND dead_at IS NULL;
 
--- "Is an earlier event of this aggregate still pending?": the per-aggregate ordering check.
-CREATE INDEX outbox_aggregate_pending_idx
-    ON outbox_events (aggregate_type, aggregate_id, occurred_at, seq)
+-- "Which pending event of this aggregate comes first?": the per-aggregate ordering check.
+CREATE INDEX outbox_aggregate_pending_idx ON outbox_events (aggregate_type, aggregate_id, seq)
     WHERE processed_at IS NULL AND dead_at IS NULL;
+
+-- At most one claimed event per aggregate, across every relay (0003): the claim query never
+-- tries a second one, and this index makes a race between two claims fail instead of succeed.
+CREATE UNIQUE INDEX outbox_aggregate_claimed_idx ON outbox_events (aggregate_type, aggregate_id)
+    WHERE claimed_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL;
 
 -- Dead events for inspection and retry.
 CREATE INDEX outbox_dead_idx ON outbox_events (dead_at) WHERE dead_at IS NOT NULL;
