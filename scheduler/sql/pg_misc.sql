@@ -18,3 +18,12 @@ CREATE DATABASE {} {}
 
 -- name: pg_database_drop
 DROP DATABASE IF EXISTS {} WITH (FORCE)
+
+-- name: pg_database_comment
+-- The comment on a database, one row when it exists (scheduler/devdb.py: a demo drops only the
+-- database it marked).
+SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(name)s;
+
+-- name: pg_database_mark
+-- The placeholders take the database's name (an Identifier) and the marker (a Literal).
+COMMENT ON DATABASE {} IS {}
