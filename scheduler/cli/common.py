@@ -310,7 +310,7 @@ def _line(exc: BaseException, limit: int = 300) -> str:
 
 # -- the database URL -------------------------------------------------------------------------
 
-_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
 
 
 def redact(url: str) -> str:
