@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import uuid
+import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -34,6 +35,15 @@ MAX_SECONDS = 366 * 24 * 3600  # a year, for every duration flag
 MAX_COUNT = 100_000  # --limit, --count
 MAX_CONCURRENCY = 1024  # handler threads of one queue in one worker
 MAX_ID = 2**63 - 1  # a bigint
+
+
+# Values each argument type refuses, by type function: the generated bad-input suite
+# (tests/acceptance/test_cli_bad_input.py) feeds every one of them to every flag of that type.
+REFUSES: weakref.WeakKeyDictionary[Callable[[str], Any], tuple[str, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_NOT_NUMBERS = ("x", "", " ", "inf", "-inf", "nan", "1e309", "0x10", "1_0_", "٣")
 
 
 class InputError(InvalidInput):
@@ -80,6 +90,8 @@ class Parser(argparse.ArgumentParser):
 
 def _number(field: str, text: str, kind: type[int] | type[float]) -> float:
     try:
+        if not text.isascii():  # int() and float() take any script's digits ('٣' is 3)
+            raise ValueError(text)
         value = kind(text.strip()) if kind is int else float(text)
     except (ValueError, OverflowError):
         noun = "an integer" if kind is int else "a number"
@@ -100,6 +112,7 @@ def integer(field: str, minimum: int, maximum: int) -> Callable[[str], int]:
             )
         return value
 
+    REFUSES[parse] = (*_NOT_NUMBERS, "1.5", str(minimum - 1), str(maximum + 1), "9" * 30)
     return parse
 
 
@@ -132,6 +145,8 @@ def seconds(
             )
         return timedelta(seconds=value)
 
+    low = [str(minimum)] if positive else [str(minimum - 0.001), "-1"]
+    REFUSES[parse] = (*_NOT_NUMBERS, *low, str(maximum * 2), "9" * 400)
     return parse
 
 
@@ -152,6 +167,7 @@ def positive_float(field: str, maximum: float = MAX_SECONDS) -> Callable[[str], 
     def parse(text: str) -> float:
         return parse_seconds(text).total_seconds()
 
+    REFUSES[parse] = REFUSES[parse_seconds]
     return parse
 
 
@@ -171,6 +187,7 @@ def text(field: str, maximum: int = 200) -> Callable[[str], str]:
             )
         return value
 
+    REFUSES[parse] = ("", " x", "x ", "a\nb", "x" * (maximum + 1))
     return parse
 
 
@@ -321,6 +338,8 @@ def redact(url: str) -> str:
 
 def check_url(url: str, field: str) -> str:
     """Raise :class:`InputError` unless libpq can parse ``url`` (and its ports are numbers)."""
+    if not url.strip():
+        raise InputError(field, url, "is empty")
     try:
         params = pg_conninfo.conninfo_to_dict(url)
     except Exception as exc:  # psycopg.ProgrammingError: libpq could not parse it
@@ -341,7 +360,7 @@ def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str
     server only when asked (``--dev-db`` or ``TOCKWORK_DEV_DB=1``): a deployment that forgot
     ``DATABASE_URL`` must fail loudly, not run against a private empty database.
     """
-    if flag:
+    if flag is not None:
         return check_url(flag, "--database-url")
     env = os.environ.get("DATABASE_URL")
     if env:

@@ -47,11 +47,12 @@ def load_projections(spec: str) -> Projections:
 
 def cmd_relay(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
-    projections = load_projections(args.app)
+    url = resolve_url(args.database_url, args)
     if args.lease <= args.poll:
         raise InputError("--lease must be longer than --poll")
+    projections = load_projections(args.app)
     relay = Relay(
-        resolve_url(args.database_url, args),
+        url,
         projections,
         batch_size=args.batch_size,
         lease=args.lease,

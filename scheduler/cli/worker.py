@@ -32,13 +32,16 @@ from timezones.errors import shown
 
 def _queue(text: str) -> tuple[str, int]:
     name, sep, n = text.partition("=")
+    if name != name.strip() or not name.isprintable():
+        # The queue name pattern's "$" would let "default\n" through to the table's CHECK.
+        raise argparse.ArgumentTypeError(f"--queue: invalid queue name {shown(name)}")
     try:
         validate.queue_name(name, "--queue")
     except jobs.InvalidJob as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if not sep:
         return name, 1
-    if not n.strip().isdigit() or not 1 <= int(n) <= MAX_CONCURRENCY:
+    if not (n.isascii() and n.isdigit()) or not 1 <= int(n) <= MAX_CONCURRENCY:
         raise argparse.ArgumentTypeError(
             f"--queue {name}: the concurrency must be an integer from 1 to {MAX_CONCURRENCY}, "
             f"got {shown(n)} (NAME=CONCURRENCY)"
