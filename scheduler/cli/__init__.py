@@ -29,6 +29,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from functools import cache
 from importlib import metadata
 
 import psycopg
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cache
+def _parser() -> argparse.ArgumentParser:
+    # Building the tree costs tens of milliseconds; parsing never changes it, so main() (run
+    # thousands of times in-process by the bad-input suite) builds it once.
+    return build_parser()
+
+
 def _name_leaves(parser: argparse.ArgumentParser) -> None:
     """Give every parser its full name as a default (``tockwork jobs show``): messages of the
     command it runs start with it."""
@@ -107,9 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"tockwork: error: {problem}", file=sys.stderr)
         return 2
-    parser = build_parser()
     try:
-        args = parser.parse_args(arguments)
+        args = _parser().parse_args(arguments)
     except KeyboardInterrupt:
         return 130
     debug = bool(args.debug) or os.environ.get(DEBUG_VARIABLE, "") == "1"

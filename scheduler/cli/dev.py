@@ -41,9 +41,22 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "$TOCKWORK_PGDATA), never meant for production.",
     )
     dsub = p.add_subparsers(dest="dev_db_command", required=True, metavar="ACTION")
-    q = dsub.add_parser("url", help="print its URL (starting it if needed)")
+    q = dsub.add_parser(
+        "url",
+        help="print its URL (starting it if needed)",
+        description="Print the embedded server's URL, starting it (and creating its data "
+        "folder) if needed.",
+    )
     q.set_defaults(func=cmd_url)
-    q = dsub.add_parser("status", help="say whether it runs and where its data lives")
+    q = dsub.add_parser(
+        "status",
+        help="say whether it runs and where its data lives",
+        description="Say whether the embedded server runs and where its data lives.",
+    )
     q.set_defaults(func=cmd_status)
-    q = dsub.add_parser("stop", help="stop it (its data stays)")
+    q = dsub.add_parser(
+        "stop",
+        help="stop it (its data stays)",
+        description="Stop the embedded server; its data stays (delete the folder to drop it).",
+    )
     q.set_defaults(func=cmd_stop)

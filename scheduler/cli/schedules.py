@@ -24,6 +24,7 @@ from scheduler.cli.common import (
     positive_int,
     resolve_url,
     seconds,
+    text,
 )
 from scheduler.definitions import load_file, sync
 from scheduler.errors import ScheduleNotFound
@@ -63,6 +64,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         max_lookahead=args.max_lookahead,
         batch_size=args.batch_size,
         interval=args.interval,
+        name=args.name,
     )
     server = None
     if args.metrics_port is not None:
@@ -229,6 +231,9 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         default="1",
         metavar="SECONDS",
         help="seconds between ticks when idle (above 0)",
+    )
+    p.add_argument(
+        "--name", type=text("--name"), help="this replica's name in logs (default: host:pid:n)"
     )
     p.add_argument(
         "--definitions", metavar="FILE", help="a TOML file of definitions to sync at start-up"
