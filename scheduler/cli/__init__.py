@@ -95,11 +95,26 @@ def _parser() -> argparse.ArgumentParser:
 def _name_leaves(parser: argparse.ArgumentParser) -> None:
     """Give every parser its full name as a default (``tockwork jobs show``): messages of the
     command it runs start with it."""
-    parser.set_defaults(prog=parser.prog)
+    flags = frozenset(flag for action in parser._actions for flag in action.option_strings)
+    parser.set_defaults(prog=parser.prog, flags=flags)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _name_leaves(child)
+
+
+def _as_flag(exc: InvalidInput, flags: frozenset[str]) -> str:
+    """The message of an error the API raised, naming the command's flag rather than the API's
+    argument (``invalid --queue 'Bad Queue'``, not ``invalid queue 'Bad Queue'``)."""
+    text = _one_line(exc)
+    field = exc.field
+    for name in (field, field.removesuffix("s")):  # ids -> --id, statuses -> --status
+        flag = "--" + name.replace("_", "-")
+        if name and flag in flags:
+            for head in (f"invalid {field} ", f"{field}: "):
+                if text.startswith(head):
+                    return text.replace(field, flag, 1)
+    return text
 
 
 def _one_line(exc: BaseException, limit: int = 500) -> str:
@@ -119,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(arguments)
     except KeyboardInterrupt:
         return 130
-    debug = bool(args.debug) or os.environ.get(DEBUG_VARIABLE, "") == "1"
+    debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_VARIABLE, "") == "1"
     prog: str = getattr(args, "prog", "tockwork")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -127,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except InvalidInput as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {_as_flag(exc, args.flags)}", file=sys.stderr)
         return 2
     except (TockworkError, psycopg.OperationalError) as exc:
         # An operational failure (database unreachable, a migration refused): say what.

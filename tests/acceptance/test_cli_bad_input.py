@@ -233,6 +233,13 @@ def written_cases() -> list[Case]:
         Case(["worker", "--app", "x:y", "--metrics-port", "70000"], "--metrics-port"),
         Case(["preview", "every:1s", "--zone", "UTC", "--count", "1000000000"], "--count"),
     ]  # fmt: skip
+    # Values the API refuses, named by the command's flag (not the API's argument).
+    for command in (["jobs", "dead"], ["jobs", "list", "--status", "dead"],
+                    ["jobs", "requeue"], ["jobs", "cancel"]):  # fmt: skip
+        for queue in ("Bad Queue", "UPPER", "_lead", "q" * 64, "q/x", "ü"):
+            cases.append(
+                Case([*command, "--queue", queue, "--database-url", DB], "invalid --queue")
+            )
     p = ["preview"]
     for rule, needle in {
         "daily@25:00": "'daily@25:00'",
