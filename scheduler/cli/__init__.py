@@ -25,6 +25,7 @@ its class named; Ctrl-C is 130. Every message starts with the sub-command
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -141,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `tockwork zones | head -1`: the reader left; nothing more to say, and nothing for
+        # Python to complain about when it flushes stdout at exit.
+        with contextlib.suppress(OSError, ValueError):  # a captured stdout has no descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except InvalidInput as exc:
         print(f"{prog}: error: {_as_flag(exc, args.flags)}", file=sys.stderr)
         return 2
