@@ -218,3 +218,19 @@ def test_messages_name_the_subcommand_and_the_flag() -> None:
     requeue = run(["jobs", "requeue", "--database-url", "dbname=x"])
     assert requeue.err.startswith("tockwork jobs requeue: error: give at least one filter: --id")
     assert "job_type" not in requeue.err and "ids" not in requeue.err
+
+
+def test_an_invalid_rule_is_named_once(db_url: str, tmp_path: Path) -> None:
+    """Not ``invalid rule 'x': invalid rule 'x': rule: 'x' is not a valid rule: ...``."""
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[[schedule]]\nkey = "x"\nrule = "cron:0 0 31 2 *"\nzone = "UTC"\njob_type = "t"\n'
+    )
+    result = run(["schedules", "sync", str(path), "--database-url", db_url])
+    assert result.code == 2
+    assert result.err.strip() == (
+        "tockwork schedules sync: error: invalid x.rule 'cron:0 0 31 2 *': expr: cron expr: day "
+        "of month and month never meet in '0 0 31 2 *' (got '0 0 31 2 *')"
+    )
+    preview = run(["preview", "cron:61 * * * *", "--zone", "UTC"])
+    assert preview.err.count("cron:61") == 1 and "is not a valid rule" not in preview.err
