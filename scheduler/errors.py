@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timezones.errors import InvalidInput, TockworkError
+from timezones.errors import InvalidInput, TockworkError, shown
 
 
 class SchedulerError(TockworkError):
@@ -19,7 +19,24 @@ class InvalidSchedule(SchedulerError, InvalidInput):
     """A schedule argument is invalid (unknown zone, malformed rule, bad policy...).
 
     ``field`` names the argument and ``value`` holds what was given; nothing was written.
+    A reason taken from a wrapped error does not repeat what the message already says: the
+    prefixes ``"rule: "``, ``"invalid rule '...': "`` and ``"'...' is not a valid rule: "`` are
+    dropped (else: ``invalid rule 'x': invalid rule 'x': rule: 'x' is not a valid rule: ...``).
     """
+
+    def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
+        if reason is not None:
+            prefixes = (
+                f"{field}: ",
+                f"invalid {field} {shown(value)}: ",
+                f"{shown(value)} is not a valid {field}: ",
+            )
+            before = None
+            while before != reason:
+                before = reason
+                for prefix in prefixes:
+                    reason = reason.removeprefix(prefix)
+        super().__init__(field, value, reason)
 
 
 class ScheduleNotFound(SchedulerError, LookupError):

@@ -6,24 +6,38 @@
 - ``outbox.py``: ``relay``, ``outbox dead|retry``
 - ``ops.py``: ``healthz``, ``metrics-server``
 - ``preview.py``: ``preview``, ``zones`` (no database)
-- ``common.py``: argument types, ``--app`` import, the database URL and the schema check
+- ``dev.py``: ``dev-db url|status|stop`` (the embedded development server)
+- ``common.py``: the parser class, argument types, ``--app`` import, the database URL and the
+  schema check
 
 Every sub-command module exposes ``register(subparsers)``, which adds its parsers and sets
-``func`` on them; ``func(args) -> int`` returns the exit code. Bad input (a malformed rule, an
-unknown zone, a bad flag) exits with code 2 and a message naming the field and the value.
+``func`` on them; ``func(args) -> int`` returns the exit code.
+
+Exit codes, and what reaches stderr (always one line, never a traceback unless ``--debug`` or
+``TOCKWORK_DEBUG=1``): a usage error (a bad flag or value, caught by argparse and the types in
+``common.py``) or bad input (:class:`~timezones.errors.InvalidInput`, raised by the API or a
+command) is 2; an operational failure (any other Tockwork error, a lost or unreachable
+database, an action by id that matched nothing) is 1; an unexpected exception is 1 too, with
+its class named; Ctrl-C is 130. Every message starts with the sub-command
+(``tockwork jobs show: error: no job with id 4711``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
+from functools import cache
+from importlib import metadata
 
 import psycopg
 
+from scheduler.cli import dev, ops, outbox, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
-from scheduler.cli import ops, outbox, preview, schedules, worker
-from scheduler.cli.common import SubParsers
+from scheduler.cli.common import Parser, SubParsers, check_argv
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
@@ -34,37 +48,120 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     outbox.register,
     ops.register,
     preview.register,
+    dev.register,
 ]
+
+DEBUG_VARIABLE = "TOCKWORK_DEBUG"
+
+
+def version() -> str:
+    try:
+        return metadata.version("tockwork")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tockwork",
-        description="PostgreSQL-backed job queue, scheduler and recurring reminders.",
+        description="PostgreSQL-backed job queue, scheduler and recurring reminders. "
+        "Every command takes --help.",
+        epilog="Exit codes: 0 done, 1 operational failure (database unreachable, nothing "
+        "matched an id), 2 bad input or usage, 130 interrupted. Without DATABASE_URL or "
+        "--database-url, commands use the embedded development server in ./.pgdata (see "
+        "'tockwork dev-db'); worker, scheduler and relay refuse to unless given --dev-db.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"tockwork {version()}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"print the traceback of an unexpected error (also {DEBUG_VARIABLE}=1)",
+    )
+    sub: SubParsers[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Parser
+    )
     for register in _MODULES:
         register(sub)
+    _name_leaves(parser)
     return parser
 
 
+@cache
+def _parser() -> argparse.ArgumentParser:
+    # Building the tree costs tens of milliseconds; parsing never changes it, so main() (run
+    # thousands of times in-process by the bad-input suite) builds it once.
+    return build_parser()
+
+
+def _name_leaves(parser: argparse.ArgumentParser) -> None:
+    """Give every parser its full name as a default (``tockwork jobs show``): messages of the
+    command it runs start with it."""
+    flags = frozenset(flag for action in parser._actions for flag in action.option_strings)
+    parser.set_defaults(prog=parser.prog, flags=flags)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _name_leaves(child)
+
+
+def _as_flag(exc: InvalidInput, flags: frozenset[str]) -> str:
+    """The message of an error the API raised, naming the command's flag rather than the API's
+    argument (``invalid --queue 'Bad Queue'``, not ``invalid queue 'Bad Queue'``)."""
+    text = _one_line(exc)
+    field = exc.field
+    for name in (field, field.removesuffix("s")):  # ids -> --id, statuses -> --status
+        flag = "--" + name.replace("_", "-")
+        if name and flag in flags:
+            for head in (f"invalid {field} ", f"{field}: "):
+                if text.startswith(head):
+                    return text.replace(field, flag, 1)
+    return text
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits with code 2 on a bad flag
+    """Run ``tockwork ARGV`` and return its exit code (argparse raises ``SystemExit`` for
+    ``--help``, ``--version`` and usage errors, as it always does)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    problem = check_argv(arguments)
+    if problem is not None:
+        print(f"tockwork: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        args = _parser().parse_args(arguments)
+    except KeyboardInterrupt:
+        return 130
+    debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_VARIABLE, "") == "1"
+    prog: str = getattr(args, "prog", "tockwork")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except Exception as exc:
-        # Exit codes by class: bad input (InvalidInput, the root every package's input errors
-        # share) is 2; any other Tockwork error or a lost database is an operational failure, 1.
-        if isinstance(exc, InvalidInput):
-            print(f"tockwork {args.command}: error: {exc}", file=sys.stderr)
-            return 2
-        if isinstance(exc, TockworkError | psycopg.OperationalError):
-            # An operational failure (database unreachable, a migration refused): say what,
-            # without a traceback.
-            print(f"tockwork {args.command}: failed: {exc}", file=sys.stderr)
-            return 1
-        raise
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `tockwork zones | head -1`: the reader left; nothing more to say, and nothing for
+        # Python to complain about when it flushes stdout at exit.
+        with contextlib.suppress(OSError, ValueError):  # a captured stdout has no descriptor
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except InvalidInput as exc:
+        print(f"{prog}: error: {_as_flag(exc, args.flags)}", file=sys.stderr)
+        return 2
+    except (TockworkError, psycopg.OperationalError) as exc:
+        # An operational failure (database unreachable, a migration refused): say what.
+        print(f"{prog}: failed: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"{prog}: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
+                f"(run with --debug or {DEBUG_VARIABLE}=1 for the traceback)",
+                file=sys.stderr,
+            )
+        return 1

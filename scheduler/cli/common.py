@@ -1,65 +1,241 @@
-"""What every ``tockwork`` sub-command shares."""
+"""What every ``tockwork`` sub-command shares: the parser class, argument types, ``--app``,
+the database URL (and when the embedded development server may be used), the schema check.
+
+Argument types are declared once here and raise :class:`argparse.ArgumentTypeError`, so a bad
+value is a usage error: one line ``tockwork SUBCOMMAND: error: ...`` on stderr and exit code 2.
+Every value a message embeds is bounded (:func:`timezones.errors.shown`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import inspect
+import math
 import os
+import re
+import sys
+import uuid
+import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
+from psycopg import conninfo as pg_conninfo
 
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, pooler_mode
 from jobs.connection import connect as jobs_connect
 from jobs.connection import connect_kwargs as jobs_connect_kwargs
 from jobs.connection import listen_url as jobs_listen_url
-from scheduler.devdb import database_url
+from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
 from scheduler.migrations import COMPONENTS
-from timezones.errors import InvalidInput
+from timezones.errors import InvalidInput, shown
 
 SubParsers = argparse._SubParsersAction  # the type of ``parser.add_subparsers()``
+
+# Upper bounds of the numeric flags: large enough for any real use, small enough that nothing
+# overflows (a timedelta, a PostgreSQL integer) or runs for ever.
+MAX_SECONDS = 366 * 24 * 3600  # a year, for every duration flag
+MAX_COUNT = 100_000  # --limit, --count
+MAX_CONCURRENCY = 1024  # handler threads of one queue in one worker
+MAX_ID = 2**63 - 1  # a bigint
+
+
+# Values each argument type refuses, by type function: the generated bad-input suite
+# (tests/acceptance/test_cli_bad_input.py) feeds every one of them to every flag of that type.
+REFUSES: weakref.WeakKeyDictionary[Callable[[str], Any], tuple[str, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+_NOT_NUMBERS = ("x", "", " ", "inf", "-inf", "nan", "1e309", "0x10", "1_0_", "٣")
 
 
 class InputError(InvalidInput):
     """A command's input is invalid; the CLI prints the message and exits with code 2."""
 
 
-def seconds(field: str) -> Callable[[str], timedelta]:
-    """An argparse type: a non-negative number of seconds, as a timedelta."""
+class HelpFormatter(argparse.HelpFormatter):
+    """Adds ``(default: X)`` to an option's help unless it says its default itself, or has
+    none worth saying (``None``, ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default is not None
+            and default is not False
+            and default is not argparse.SUPPRESS
+            and (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line naming the sub-command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        one_line = " ".join(message.split())
+        # "argument --lease: --lease must be ..." -> "--lease must be ...": a type's message
+        # names its flag already.
+        match = re.fullmatch(r"argument (\S+?)(?:/\S+)?: (\1\b.*)", one_line)
+        if match:
+            one_line = match.group(2)
+        self.exit(2, f"{self.prog}: error: {one_line} (see {self.prog} --help)\n")
+
+
+# -- argument types ---------------------------------------------------------------------------
+
+
+def _number(field: str, text: str, kind: type[int] | type[float]) -> float:
+    try:
+        if not text.isascii():  # int() and float() take any script's digits ('٣' is 3)
+            raise ValueError(text)
+        value = kind(text.strip()) if kind is int else float(text)
+    except (ValueError, OverflowError):
+        noun = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{field} must be {noun}, got {shown(text)}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{field} must be a finite number, got {shown(text)}")
+    return value
+
+
+def integer(field: str, minimum: int, maximum: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``minimum`` to ``maximum``."""
+
+    def parse(text: str) -> int:
+        value = int(_number(field, text, int))
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"{field} must be from {minimum:,} to {maximum:,}, got {shown(text)}"
+            )
+        return value
+
+    REFUSES[parse] = (*_NOT_NUMBERS, "1.5", str(minimum - 1), str(maximum + 1), "9" * 30)
+    return parse
+
+
+def positive_int(field: str, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type: an integer from 1 to ``maximum``."""
+    return integer(field, 1, maximum)
+
+
+def job_id(field: str = "--id") -> Callable[[str], int]:
+    """An argparse type: a job id (a positive bigint)."""
+    return integer(field, 1, MAX_ID)
+
+
+def seconds(
+    field: str, *, positive: bool = False, minimum: float = 0.0, maximum: float = MAX_SECONDS
+) -> Callable[[str], timedelta]:
+    """An argparse type: a finite number of seconds from ``minimum`` (above it when
+    ``positive``) to ``maximum``, as a timedelta."""
 
     def parse(text: str) -> timedelta:
-        try:
-            value = float(text)
-        except ValueError:
+        value = _number(field, text, float)
+        if value < minimum or (positive and value == minimum):
+            bound = f"greater than {minimum:g}" if positive else f"at least {minimum:g}"
             raise argparse.ArgumentTypeError(
-                f"{field} must be a number of seconds, got {text!r}"
-            ) from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{field} must not be negative, got {text!r}")
+                f"{field} must be a number of seconds {bound}, got {shown(text)}"
+            )
+        if value > maximum:
+            raise argparse.ArgumentTypeError(
+                f"{field} must be at most {maximum:,.0f} seconds, got {shown(text)}"
+            )
         return timedelta(seconds=value)
 
+    low = [str(minimum)] if positive else [str(minimum - 0.001), "-1"]
+    REFUSES[parse] = (*_NOT_NUMBERS, *low, str(maximum * 2), "9" * 400)
+    return parse
+
+
+def event_id(text: str) -> str:
+    """An argparse type: an outbox event id (a UUID)."""
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--id must be an event id (a UUID), got {shown(text)}"
+        ) from None
+
+
+def positive_float(field: str, maximum: float = MAX_SECONDS) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0, as a float."""
+    parse_seconds = seconds(field, positive=True, maximum=maximum)
+
+    def parse(text: str) -> float:
+        return parse_seconds(text).total_seconds()
+
+    REFUSES[parse] = REFUSES[parse_seconds]
+    return parse
+
+
+def port(field: str) -> Callable[[str], int]:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    return integer(field, 0, 65535)
+
+
+def text(field: str, maximum: int = 200) -> Callable[[str], str]:
+    """An argparse type: a non-empty line of text of at most ``maximum`` characters."""
+
+    def parse(value: str) -> str:
+        if not value or len(value) > maximum or value != value.strip() or "\n" in value:
+            raise argparse.ArgumentTypeError(
+                f"{field} must be a non-empty line of at most {maximum} characters without "
+                f"leading or trailing spaces, got {shown(value)}"
+            )
+        return value
+
+    REFUSES[parse] = ("", " x", "x ", "a\nb", "x" * (maximum + 1))
     return parse
 
 
 def instant(text: str) -> datetime:
     """An argparse type: an aware ISO 8601 instant (``Z`` or an offset required)."""
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an ISO 8601 instant, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO 8601 instant such as 2026-12-01T08:00Z, got {shown(text)}"
+        ) from None
     if value.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"the instant {text!r} needs an offset or Z")
+        raise argparse.ArgumentTypeError(f"the instant {shown(text)} needs an offset or Z")
     return value
 
 
-def database_arg(parser: argparse.ArgumentParser) -> None:
-    """``--database-url`` and ``--pooler``: every command that touches the database has both."""
+def check_argv(argv: list[str]) -> str | None:
+    """Why ``argv`` cannot be used, or ``None``: a NUL byte, or bytes that are not UTF-8 (the
+    database takes neither, so no flag may carry them)."""
+    for index, arg in enumerate(argv, 1):
+        if "\x00" in arg:
+            return f"argument {index} contains a NUL byte: {shown(arg)}"
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"argument {index} is not valid UTF-8: {shown(arg)}"
+    return None
+
+
+# -- shared options ---------------------------------------------------------------------------
+
+
+def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -> None:
+    """``--database-url``; production commands (worker, scheduler, relay) also get ``--dev-db``."""
     parser.add_argument(
         "--database-url",
-        help="PostgreSQL URL (default: $DATABASE_URL, else the project's embedded server)",
+        metavar="URL",
+        help="PostgreSQL URL or key=value conninfo (default: $DATABASE_URL; without it, "
+        + (
+            f"refuses to start unless --dev-db or {DEV_DB_VARIABLE}=1)"
+            if production
+            else "the embedded development server in ./.pgdata, started if needed)"
+        ),
     )
     parser.add_argument(
         "--pooler",
@@ -69,6 +245,14 @@ def database_arg(parser: argparse.ArgumentParser) -> None:
         "nothing that needs a session, LISTEN only over --listen-url) "
         f"(default: ${POOLER_ENV}, else session)",
     )
+    parser.set_defaults(production=production, dev_db=False)
+    if production:
+        parser.add_argument(
+            "--dev-db",
+            action="store_true",
+            help="without a URL, run against the embedded development server in ./.pgdata "
+            f"(also {DEV_DB_VARIABLE}=1); never in production",
+        )
 
 
 def listen_url_arg(parser: argparse.ArgumentParser) -> None:
@@ -105,13 +289,16 @@ def connect_kwargs(args: argparse.Namespace, **kwargs: Any) -> dict[str, Any]:
 
 def connect(args: argparse.Namespace, **kwargs: Any) -> psycopg.Connection[Any]:
     """Open a connection to the command's database (``--database-url``) in its pooler mode."""
-    return jobs_connect(resolve_url(args.database_url), pooler=pooler(args), **kwargs)
+    return jobs_connect(resolve_url(args.database_url, args), pooler=pooler(args), **kwargs)
 
 
 def log_args(parser: argparse.ArgumentParser) -> None:
     """``--log-level`` and ``--log-json``: every long-running command logs the same way."""
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the lowest level logged to stderr",
     )
     parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
 
@@ -119,50 +306,122 @@ def log_args(parser: argparse.ArgumentParser) -> None:
 def metrics_args(parser: argparse.ArgumentParser, default_max_lag: timedelta) -> None:
     """``--metrics-port``, ``--metrics-host`` and ``--max-scheduler-lag`` of a service."""
     parser.add_argument(
-        "--metrics-port", type=int, help="serve /metrics and /healthz on this port (0: any)"
+        "--metrics-port",
+        type=port("--metrics-port"),
+        metavar="PORT",
+        help="serve /metrics and /healthz on this port (0: any free port; default: no server)",
     )
-    parser.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    parser.add_argument(
+        "--metrics-host", default="0.0.0.0", metavar="HOST", help="address to serve metrics on"
+    )
     parser.add_argument(
         "--max-scheduler-lag",
         type=seconds("--max-scheduler-lag"),
-        default=default_max_lag,
+        default=str(int(default_max_lag.total_seconds())),
+        metavar="SECONDS",
         help="/healthz fails when a schedule is overdue by more (seconds; 0: do not check)",
     )
 
 
+# -- --app ------------------------------------------------------------------------------------
+
+
 def import_attribute(spec: str, flag: str = "--app") -> object:
     """Import ``module:attribute`` and return the attribute, called if it is a plain function
-    (a factory). Failures raise :class:`InputError` naming the flag and the value."""
+    (a factory). Modules resolve from the current directory first, as ``celery -A`` and
+    ``procrastinate --app`` do. Failures raise :class:`InputError` naming the flag and value."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise InputError(f"{flag} must look like module:attribute, got {spec!r}")
+        raise InputError(f"{flag} must look like module:attribute, got {shown(spec)}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError(f"{flag} {spec!r}: cannot import {module_name!r} ({exc})") from None
-    except Exception as exc:  # the module itself raised while importing
         raise InputError(
-            f"{flag} {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{flag} {shown(spec)}: cannot import {shown(module_name)} ({_line(exc)}; modules "
+            f"resolve from the current directory {cwd})"
+        ) from None
+    except BaseException as exc:  # the module itself raised while importing (SystemExit too)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InputError(
+            f"{flag} {shown(spec)}: importing {shown(module_name)} failed: "
+            f"{type(exc).__name__}: {_line(exc)}"
         ) from None
     try:
         value: object = getattr(module, attr)
     except AttributeError:
-        raise InputError(f"{flag} {spec!r}: module {module_name!r} has no {attr!r}") from None
+        raise InputError(
+            f"{flag} {shown(spec)}: module {shown(module_name)} has no {shown(attr)}"
+        ) from None
     if inspect.isfunction(value):
         try:
             value = value()
-        except InvalidInput:
+        except KeyboardInterrupt:
             raise
-        except Exception as exc:  # the factory raised: say so on one line
+        except BaseException as exc:  # the factory raised: say so on one line
             raise InputError(
-                f"{flag} {spec!r}: the factory {attr!r} failed: {type(exc).__name__}: {exc}"
+                f"{flag} {shown(spec)}: the factory {shown(attr)} failed: "
+                f"{type(exc).__name__}: {_line(exc)}"
             ) from None
     return value
 
 
-def resolve_url(flag: str | None) -> str:
-    """``--database-url`` if given, else ``DATABASE_URL``, else the embedded server."""
-    return flag or database_url()
+def _line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one bounded line."""
+    message = " ".join(str(exc).split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+# -- the database URL -------------------------------------------------------------------------
+
+_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+
+
+def redact(url: str) -> str:
+    """``url`` with a password replaced by ``***`` (URL form and ``password=`` form)."""
+    url = _PASSWORD_RE.sub(r"\1***@", url)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
+
+
+def check_url(url: str, field: str) -> str:
+    """Raise :class:`InputError` unless libpq can parse ``url`` (and its ports are numbers)."""
+    if not url.strip():
+        raise InputError(field, url, "is empty")
+    try:
+        params = pg_conninfo.conninfo_to_dict(url)
+    except Exception as exc:  # psycopg.ProgrammingError: libpq could not parse it
+        raise InputError(
+            field, redact(url), f"not a PostgreSQL URL or conninfo ({_line(exc)})"
+        ) from None
+    ports = str(params.get("port") or "")
+    for item in filter(None, ports.split(",")):
+        if not item.isdigit() or not 1 <= int(item) <= 65535:
+            raise InputError(field, redact(url), f"port {shown(item)} is not from 1 to 65535")
+    return url
+
+
+def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str:
+    """``--database-url`` if given, else ``DATABASE_URL``, else the embedded development server.
+
+    A production command (``args.production``: worker, scheduler, relay) uses the embedded
+    server only when asked (``--dev-db`` or ``TOCKWORK_DEV_DB=1``): a deployment that forgot
+    ``DATABASE_URL`` must fail loudly, not run against a private empty database.
+    """
+    if flag is not None:
+        return check_url(flag, "--database-url")
+    env = os.environ.get("DATABASE_URL")
+    if env:
+        return check_url(env, "DATABASE_URL")
+    production = args is not None and getattr(args, "production", False)
+    if production and not (getattr(args, "dev_db", False) or dev_db_allowed()):
+        raise InputError(
+            "no database given: set DATABASE_URL or pass --database-url "
+            f"(for development, --dev-db or {DEV_DB_VARIABLE}=1 uses the embedded server)"
+        )
+    return database_url()
 
 
 def ensure_schema(url: str, *, apply: bool) -> None:

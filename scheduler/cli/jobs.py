@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from typing import Any
 
@@ -12,14 +13,19 @@ import psycopg
 
 import jobs
 from scheduler.cli.common import (
+    MAX_COUNT,
     InputError,
     SubParsers,
     connect,
     database_arg,
     ensure_schema,
     instant,
+    job_id,
     pooler,
+    positive_float,
+    positive_int,
     resolve_url,
+    text,
 )
 from scheduler.queries import query as scheduler_query
 
@@ -114,7 +120,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     return 0
 
 
+FILTER_FLAGS = "--id, --queue, --job-type or --error-code"
+
+
 def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    if not (args.id or args.queue or args.job_type or args.error_code):
+        raise InputError(f"give at least one filter: {FILTER_FLAGS}")
     return {
         "ids": args.id or None,
         "queue": args.queue,
@@ -123,27 +134,44 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _unmatched(args: argparse.Namespace, ids: list[int], what: str) -> int:
+    """Exit 1 naming the ``--id`` values that matched nothing (a missing job, or one in another
+    status): the caller asked for those jobs by name, so doing nothing is not success."""
+    missing = [i for i in dict.fromkeys(args.id or ()) if i not in set(ids)]
+    if not missing:
+        return 0
+    shown_ids = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+    print(f"{args.prog}: failed: no {what} job with --id {shown_ids}", file=sys.stderr)
+    return 1
+
+
 def cmd_jobs_requeue(args: argparse.Namespace) -> int:
+    filters = _filters(args)
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        raise InputError(f"--since ({args.since.isoformat()}) must be before --until "
+                         f"({args.until.isoformat()})")  # fmt: skip
+    statuses = args.status or ["dead"]
     with connect(args) as conn:
         ids = jobs.requeue(
             conn,
-            **_filters(args),
+            **filters,
             since=args.since,
             until=args.until,
-            statuses=args.status or ("dead",),
+            statuses=statuses,
         )
         if args.dry_run:
             conn.rollback()
     verb = "would requeue" if args.dry_run else "requeued"
     print(f"{verb} {len(ids)} job(s)" + (f": {', '.join(map(str, ids[:50]))}" if ids else ""))
-    return 0
+    return _unmatched(args, ids, " or ".join(statuses))
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    filters = _filters(args)
     with connect(args) as conn:
-        ids = jobs.cancel(conn, **_filters(args), reason=args.reason)
+        ids = jobs.cancel(conn, **filters, reason=args.reason)
     print(f"cancelled {len(ids)} job(s)" + (f": {', '.join(map(str, ids[:50]))}" if ids else ""))
-    return 0
+    return _unmatched(args, ids, "waiting (pending or retrying)")
 
 
 def _stats_table(stats: list[jobs.QueueStats]) -> str:
@@ -191,61 +219,129 @@ def cmd_stats(args: argparse.Namespace) -> int:
             time.sleep(args.interval)
 
 
+def _list_options(q: argparse.ArgumentParser) -> None:
+    q.add_argument("--queue", type=text("--queue"), help="only this queue")
+    q.add_argument("--job-type", type=text("--job-type"), help="only this job type")
+    q.add_argument(
+        "--error-code", type=text("--error-code"), help="only jobs whose last error has this code"
+    )
+    q.add_argument(
+        "--limit",
+        type=positive_int("--limit", MAX_COUNT),
+        default=100,
+        metavar="N",
+        help=f"at most this many, newest first (1 to {MAX_COUNT:,})",
+    )
+    q.add_argument("--json", action="store_true", help="print a JSON list")
+
+
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    jobs_parser = sub.add_parser("jobs", help="inspect, requeue and cancel jobs")
+    jobs_parser = sub.add_parser(
+        "jobs",
+        help="inspect, requeue and cancel jobs",
+        description="Inspect jobs, requeue dead ones, cancel waiting ones.",
+    )
     jsub = jobs_parser.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
 
-    def filters(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--id", type=int, action="append", help="a job id (repeatable)")
-        q.add_argument("--queue")
-        q.add_argument("--job-type")
-        q.add_argument("--error-code")
+    def filters(q: argparse.ArgumentParser, verb: str) -> None:
+        group = q.add_argument_group(
+            "filters", f"at least one is required; {verb} the jobs matching all those given"
+        )
+        group.add_argument(
+            "--id", type=job_id(), action="append", metavar="ID", help="a job id (repeatable)"
+        )
+        group.add_argument("--queue", type=text("--queue"), help="jobs of this queue")
+        group.add_argument("--job-type", type=text("--job-type"), help="jobs of this type")
+        group.add_argument(
+            "--error-code", type=text("--error-code"), help="jobs whose last error has this code"
+        )
 
-    q = jsub.add_parser("dead", help="list dead jobs")
+    q = jsub.add_parser("dead", help="list dead jobs", description="List dead jobs, newest first.")
     database_arg(q)
-    q.add_argument("--queue")
-    q.add_argument("--job-type")
-    q.add_argument("--error-code")
-    q.add_argument("--limit", type=int, default=100)
-    q.add_argument("--json", action="store_true")
+    _list_options(q)
     q.set_defaults(func=cmd_jobs_list, status=["dead"])
 
-    q = jsub.add_parser("list", help="list jobs in given statuses")
+    q = jsub.add_parser(
+        "list", help="list jobs in given statuses", description="List jobs, newest first."
+    )
     database_arg(q)
     q.add_argument(
-        "--status", action="append", choices=[str(s) for s in jobs.JobStatus], required=True
+        "--status",
+        action="append",
+        choices=[str(s) for s in jobs.JobStatus],
+        required=True,
+        help="a status to list (repeatable; required)",
     )
-    q.add_argument("--queue")
-    q.add_argument("--job-type")
-    q.add_argument("--error-code")
-    q.add_argument("--limit", type=int, default=100)
-    q.add_argument("--json", action="store_true")
+    _list_options(q)
     q.set_defaults(func=cmd_jobs_list)
 
-    q = jsub.add_parser("show", help="one job with its attempt history")
+    q = jsub.add_parser(
+        "show",
+        help="one job with its attempt history",
+        description="One job with its attempt history; exit 2 when no job has this id.",
+    )
     database_arg(q)
-    q.add_argument("id", type=int)
-    q.add_argument("--json", action="store_true")
+    q.add_argument("id", type=job_id("ID"), metavar="ID", help="the job's id")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(func=cmd_jobs_show)
 
-    q = jsub.add_parser("requeue", help="put dead jobs back to pending")
+    q = jsub.add_parser(
+        "requeue",
+        help="put dead jobs back to pending (a filter is required)",
+        description="Put dead (or cancelled) jobs back to pending with a fresh set of "
+        f"attempts. A filter is required: {FILTER_FLAGS}. Exits 1 when an --id matched no job "
+        "in the given statuses.",
+    )
     database_arg(q)
-    filters(q)
-    q.add_argument("--since", type=instant, help="died at or after (ISO instant)")
-    q.add_argument("--until", type=instant, help="died before (ISO instant)")
-    q.add_argument("--status", action="append", choices=["dead", "cancelled"])
-    q.add_argument("--dry-run", action="store_true")
+    filters(q, "requeue")
+    q.add_argument(
+        "--since",
+        type=instant,
+        metavar="ISO",
+        help="died at or after this instant (with Z or offset)",
+    )
+    q.add_argument(
+        "--until", type=instant, metavar="ISO", help="died before this instant (with Z or offset)"
+    )
+    q.add_argument(
+        "--status",
+        action="append",
+        choices=["dead", "cancelled"],
+        help="requeue jobs in this status (repeatable; default: dead)",
+    )
+    q.add_argument(
+        "--dry-run", action="store_true", help="say what would be requeued, change nothing"
+    )
     q.set_defaults(func=cmd_jobs_requeue)
 
-    q = jsub.add_parser("cancel", help="cancel waiting jobs")
+    q = jsub.add_parser(
+        "cancel",
+        help="cancel waiting jobs (a filter is required)",
+        description="Cancel pending and retrying jobs (a leased job is running and is left "
+        f"alone). A filter is required: {FILTER_FLAGS}. Exits 1 when an --id matched no "
+        "waiting job.",
+    )
     database_arg(q)
-    filters(q)
-    q.add_argument("--reason")
+    filters(q, "cancel")
+    q.add_argument(
+        "--reason", type=text("--reason", 500), help="why, kept on the job (at most 500 characters)"
+    )
     q.set_defaults(func=cmd_jobs_cancel)
 
-    p = sub.add_parser("stats", help="per-queue figures")
+    p = sub.add_parser(
+        "stats",
+        help="per-queue figures, the outbox and the scheduler's lag",
+        description="Per-queue figures (ready, oldest ready age, leased, retrying, dead, "
+        "scheduled), the outbox and the most overdue schedule.",
+    )
     database_arg(p)
-    p.add_argument("--watch", action="store_true")
-    p.add_argument("--interval", type=float, default=2.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true", help="refresh until interrupted (Ctrl-C)")
+    p.add_argument(
+        "--interval",
+        type=positive_float("--interval", 3600),
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between refreshes with --watch (above 0, at most 3600)",
+    )
+    p.add_argument("--json", action="store_true", help="print the queue figures as JSON")
     p.set_defaults(func=cmd_stats)

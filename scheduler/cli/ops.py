@@ -11,7 +11,15 @@ from datetime import timedelta
 from types import FrameType
 
 from scheduler import health
-from scheduler.cli.common import SubParsers, database_arg, pooler, resolve_url, seconds
+from scheduler.cli.common import (
+    SubParsers,
+    database_arg,
+    pooler,
+    port,
+    positive_float,
+    resolve_url,
+    seconds,
+)
 
 
 def _health(args: argparse.Namespace) -> health.Health:
@@ -55,21 +63,44 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-scheduler-lag",
         type=seconds("--max-scheduler-lag"),
-        default=health.DEFAULT_MAX_SCHEDULER_LAG,
+        default=str(int(health.DEFAULT_MAX_SCHEDULER_LAG.total_seconds())),
+        metavar="SECONDS",
         help="unhealthy when a schedule is overdue by more (seconds; 0: do not check)",
     )
-    p.add_argument("--poll-only", action="store_true", help="workers run without LISTEN")
-    p.add_argument("--timeout", type=float, default=2.0, help="connect and statement timeout")
+    p.add_argument(
+        "--poll-only",
+        action="store_true",
+        help="the workers run without LISTEN: do not check it",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float("--timeout", 300),
+        default=2.0,
+        metavar="SECONDS",
+        help="connect and statement timeout of each check (seconds, above 0, at most 300)",
+    )
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("healthz", help="check database, LISTEN and scheduler lag; exit 0 or 1")
+    p = sub.add_parser(
+        "healthz",
+        help="check database, LISTEN and scheduler lag; exit 0 or 1",
+        description="Check the database, LISTEN and the scheduler's lag; print JSON; exit 0 "
+        "when healthy, 1 when not, 2 on a usage error.",
+    )
     _common(p)
     p.add_argument("--compact", action="store_true", help="one JSON line")
     p.set_defaults(func=cmd_healthz)
 
-    p = sub.add_parser("metrics-server", help="serve the database gauges on /metrics, and /healthz")
+    p = sub.add_parser(
+        "metrics-server",
+        help="serve the database gauges on /metrics, and /healthz",
+        description="Serve the database gauges on /metrics and the health check on /healthz "
+        "until SIGTERM or SIGINT.",
+    )
     _common(p)
-    p.add_argument("--port", type=int, required=True, help="port (0: any free port)")
+    p.add_argument(
+        "--port", type=port("--port"), required=True, help="port (0: any free port; required)"
+    )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.set_defaults(func=cmd_metrics_server)

@@ -9,47 +9,28 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
-from datetime import timedelta
 
 from jobs import RELAY_MAX_BATCH as MAX_BATCH
 from jobs import Relay, logs, outbox
 from jobs.outbox import Projection, Projections
 from scheduler.cli.common import (
+    MAX_COUNT,
     InputError,
     SubParsers,
     connect,
     connect_kwargs,
     database_arg,
+    event_id,
     import_attribute,
     listen_url,
     listen_url_arg,
     log_args,
     pooler,
+    positive_int,
     resolve_url,
     seconds,
+    text,
 )
-
-
-def _batch_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--batch-size must be an integer, got {text!r}") from None
-    if not 1 <= value <= MAX_BATCH:
-        raise argparse.ArgumentTypeError(
-            f"--batch-size must be from 1 to {MAX_BATCH}, got {text!r}"
-        )
-    return value
-
-
-def _max_attempts(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--max-attempts must be a positive integer, got {text!r}")
-    return value
 
 
 def load_projections(spec: str) -> Projections:
@@ -69,11 +50,12 @@ def load_projections(spec: str) -> Projections:
 
 def cmd_relay(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
-    projections = load_projections(args.app)
+    url = resolve_url(args.database_url, args)
     if args.lease <= args.poll:
         raise InputError("--lease must be longer than --poll")
+    projections = load_projections(args.app)
     relay = Relay(
-        resolve_url(args.database_url),
+        url,
         projections,
         batch_size=args.batch_size,
         lease=args.lease,
@@ -117,21 +99,47 @@ def cmd_retry(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         ids = outbox.retry_dead(conn, None if args.all else args.id)
     print(f"retried {len(ids)} event(s)")
+    missing = [] if args.all else [i for i in dict.fromkeys(args.id) if i not in set(map(str, ids))]
+    if missing:
+        print(f"{args.prog}: failed: no dead event with --id {', '.join(missing[:20])}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     """Add ``tockwork relay`` and ``tockwork outbox dead|retry``."""
-    box = sub.add_parser("outbox", help="inspect and retry dead outbox events")
+    box = sub.add_parser(
+        "outbox",
+        help="inspect and retry dead outbox events",
+        description="Inspect outbox events set aside as dead, and put them back in the stream.",
+    )
     bsub = box.add_subparsers(dest="outbox_command", required=True, metavar="ACTION")
-    q = bsub.add_parser("dead", help="list events set aside after their projections failed")
+    q = bsub.add_parser(
+        "dead",
+        help="list events set aside after their projections failed",
+        description="List outbox events set aside after their projections failed.",
+    )
     database_arg(q)
-    q.add_argument("--limit", type=int, default=100)
-    q.add_argument("--json", action="store_true")
+    q.add_argument(
+        "--limit",
+        type=positive_int("--limit", MAX_COUNT),
+        default=100,
+        metavar="N",
+        help=f"at most this many (1 to {MAX_COUNT:,})",
+    )
+    q.add_argument("--json", action="store_true", help="print a JSON list")
     q.set_defaults(func=cmd_dead)
-    q = bsub.add_parser("retry", help="put dead events back in the stream")
+    q = bsub.add_parser(
+        "retry",
+        help="put dead events back in the stream (--id or --all is required)",
+        description="Put dead events back in the stream with a fresh attempt budget. Give "
+        "--id (repeatable) or --all; exits 1 when an --id matched no dead event.",
+    )
     database_arg(q)
-    q.add_argument("--id", action="append", help="an event id (repeatable)")
+    q.add_argument(
+        "--id", type=event_id, action="append", metavar="UUID", help="an event id (repeatable)"
+    )
     q.add_argument("--all", action="store_true", help="every dead event")
     q.set_defaults(func=cmd_retry)
 
@@ -143,33 +151,47 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
             "projections build, exactly once per (event, projection, index)."
         ),
     )
-    database_arg(p)
+    database_arg(p, production=True)
     p.add_argument(
         "--app",
         required=True,
         metavar="MODULE:ATTR",
-        help="the projections: a jobs.outbox.Projections, a list of Projection, or a callable",
+        help="the projections: a jobs.outbox.Projections, a list of Projection, or a callable "
+        "returning either; modules resolve from the current directory (required)",
     )
-    p.add_argument("--batch-size", type=_batch_size, default=100, help="events per claim")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int("--batch-size", MAX_BATCH),
+        default=100,
+        metavar="N",
+        help=f"events per claim (1 to {MAX_BATCH})",
+    )
     p.add_argument(
         "--lease",
-        type=seconds("--lease"),
-        default=timedelta(seconds=60),
-        help="seconds a claim lasts before another relay may take the event over (default 60)",
+        type=seconds("--lease", minimum=1),
+        default="60",
+        metavar="SECONDS",
+        help="seconds a claim lasts before another relay may take the event over (at least 1)",
     )
     p.add_argument(
         "--poll",
-        type=seconds("--poll"),
-        default=timedelta(seconds=1),
-        help="seconds between polls when no notification arrives (default 1)",
+        type=seconds("--poll", positive=True),
+        default="1",
+        metavar="SECONDS",
+        help="seconds between polls when no notification arrives (above 0)",
     )
     p.add_argument(
         "--max-attempts",
-        type=_max_attempts,
+        type=positive_int("--max-attempts", 1000),
         default=5,
-        help="claims of a failing event before it is set aside as dead",
+        metavar="N",
+        help="claims of a failing event before it is set aside as dead (1 to 1000)",
     )
-    p.add_argument("--name", help="this relay's name in claimed_by (default host:pid)")
+    p.add_argument(
+        "--name",
+        type=text("--name"),
+        help="this relay's name in claimed_by (default: host:pid)",
+    )
     p.add_argument("--no-listen", action="store_true", help="poll only (behind PgBouncer)")
     listen_url_arg(p)
     log_args(p)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import timedelta
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -12,6 +13,7 @@ import psycopg
 from jobs import logs
 from scheduler import health
 from scheduler.cli.common import (
+    MAX_COUNT,
     InputError,
     SubParsers,
     connect,
@@ -21,8 +23,10 @@ from scheduler.cli.common import (
     instant,
     log_args,
     metrics_args,
+    positive_int,
     resolve_url,
     seconds,
+    text,
 )
 from scheduler.definitions import load_file, sync
 from scheduler.errors import ScheduleNotFound
@@ -31,11 +35,15 @@ from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
 from scheduler.tick import DEFAULT_MAX_LOOKAHEAD, Scheduler
 from timezones import SystemClock
+from timezones.errors import shown
+
+MAX_PREVIEW = 1000  # occurrences a preview prints (each one is a bounded computation)
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
-    url = resolve_url(args.database_url)
+    url = resolve_url(args.database_url, args)
+    definitions = _load(args.definitions, "--definitions") if args.definitions else None
     kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=args.migrate)
     with connect(args) as conn:
@@ -46,9 +54,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 f"maintenance definitions: created {len(built_in.created)}, "
                 f"updated {len(built_in.updated)}"
             )
-        if args.definitions:
+        if definitions is not None:
             with conn.transaction():
-                result = sync(conn, load_file(args.definitions))
+                result = sync(conn, definitions)
             print(
                 f"definitions: created {len(result.created)}, updated {len(result.updated)}, "
                 f"deleted {len(result.deleted)}, unchanged {len(result.unchanged)}"
@@ -60,6 +68,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         interval=args.interval,
         connect_kwargs=kwargs,
+        name=args.name,
     )
     server = None
     if args.metrics_port is not None:
@@ -79,8 +88,38 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load(path: str, field: str) -> list[Any]:
+    """The definitions of a TOML file, checked before anything connects: a file that cannot be
+    read, is not UTF-8 or is not TOML, or whose ``schedule`` is not an array of tables, is bad
+    input naming the file."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(field, path, "no such file") from None
+    except OSError as exc:
+        raise InputError(field, path, f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            field, path, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(field, path, f"is not valid TOML: {exc}") from None
+    items = document.get("schedule", [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InputError(
+            field,
+            path,
+            f"'schedule' must be an array of tables ([[schedule]]), got {shown(items, 60)}",
+        )
+    return load_file(path)
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
-    definitions = load_file(args.file)
+    definitions = _load(args.file, "FILE")
     with connect(args) as conn:
         result = sync(conn, definitions)
         if args.dry_run:
@@ -161,29 +200,48 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("scheduler", help="run a scheduler replica (run as many as you like)")
-    database_arg(p)
+    p = sub.add_parser(
+        "scheduler",
+        help="run a scheduler replica (run as many as you like)",
+        description="Run a scheduler replica until SIGTERM or SIGINT: enqueue each due "
+        "occurrence once (replicas coordinate through the database; run as many as you like).",
+    )
+    database_arg(p, production=True)
     p.add_argument(
         "--lookahead",
         type=seconds("--lookahead"),
-        default=timedelta(seconds=60),
-        help="enqueue occurrences this many seconds ahead (default 60)",
+        default="60",
+        metavar="SECONDS",
+        help="enqueue occurrences this many seconds ahead",
     )
     p.add_argument(
         "--max-lookahead",
         type=seconds("--max-lookahead"),
-        default=DEFAULT_MAX_LOOKAHEAD,
-        help="how far ahead the lookahead may grow when a herd is due (seconds, default "
-        f"{DEFAULT_MAX_LOOKAHEAD.total_seconds():.0f}; at most --lookahead turns it off)",
+        default=str(int(DEFAULT_MAX_LOOKAHEAD.total_seconds())),
+        metavar="SECONDS",
+        help="how far ahead the lookahead may grow when a herd is due (seconds; at most "
+        "--lookahead turns it off)",
     )
-    p.add_argument("--batch-size", type=int, default=2000)
+    p.add_argument(
+        "--batch-size",
+        type=positive_int("--batch-size", MAX_COUNT),
+        default=2000,
+        metavar="N",
+        help=f"schedules planned per tick transaction (1 to {MAX_COUNT:,})",
+    )
     p.add_argument(
         "--interval",
-        type=seconds("--interval"),
-        default=timedelta(seconds=1),
-        help="seconds between ticks when idle (default 1)",
+        type=seconds("--interval", positive=True),
+        default="1",
+        metavar="SECONDS",
+        help="seconds between ticks when idle (above 0)",
     )
-    p.add_argument("--definitions", help="a TOML file of definitions to sync at start-up")
+    p.add_argument(
+        "--name", type=text("--name"), help="this replica's name in logs (default: host:pid:n)"
+    )
+    p.add_argument(
+        "--definitions", metavar="FILE", help="a TOML file of definitions to sync at start-up"
+    )
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
     p.add_argument(
         "--maintenance",
@@ -194,25 +252,54 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     log_args(p)
     p.set_defaults(func=cmd_scheduler)
 
-    schedules = sub.add_parser("schedules", help="definitions and schedules")
+    schedules = sub.add_parser(
+        "schedules",
+        help="definitions and schedules",
+        description="Sync definitions from a TOML file; list, show and preview schedules.",
+    )
     ssub = schedules.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
-    q = ssub.add_parser("sync", help="create, update and remove definitions from a TOML file")
+    q = ssub.add_parser(
+        "sync",
+        help="create, update and remove definitions from a TOML file",
+        description="Create, update and remove definitions (schedules with a key) so that the "
+        "database matches a TOML file of [[schedule]] tables.",
+    )
     database_arg(q)
-    q.add_argument("file")
-    q.add_argument("--dry-run", action="store_true")
+    q.add_argument("file", metavar="FILE", help="the TOML file of [[schedule]] tables")
+    q.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
     q.set_defaults(func=cmd_sync)
-    q = ssub.add_parser("list", help="list schedules")
+    q = ssub.add_parser("list", help="list schedules", description="List schedules.")
     database_arg(q)
-    q.add_argument("--limit", type=int, default=200)
+    q.add_argument(
+        "--limit",
+        type=positive_int("--limit", MAX_COUNT),
+        default=200,
+        metavar="N",
+        help=f"at most this many (1 to {MAX_COUNT:,})",
+    )
     q.set_defaults(func=cmd_list)
-    q = ssub.add_parser("show", help="one schedule by key or id")
+    q = ssub.add_parser(
+        "show", help="one schedule by key or id", description="One schedule, by key or id."
+    )
     database_arg(q)
-    q.add_argument("key")
+    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
     q.set_defaults(func=cmd_show)
-    q = ssub.add_parser("preview", help="a schedule's next occurrences, DST marks included")
+    q = ssub.add_parser(
+        "preview",
+        help="a schedule's next occurrences, DST marks included",
+        description="A stored schedule's next occurrences, with the DST policy that touched each.",
+    )
     database_arg(q)
-    q.add_argument("key")
-    q.add_argument("--count", type=int, default=10)
-    q.add_argument("--after", type=instant)
-    q.add_argument("--json", action="store_true")
+    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
+    q.add_argument(
+        "--count",
+        type=positive_int("--count", MAX_PREVIEW),
+        default=10,
+        metavar="N",
+        help=f"how many occurrences (1 to {MAX_PREVIEW:,})",
+    )
+    q.add_argument(
+        "--after", type=instant, metavar="ISO", help="start after this instant (default: now)"
+    )
+    q.add_argument("--json", action="store_true", help="print a JSON list")
     q.set_defaults(func=cmd_preview)

@@ -7,12 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from datetime import timedelta
 
 import jobs
 from jobs import logs, migrate, validate
 from scheduler import health
 from scheduler.cli.common import (
+    MAX_CONCURRENCY,
     InputError,
     SubParsers,
     connect,
@@ -27,25 +27,29 @@ from scheduler.cli.common import (
     pooler,
     resolve_url,
     seconds,
+    text,
 )
 from scheduler.migrations import COMPONENTS, OPTIONAL
+from timezones.errors import shown
 
 
 def _queue(text: str) -> tuple[str, int]:
     name, sep, n = text.partition("=")
-    try:
-        concurrency = int(n) if sep else 1
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--queue expects NAME=CONCURRENCY, got {text!r}"
-        ) from None
+    if name != name.strip() or not name.isprintable():
+        # The queue name pattern's "$" would let "default\n" through to the table's CHECK.
+        raise argparse.ArgumentTypeError(f"--queue: invalid queue name {shown(name)}")
     try:
         validate.queue_name(name, "--queue")
     except jobs.InvalidJob as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    if concurrency < 1:
-        raise argparse.ArgumentTypeError(f"--queue {name}: concurrency must be >= 1, got {n!r}")
-    return name, concurrency
+    if not sep:
+        return name, 1
+    if not (n.isascii() and n.isdigit()) or not 1 <= int(n) <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"--queue {name}: the concurrency must be an integer from 1 to {MAX_CONCURRENCY}, "
+            f"got {shown(n)} (NAME=CONCURRENCY)"
+        )
+    return name, int(n)
 
 
 def load_app(spec: str) -> Mapping[str, jobs.Handler]:
@@ -66,7 +70,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
-    url = resolve_url(args.database_url)
+    url = resolve_url(args.database_url, args)
     # Apps that open their own connections (scheduler.maintenance:app, the simulated reminders)
     # find the worker's database here, also when their factory runs (so: before loading them);
     # pooler() exports the pooler mode for them the same way.
@@ -118,7 +122,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("migrate", help="apply the database migrations (safe to run concurrently)")
+    p = sub.add_parser(
+        "migrate",
+        help="apply the database migrations (safe to run concurrently)",
+        description="Apply the database migrations; safe to run concurrently.",
+    )
     database_arg(p)
     p.add_argument(
         "--with",
@@ -130,29 +138,52 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(func=cmd_migrate)
 
-    p = sub.add_parser("worker", help="run handlers for jobs of the given queues")
-    database_arg(p)
-    p.add_argument("--app", required=True, help="module:attribute naming {job_type: handler}")
+    p = sub.add_parser(
+        "worker",
+        help="run handlers for jobs of the given queues",
+        description="Claim jobs of the given queues and run their handlers until SIGTERM or "
+        "SIGINT (then running handlers get --grace seconds to finish).",
+    )
+    database_arg(p, production=True)
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a mapping {job_type: handler}, or a function returning one; modules resolve from "
+        "the current directory (required)",
+    )
     p.add_argument(
         "--queue",
         action="append",
         type=_queue,
         metavar="NAME=N",
-        help="a queue and its concurrency (repeatable; default: default=4)",
+        help=f"a queue and its concurrency, 1 to {MAX_CONCURRENCY} handler threads "
+        "(repeatable; default: default=4)",
     )
-    p.add_argument("--name", help="worker name recorded in leases and history")
-    p.add_argument("--lease", type=seconds("--lease"), default=timedelta(seconds=30))
+    p.add_argument(
+        "--name", type=text("--name"), help="worker name recorded in leases and history "
+        "(default: host:pid)"
+    )  # fmt: skip
+    p.add_argument(
+        "--lease",
+        type=seconds("--lease", minimum=1),
+        default="30",
+        metavar="SECONDS",
+        help="seconds a claimed job stays leased between heartbeats (at least 1)",
+    )
     p.add_argument(
         "--grace",
         type=seconds("--grace"),
-        default=timedelta(seconds=20),
+        default="20",
+        metavar="SECONDS",
         help="seconds running handlers get to finish after SIGTERM",
     )
     p.add_argument(
         "--poll",
-        type=seconds("--poll"),
-        default=timedelta(seconds=1),
-        help="reconciliation poll interval in seconds",
+        type=seconds("--poll", positive=True),
+        default="1",
+        metavar="SECONDS",
+        help="seconds between reconciliation polls (above 0)",
     )
     p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
     listen_url_arg(p)

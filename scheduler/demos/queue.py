@@ -20,16 +20,19 @@ import psycopg
 
 import jobs
 from jobs import Job, JobSpec
-from scheduler.cli.common import resolve_url
-from scheduler.devdb import create_database
+from scheduler.cli.common import redact, resolve_url
+from scheduler.devdb import NotAScratchDatabase, scratch_database
 from scheduler.migrations import COMPONENTS
 
-DEMO_DB = "tockwork_demo"
+# The demo's own database on the server of DATABASE_URL (or the embedded one): created by the
+# demo and marked so (scheduler.devdb.scratch_database); a database of this name that a demo
+# did not make is never dropped.
+DEMO_DB = "tockwork_demo_scratch"
 QUEUES = {"critical_alerts": 4, "notifications": 8, "reports": 1}
 
 
 def _fresh_database(server_url: str) -> str:
-    url = create_database(server_url, DEMO_DB, components=COMPONENTS, replace=True)
+    url = scratch_database(server_url, DEMO_DB, components=COMPONENTS)
     with psycopg.connect(url) as conn:
         conn.execute(
             "CREATE TABLE deliveries (job_id bigint, user_id int, at timestamptz DEFAULT now())"
@@ -124,8 +127,15 @@ def _progress(conn: psycopg.Connection[Any]) -> tuple[str, int]:
 def main() -> int:
     started = time.perf_counter()
     server = resolve_url(None)
-    print(f"tockwork demo: database {DEMO_DB} on {server}")
-    url = _fresh_database(server)
+    print(
+        f"tockwork demo: 3,000 jobs on 3 queues, in a scratch database {DEMO_DB} (created by "
+        f"this demo, dropped by its next run) on {redact(server)}"
+    )
+    try:
+        url = _fresh_database(server)
+    except NotAScratchDatabase as exc:
+        print(f"tockwork demo: refused: {exc}", file=sys.stderr)
+        return 1
     handlers = Handlers(url)
     with psycopg.connect(url, autocommit=True) as conn:
         specs = _specs()

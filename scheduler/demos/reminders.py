@@ -23,12 +23,15 @@ from typing import Any
 import psycopg
 
 import scheduler
-from scheduler.cli.common import resolve_url
-from scheduler.devdb import create_database
+from scheduler.cli.common import redact, resolve_url
+from scheduler.devdb import NotAScratchDatabase, scratch_database
 from scheduler.migrations import ALL_COMPONENTS
 from timezones import available_zones, get_zone
 
-DEMO_DB = "tockwork_demo"
+# The demo's own database on the server of DATABASE_URL (or the embedded one): created by the
+# demo and marked so (scheduler.devdb.scratch_database); a database of this name that a demo
+# did not make is never dropped.
+DEMO_DB = "tockwork_demo_scratch"
 REMINDERS = 20_000
 ZONES = 50
 JITTER = 30
@@ -52,7 +55,7 @@ def _zones() -> list[str]:
 
 
 def _fresh_database(server_url: str) -> str:
-    return create_database(server_url, DEMO_DB, components=ALL_COMPONENTS, replace=True)
+    return scratch_database(server_url, DEMO_DB, components=ALL_COMPONENTS)
 
 
 def _create(url: str, due: datetime) -> None:
@@ -108,8 +111,15 @@ def _percentile(values: list[float], p: float) -> float:
 def main() -> int:
     started = time.monotonic()
     server = resolve_url(None)
-    print(f"tockwork demo: {REMINDERS:,} reminders in {ZONES} zones, database {DEMO_DB}")
-    url = _fresh_database(server)
+    print(
+        f"tockwork demo: {REMINDERS:,} reminders in {ZONES} zones, in a scratch database "
+        f"{DEMO_DB} (created by this demo, dropped by its next run) on {redact(server)}"
+    )
+    try:
+        url = _fresh_database(server)
+    except NotAScratchDatabase as exc:
+        print(f"tockwork demo: refused: {exc}", file=sys.stderr)
+        return 1
     now = datetime.now(UTC)
     # The next whole minute at least 45 s away: time to create the schedules and start up.
     due = (now + timedelta(seconds=105)).replace(second=0, microsecond=0)

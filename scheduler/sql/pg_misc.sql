@@ -27,3 +27,12 @@ SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tab
 -- name: pg_truncate_tables
 -- The placeholder takes the tables (psycopg.sql.Identifier values joined by commas).
 TRUNCATE {} RESTART IDENTITY CASCADE
+
+-- name: pg_database_comment
+-- The comment on a database, one row when it exists (scheduler/devdb.py: a demo drops only the
+-- database it marked).
+SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(name)s;
+
+-- name: pg_database_mark
+-- The placeholders take the database's name (an Identifier) and the marker (a Literal).
+COMMENT ON DATABASE {} IS {}

@@ -136,12 +136,14 @@ OWNERS: dict[str, frozenset[str]] = {
 
 # The scheduler's migration 0001 was applied in the field and cannot be edited: it creates the
 # simulated provider's table, and 0002 drops it again when it is empty (the opt-in component
-# scheduler/simulated/ then owns it). These two files are the only exceptions.
+# scheduler/simulated/ then owns it). These two files are the only exceptions, besides the
+# system catalog pg_database, which the development databases read (a demo's marker comment).
 KNOWN_FOREIGN_TABLES = {
     ("scheduler/sql/migrations/0001_schedules.sql", "simulated_pushes"),
     ("scheduler/sql/migrations/0002_simulated_pushes_out.sql", "simulated_pushes"),
     # A system catalog: the pytest plugin lists the tables of its test database.
     ("scheduler/sql/pg_misc.sql", "pg_tables"),
+    ("scheduler/sql/pg_misc.sql", "pg_database"),
 }
 
 _COMMENT = re.compile(r"--[^\n]*")
