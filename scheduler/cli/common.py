@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -82,6 +84,11 @@ def import_attribute(spec: str, flag: str = "--app") -> object:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise InputError(f"{flag} must look like module:attribute, got {spec!r}")
+    # Modules resolve from the current directory, as with ``celery -A`` and ``procrastinate
+    # --app`` (the same change as helper E's branch; take theirs at merge).
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

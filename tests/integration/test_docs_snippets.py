@@ -1,0 +1,328 @@
+"""Every code block of README.md and docs/ runs as written, against a real PostgreSQL.
+
+Each page runs top to bottom the way a reader follows it: in a fresh database of its own (migrated,
+or empty for a page that says ``<!-- snippet: database empty -->``), in a copy of the user's
+project folder (``examples/quickstart``, where ``myapp/`` lives), with ``DATABASE_URL`` set.
+A ```` ```python ```` block runs as a script in a fresh interpreter (so it must bring its own
+imports and its own ``url``), and a chain of blocks marked ``<!-- snippet: continues -->`` runs
+as one script; every ``tockwork`` line of a shell block runs through the installed ``tockwork``
+command, with a timeout, and must exit with the documented code (0 unless the block says
+``<!-- snippet: exit N -->``). A service (``worker``, ``scheduler``, ``relay``,
+``metrics-server``) has no flag that makes it stop, so it runs until it logs that it started (a
+worker also until it drained the jobs of its queues), then gets SIGTERM and must exit 0.
+
+The conventions are in ``tests/docs_snippets.py`` and docs/development.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from scheduler.cli import build_parser
+from scheduler.devdb import throwaway_database
+from tests.docs_snippets import (
+    CLI,
+    DOCS,
+    LANGUAGES,
+    PROJECT,
+    ROOT,
+    RUN,
+    Block,
+    Command,
+    collect,
+    inline_commands,
+    page_directives,
+)
+from tests.processes import wait_for
+
+TOCKWORK = str(Path(sys.executable).with_name("tockwork"))
+TIMEOUT = 60.0  # seconds any one command or script may take: nothing a user types may hang
+SERVICES = {"worker", "scheduler", "relay", "metrics-server"}
+STARTED = re.compile(r"\b(started|serving /metrics)\b")
+
+PAGES = [doc for doc in DOCS if any(b.lang in RUN | CLI for b in collect(doc))]
+
+
+def _id(doc: Path) -> str:
+    return str(doc.relative_to(ROOT))
+
+
+# -- the conventions themselves (no database) -------------------------------------------------
+
+
+def test_every_fence_names_a_known_language() -> None:
+    bad = [
+        f"{b.where}: {b.lang or '(none)'}"
+        for doc in DOCS
+        for b in collect(doc)
+        if b.lang not in LANGUAGES
+    ]
+    assert bad == [], "mark illustrative blocks ```text; runnable ones ```python or ```sh"
+
+
+def test_no_python_hides_in_a_block_that_does_not_run() -> None:
+    """Python that is not in a ```python block would escape testing: a shown block that
+    compiles as Python and imports or defines something is refused."""
+    hidden = []
+    for doc in DOCS:
+        for b in collect(doc):
+            if b.lang in RUN or b.lang in CLI:
+                continue
+            try:
+                compile(b.text, b.where, "exec")
+            except SyntaxError:
+                continue
+            if re.search(r"^\s*(import |from \S+ import |def |class |\w+ = \w+\()", b.text, re.M):
+                hidden.append(b.where)
+    assert hidden == []
+
+
+def test_the_pages_with_code_are_all_run() -> None:
+    assert {_id(d) for d in PAGES} >= {"README.md", "docs/quickstart.md", "docs/jobs.md"}
+    assert sum(1 for d in PAGES for b in collect(d) if b.lang in RUN) >= 20
+
+
+def test_project_files_shown_are_the_example_files() -> None:
+    """A block that shows a file of examples/quickstart shows it exactly as it is there."""
+    shown = 0
+    for doc in DOCS:
+        for b in collect(doc):
+            if b.file and (PROJECT / b.file).exists():
+                shown += 1
+                assert (PROJECT / b.file).read_text("utf-8") == b.text + "\n", b.where
+    assert shown >= 1
+
+
+def test_every_inline_command_names_a_real_command() -> None:
+    """A ``tockwork ...`` span in the prose names a command (and sub-command) that exists."""
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert isinstance(commands, dict)
+    checked = 0
+    bad = []
+    for doc in DOCS:
+        for line, words in inline_commands(doc):
+            name = words[1] if len(words) > 1 else ""
+            checked += 1
+            if name.startswith("-"):
+                continue  # tockwork --version, --help
+            sub = commands.get(name)
+            if sub is None:
+                bad.append(f"{_id(doc)}:{line}: {' '.join(words)}")
+                continue
+            group = sub._subparsers
+            if group is not None and len(words) > 2 and not words[2].startswith("-"):
+                if words[2] not in group._group_actions[0].choices:
+                    bad.append(f"{_id(doc)}:{line}: {' '.join(words)}")
+    assert checked > 10
+    assert bad == []
+
+
+def test_python_blocks_name_nothing_undefined(tmp_path: Path) -> None:
+    """Names used inside functions fail only when the function runs; ruff's F821 finds them
+    in every block (a chain of continued blocks is checked as one script)."""
+    scripts = []
+    for doc in DOCS:
+        for n, (blocks, _) in enumerate(_chains(collect(doc))):
+            path = tmp_path / f"{doc.stem}_{n}.py"
+            path.write_text(_script(blocks), "utf-8")
+            scripts.append(str(path))
+    assert scripts
+    ruff = Path(sys.executable).with_name("ruff")
+    result = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--isolated", "--select", "F821,F822,F823,E9", "-q",
+         *scripts],
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- running the pages ------------------------------------------------------------------------
+
+
+def _chains(blocks: list[Block]) -> Iterator[tuple[list[Block], Block]]:
+    """The python blocks grouped into scripts: a block and the ones that continue it. Yields
+    (chain, the block after which the chain runs)."""
+    chain: list[Block] = []
+    for b in blocks:
+        if b.lang not in RUN:
+            continue
+        if chain and not b.continues:
+            yield chain, chain[-1]
+            chain = []
+        if not chain and b.continues:
+            raise AssertionError(f"{b.where}: 'continues' with no python block before it")
+        chain.append(b)
+    if chain:
+        yield chain, chain[-1]
+
+
+def _script(chain: list[Block]) -> str:
+    return "\n".join(f"# {b.where}\n{b.text}\n" for b in chain)
+
+
+class Page:
+    """A page being run: its database, its project folder and what ran."""
+
+    def __init__(self, doc: Path, url: str, workdir: Path) -> None:
+        self.doc = doc
+        self.url = url
+        self.workdir = workdir
+        self.env = {**os.environ, "DATABASE_URL": url}
+        self.env.pop("PYTHONPATH", None)  # the user's shell: only the installed packages
+        self.ran: list[str] = []
+
+    def given(self, block: Block) -> None:
+        for statements in block.directive("given-sql"):
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(statements.encode())
+
+    def expect(self, block: Block) -> None:
+        for check in block.directive("expect-sql"):
+            with psycopg.connect(self.url) as conn:
+                row = conn.execute(check.encode()).fetchone()
+            assert row is not None and row[0] is True, f"{block.where}: expected {check}"
+
+    def python(self, chain: list[Block]) -> None:
+        script = self.workdir / f"snippet_{chain[0].line}.py"
+        script.write_text(_script(chain), "utf-8")
+        try:
+            done = subprocess.run(
+                [sys.executable, script.name], cwd=self.workdir, env=self.env,
+                capture_output=True, text=True, timeout=TIMEOUT, check=False,
+            )  # fmt: skip
+        finally:
+            script.unlink()
+        where = ", ".join(b.where for b in chain)
+        assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
+        self.ran.extend(b.where for b in chain)
+
+    def command(self, command: Command) -> None:
+        args = _free_ports(command.args)
+        if args[0] in SERVICES or "--watch" in args:
+            self._service(command, args)
+            return
+        done = subprocess.run(
+            [TOCKWORK, *args], cwd=self.workdir, env=self.env,
+            capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        )  # fmt: skip
+        expected = command.block.expected_exit
+        assert done.returncode == expected, (
+            f"{command.where}: `{command}` exited {done.returncode}, expected {expected}:\n"
+            f"{done.stdout}\n{done.stderr}"
+        )
+        assert "Traceback" not in done.stderr, f"{command.where}: `{command}`:\n{done.stderr}"
+
+    def _service(self, command: Command, args: list[str]) -> None:
+        output: list[str] = []
+        started = threading.Event()
+
+        def read(stream: Any) -> None:
+            for line in stream:
+                output.append(line)
+                if STARTED.search(line):
+                    started.set()
+            started.set()  # the stream closed: the process ended (checked below)
+
+        with subprocess.Popen(
+            [TOCKWORK, *args], cwd=self.workdir, env=self.env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ) as proc:  # fmt: skip
+            readers = [
+                threading.Thread(target=read, args=(stream,), daemon=True)
+                for stream in (proc.stdout, proc.stderr)
+            ]
+            for r in readers:
+                r.start()
+            try:
+                started.wait(TIMEOUT)
+                assert proc.poll() is None, (
+                    f"{command.where}: `{command}` ended early ({proc.returncode}):\n"
+                    + "".join(output)
+                )
+                if args[0] == "worker":
+                    self._drained(_queues(args))
+                proc.send_signal(signal.SIGTERM)
+                code = proc.wait(TIMEOUT)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                for r in readers:
+                    r.join(TIMEOUT)
+        text = "".join(output)
+        assert code == 0, f"{command.where}: `{command}` exited {code} on SIGTERM:\n{text}"
+        assert "Traceback" not in text, f"{command.where}: `{command}`:\n{text}"
+
+    def _drained(self, queues: list[str]) -> None:
+        """Wait until the worker left no job of its queues ready or running."""
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            wait_for(
+                conn,
+                "SELECT NOT EXISTS (SELECT FROM jobs WHERE queue = ANY(ARRAY"
+                + repr(queues)
+                + "::text[]) AND (status = 'leased' OR"
+                " (status IN ('pending', 'retrying') AND run_at <= now())))",
+                timeout=TIMEOUT,
+            )
+
+
+def _free_ports(args: list[str]) -> list[str]:
+    """Fixed ports in the docs (``--metrics-port 9464``) become 0 (any free port), so runs in
+    parallel do not collide."""
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a in ("--port", "--metrics-port"):
+            out[i + 1] = "0"
+    return out
+
+
+def _queues(args: list[str]) -> list[str]:
+    names = [args[i + 1].partition("=")[0] for i, a in enumerate(args[:-1]) if a == "--queue"]
+    return names or ["default"]
+
+
+@pytest.fixture
+def page_database(request: pytest.FixtureRequest, server_url: str, template_db: str) -> Iterator[str]:
+    doc: Path = request.param
+    name = f"tockwork_docs_{os.getpid()}_{doc.stem.replace('-', '_').lower()}"
+    template = None if "database empty" in page_directives(doc) else template_db
+    with throwaway_database(server_url, name, template=template) as url:
+        yield url
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("page_database", PAGES, ids=_id, indirect=True)
+def test_page_runs_as_written(page_database: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    doc: Path = request.node.callspec.params["page_database"]
+    workdir = tmp_path / "project"
+    shutil.copytree(PROJECT, workdir, ignore=shutil.ignore_patterns("__pycache__"))
+    blocks = collect(doc)
+    for b in blocks:
+        if b.file:
+            target = workdir / b.file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(b.text + "\n", "utf-8")
+    page = Page(doc, page_database, workdir)
+    chains = {last.line: chain for chain, last in _chains(blocks)}
+    for b in blocks:
+        page.given(b)
+        if b.line in chains:
+            page.python(chains[b.line])
+        for command in b.commands():
+            page.command(command)
+        page.expect(b)
+    python = [b.where for b in blocks if b.lang in RUN]
+    assert sorted(page.ran) == sorted(python), "a python block did not run"
