@@ -16,16 +16,24 @@ The conventions are in ``tests/docs_snippets.py`` and docs/development.md.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+import runpy
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Iterator
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -45,12 +53,17 @@ from tests.docs_snippets import (
     inline_commands,
     page_directives,
 )
-from tests.processes import wait_for
 
 TOCKWORK = str(Path(sys.executable).with_name("tockwork"))
 TIMEOUT = 60.0  # seconds any one command or script may take: nothing a user types may hang
 SERVICES = {"worker", "scheduler", "relay", "metrics-server"}
 STARTED = re.compile(r"\b(started|serving /metrics)\b")
+
+DRAINED = """
+SELECT NOT EXISTS (
+    SELECT FROM jobs WHERE queue = ANY(%(queues)s::text[])
+    AND (status = 'leased' OR (status IN ('pending', 'retrying') AND run_at <= now())))
+"""
 
 PAGES = [doc for doc in DOCS if any(b.lang in RUN | CLI for b in collect(doc))]
 
@@ -123,9 +136,9 @@ def test_every_inline_command_names_a_real_command() -> None:
                 bad.append(f"{_id(doc)}:{line}: {' '.join(words)}")
                 continue
             group = sub._subparsers
-            if group is not None and len(words) > 2 and not words[2].startswith("-"):
-                if words[2] not in group._group_actions[0].choices:
-                    bad.append(f"{_id(doc)}:{line}: {' '.join(words)}")
+            nested = len(words) > 2 and not words[2].startswith("-")
+            if group is not None and nested and words[2] not in group._group_actions[0].choices:
+                bad.append(f"{_id(doc)}:{line}: {' '.join(words)}")
     assert checked > 10
     assert bad == []
 
@@ -142,7 +155,8 @@ def test_python_blocks_name_nothing_undefined(tmp_path: Path) -> None:
     assert scripts
     ruff = Path(sys.executable).with_name("ruff")
     result = subprocess.run(
-        [str(ruff), "check", "--no-cache", "--isolated", "--select", "F821,F822,F823,E9", "-q",
+        [str(ruff), "check", "--no-cache", "--isolated", "--select", "F821,F822,F823,E9",
+         "--output-format", "concise", "-q",
          *scripts],
         capture_output=True, text=True, timeout=TIMEOUT, check=False,
     )  # fmt: skip
@@ -183,6 +197,7 @@ class Page:
         self.env = {**os.environ, "DATABASE_URL": url}
         self.env.pop("PYTHONPATH", None)  # the user's shell: only the installed packages
         self.ran: list[str] = []
+        self.timings: list[tuple[str, float]] = []
 
     def given(self, block: Block) -> None:
         for statements in block.directive("given-sql"):
@@ -199,14 +214,15 @@ class Page:
         script = self.workdir / f"snippet_{chain[0].line}.py"
         script.write_text(_script(chain), "utf-8")
         try:
-            done = subprocess.run(
-                [sys.executable, script.name], cwd=self.workdir, env=self.env,
-                capture_output=True, text=True, timeout=TIMEOUT, check=False,
-            )  # fmt: skip
+
+            def run() -> None:
+                runpy.run_path(script.name, run_name="__main__")
+
+            code, output = self._forked(run, self.workdir)
         finally:
             script.unlink()
         where = ", ".join(b.where for b in chain)
-        assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
+        assert code == 0, f"{where} failed ({code}):\n{output}"
         self.ran.extend(b.where for b in chain)
 
     def command(self, command: Command) -> None:
@@ -214,16 +230,42 @@ class Page:
         if args[0] in SERVICES or "--watch" in args:
             self._service(command, args)
             return
-        done = subprocess.run(
-            [TOCKWORK, *args], cwd=self.workdir, env=self.env,
-            capture_output=True, text=True, timeout=TIMEOUT, check=False,
-        )  # fmt: skip
+        from scheduler.cli import main
+
+        def tockwork() -> int:
+            sys.argv = [TOCKWORK, *args]
+            return main()
+
+        code, output = self._forked(tockwork, Path(TOCKWORK).parent)
         expected = command.block.expected_exit
-        assert done.returncode == expected, (
-            f"{command.where}: `{command}` exited {done.returncode}, expected {expected}:\n"
-            f"{done.stdout}\n{done.stderr}"
+        assert code == expected, (
+            f"{command.where}: `{command}` exited {code}, expected {expected}:\n{output}"
         )
-        assert "Traceback" not in done.stderr, f"{command.where}: `{command}`:\n{done.stderr}"
+        assert "Traceback" not in output, f"{command.where}: `{command}`:\n{output}"
+
+    def _forked(self, run: Callable[[], int | None], path0: Path) -> tuple[int, str]:
+        """Run ``run()`` in a forked child, as ``python script.py`` or the ``tockwork`` script
+        would: in the project folder, with this page's environment, ``path0`` first on the
+        import path, default warning filters; killed after TIMEOUT. A fork costs milliseconds
+        where a new interpreter costs a second of imports, and still isolates every block.
+        Returns the exit code and the output (stdout and stderr together)."""
+        with tempfile.TemporaryFile() as out:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                _child(run, out.fileno(), self.workdir, self.env, path0)
+            pidfd = os.pidfd_open(pid)
+            try:
+                ready, _, _ = select.select([pidfd], [], [], TIMEOUT)
+                if not ready:
+                    os.kill(pid, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+            _, status = os.waitpid(pid, 0)
+            out.seek(0)
+            output = out.read().decode("utf-8", "replace")
+        if not ready:
+            output += f"\n(killed after {TIMEOUT} s)"
+        return os.waitstatus_to_exitcode(status), output
 
     def _service(self, command: Command, args: list[str]) -> None:
         output: list[str] = []
@@ -267,16 +309,53 @@ class Page:
         assert "Traceback" not in text, f"{command.where}: `{command}`:\n{text}"
 
     def _drained(self, queues: list[str]) -> None:
-        """Wait until the worker left no job of its queues ready or running."""
+        """Wait until the worker left no job of its queues ready or running (an event the
+        worker causes in the database, not a time)."""
+        deadline = time.monotonic() + TIMEOUT
         with psycopg.connect(self.url, autocommit=True) as conn:
-            wait_for(
-                conn,
-                "SELECT NOT EXISTS (SELECT FROM jobs WHERE queue = ANY(ARRAY"
-                + repr(queues)
-                + "::text[]) AND (status = 'leased' OR"
-                " (status IN ('pending', 'retrying') AND run_at <= now())))",
-                timeout=TIMEOUT,
-            )
+            while True:
+                row = conn.execute(DRAINED, {"queues": queues}).fetchone()
+                if row is not None and row[0]:
+                    return
+                assert time.monotonic() < deadline, f"the worker did not drain {queues}"
+                time.sleep(0.02)
+
+
+def _child(
+    run: Callable[[], int | None], out: int, cwd: Path, env: dict[str, str], path0: Path
+) -> NoReturn:
+    code: object = 1
+    try:
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.alarm(0)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.path[:] = [str(path0), *(p for p in sys.path if p not in ("", str(ROOT)))]
+        warnings.resetwarnings()
+        logging.getLogger().handlers.clear()
+        code = run()
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    if code is None:
+        code = 0
+    if not isinstance(code, int):
+        print(code, file=sys.stderr)
+        sys.stderr.flush()
+        code = 1
+    os._exit(code)
 
 
 def _free_ports(args: list[str]) -> list[str]:
@@ -295,7 +374,9 @@ def _queues(args: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def page_database(request: pytest.FixtureRequest, server_url: str, template_db: str) -> Iterator[str]:
+def page_database(
+    request: pytest.FixtureRequest, server_url: str, template_db: str
+) -> Iterator[str]:
     doc: Path = request.param
     name = f"tockwork_docs_{os.getpid()}_{doc.stem.replace('-', '_').lower()}"
     template = None if "database empty" in page_directives(doc) else template_db
@@ -305,7 +386,9 @@ def page_database(request: pytest.FixtureRequest, server_url: str, template_db: 
 
 @pytest.mark.db
 @pytest.mark.parametrize("page_database", PAGES, ids=_id, indirect=True)
-def test_page_runs_as_written(page_database: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_page_runs_as_written(
+    page_database: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     doc: Path = request.node.callspec.params["page_database"]
     workdir = tmp_path / "project"
     shutil.copytree(PROJECT, workdir, ignore=shutil.ignore_patterns("__pycache__"))
@@ -318,11 +401,14 @@ def test_page_runs_as_written(page_database: str, request: pytest.FixtureRequest
     page = Page(doc, page_database, workdir)
     chains = {last.line: chain for chain, last in _chains(blocks)}
     for b in blocks:
+        started = time.monotonic()
         page.given(b)
         if b.line in chains:
             page.python(chains[b.line])
         for command in b.commands():
             page.command(command)
         page.expect(b)
+        page.timings.append((b.where, time.monotonic() - started))
+    print("".join(f"\n  {where}: {seconds:.2f} s" for where, seconds in page.timings))
     python = [b.where for b in blocks if b.lang in RUN]
     assert sorted(page.ran) == sorted(python), "a python block did not run"
