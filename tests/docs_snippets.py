@@ -176,7 +176,9 @@ def page_directives(doc: Path) -> set[str]:
     """The page-wide directives of ``doc`` (``database empty``)."""
     return {
         " ".join(m.split())
-        for m in re.findall(r"<!--\s*snippet:\s*(database \w+)\s*-->", doc.read_text("utf-8"))
+        for m in re.findall(
+            r"^<!--\s*snippet:\s*(database \w+)\s*-->$", doc.read_text("utf-8"), re.M
+        )
     }
 
 
