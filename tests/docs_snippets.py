@@ -12,9 +12,11 @@ Conventions (docs/development.md, "Code blocks in the docs"):
 - An HTML comment right above a block gives the runner directives, which the rendered page does
   not show: ``<!-- snippet: continues -->`` (run in the namespace of the previous python block
   of the page), ``<!-- snippet: given-sql STATEMENTS -->`` (the application's own tables and rows
-  the block assumes, run before it), ``<!-- snippet: exit N -->`` (the documented exit code of
-  the block's commands). ``<!-- snippet: database empty -->`` anywhere on a page starts it on a
-  database with no schema (the quickstart migrates it itself); other pages start migrated.
+  the block assumes, run before it), ``<!-- snippet: expect-sql QUERY -->`` (true after the
+  block ran), ``<!-- snippet: exit N -->`` (the documented exit code of the block's commands),
+  ``<!-- snippet: foreign WHOSE -->`` (another library's code, shown for comparison).
+  ``<!-- snippet: database empty -->`` on a line of its own starts a page on a database with no
+  schema (the quickstart migrates it itself); other pages start migrated.
 """
 
 from __future__ import annotations
