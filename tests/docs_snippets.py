@@ -33,8 +33,10 @@ PROJECT = ROOT / "examples" / "quickstart"
 
 RUN = frozenset({"python"})
 CLI = frozenset({"sh", "console"})
-SHOWN = frozenset({"toml", "json", "yaml", "sql", "mermaid", "text"})
-LANGUAGES = RUN | CLI | SHOWN
+SQL = frozenset({"sql"})  # run on the page's database
+PARSED = frozenset({"toml", "json"})  # must parse
+SHOWN = frozenset({"yaml", "mermaid", "text"})
+LANGUAGES = RUN | CLI | SQL | PARSED | SHOWN
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>.*)$")
 _DIRECTIVE = re.compile(r"^<!--\s*snippet:\s*(?P<body>.*?)\s*-->$", re.DOTALL)

@@ -17,6 +17,7 @@ The conventions are in ``tests/docs_snippets.py`` and docs/development.md.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -26,14 +27,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+import tomllib
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import psycopg
 import pytest
@@ -44,9 +45,11 @@ from tests.docs_snippets import (
     CLI,
     DOCS,
     LANGUAGES,
+    PARSED,
     PROJECT,
     ROOT,
     RUN,
+    SQL,
     Block,
     Command,
     collect,
@@ -65,7 +68,7 @@ SELECT NOT EXISTS (
     AND (status = 'leased' OR (status IN ('pending', 'retrying') AND run_at <= now())))
 """
 
-PAGES = [doc for doc in DOCS if any(b.lang in RUN | CLI for b in collect(doc))]
+PAGES = [doc for doc in DOCS if any(b.lang in RUN | SQL or b.commands() for b in collect(doc))]
 
 
 def _id(doc: Path) -> str:
@@ -91,7 +94,7 @@ def test_no_python_hides_in_a_block_that_does_not_run() -> None:
     hidden = []
     for doc in DOCS:
         for b in collect(doc):
-            if b.lang in RUN or b.lang in CLI:
+            if b.lang in RUN | CLI | SQL:
                 continue
             if b.directive("foreign"):  # another library's code, shown for comparison
                 assert all(b.directive("foreign")), f"{b.where}: say whose code it is"
@@ -103,6 +106,19 @@ def test_no_python_hides_in_a_block_that_does_not_run() -> None:
             if re.search(r"^\s*(import |from \S+ import |def |class |\w+ = \w+\()", b.text, re.M):
                 hidden.append(b.where)
     assert hidden == []
+
+
+def test_toml_and_json_blocks_parse() -> None:
+    parsed = 0
+    for doc in DOCS:
+        for b in collect(doc):
+            if b.lang in PARSED:
+                parsed += 1
+                try:
+                    tomllib.loads(b.text) if b.lang == "toml" else json.loads(b.text)
+                except ValueError as exc:
+                    raise AssertionError(f"{b.where}: {exc}") from None
+    assert parsed >= 2
 
 
 def test_the_pages_with_code_are_all_run() -> None:
@@ -207,6 +223,14 @@ class Page:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(statements.encode())
 
+    def sql(self, block: Block) -> None:
+        with psycopg.connect(self.url) as conn:
+            try:
+                conn.execute(block.text.encode())
+            except psycopg.Error as exc:
+                raise AssertionError(f"{block.where}: {exc}") from None
+        self.ran.append(block.where)
+
     def expect(self, block: Block) -> None:
         for check in block.directive("expect-sql"):
             with psycopg.connect(self.url) as conn:
@@ -247,66 +271,86 @@ class Page:
         assert "Traceback" not in output, f"{command.where}: `{command}`:\n{output}"
 
     def _forked(self, run: Callable[[], int | None], path0: Path) -> tuple[int, str]:
-        """Run ``run()`` in a forked child, as ``python script.py`` or the ``tockwork`` script
+        """Run ``run()`` in a forked child (:meth:`_fork`), killed after TIMEOUT; return its
+        exit code and its output (stdout and stderr together)."""
+        pid, stream = self._fork(run, path0)
+        output: list[str] = []
+        reader = threading.Thread(target=lambda: output.extend(stream), daemon=True)
+        reader.start()
+        code = _wait(pid, TIMEOUT)
+        reader.join(TIMEOUT)
+        stream.close()
+        if code is None:
+            output.append(f"\n(killed after {TIMEOUT} s)")
+            code = _wait(pid, None) or -signal.SIGKILL
+        return code, "".join(output)
+
+    def _fork(self, run: Callable[[], int | None], path0: Path) -> tuple[int, IO[str]]:
+        """Fork a child that runs ``run()`` as ``python script.py`` or the ``tockwork`` script
         would: in the project folder, with this page's environment, ``path0`` first on the
-        import path, default warning filters; killed after TIMEOUT. A fork costs milliseconds
+        import path, default warning filters and signal handlers. A fork costs milliseconds
         where a new interpreter costs a second of imports, and still isolates every block.
-        Returns the exit code and the output (stdout and stderr together)."""
-        with tempfile.TemporaryFile() as out:
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the child
-                _child(run, out.fileno(), self.workdir, self.env, path0)
-            pidfd = os.pidfd_open(pid)
-            try:
-                ready, _, _ = select.select([pidfd], [], [], TIMEOUT)
-                if not ready:
-                    os.kill(pid, signal.SIGKILL)
-            finally:
-                os.close(pidfd)
-            _, status = os.waitpid(pid, 0)
-            out.seek(0)
-            output = out.read().decode("utf-8", "replace")
-        if not ready:
-            output += f"\n(killed after {TIMEOUT} s)"
-        return os.waitstatus_to_exitcode(status), output
+        Returns the child's pid and a text stream of its stdout and stderr."""
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(read_end)
+            _child(run, write_end, self.workdir, self.env, path0)
+        os.close(write_end)
+        return pid, open(read_end, encoding="utf-8", errors="replace")
 
     def _service(self, command: Command, args: list[str]) -> None:
+        """Run a service until it says it started (a worker: until it drained its queues),
+        then SIGTERM it: it must exit 0. Forked, or a real process of the installed script
+        when the block says ``<!-- snippet: process -->``."""
+        from scheduler.cli import main
+
+        def tockwork() -> int:
+            sys.argv = [TOCKWORK, *args]
+            return main()
+
+        proc: subprocess.Popen[str] | None = None
+        stream: IO[str]
+        if command.block.directive("process"):
+            proc = subprocess.Popen(
+                [TOCKWORK, *args], cwd=self.workdir, env=self.env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            assert proc.stdout is not None
+            pid, stream = proc.pid, proc.stdout
+        else:
+            pid, stream = self._fork(tockwork, Path(TOCKWORK).parent)
         output: list[str] = []
         started = threading.Event()
 
-        def read(stream: Any) -> None:
+        def read() -> None:
             for line in stream:
                 output.append(line)
                 if STARTED.search(line):
                     started.set()
             started.set()  # the stream closed: the process ended (checked below)
 
-        with subprocess.Popen(
-            [TOCKWORK, *args], cwd=self.workdir, env=self.env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ) as proc:  # fmt: skip
-            readers = [
-                threading.Thread(target=read, args=(stream,), daemon=True)
-                for stream in (proc.stdout, proc.stderr)
-            ]
-            for r in readers:
-                r.start()
-            try:
-                started.wait(TIMEOUT)
-                assert proc.poll() is None, (
-                    f"{command.where}: `{command}` ended early ({proc.returncode}):\n"
-                    + "".join(output)
-                )
-                if args[0] == "worker":
-                    self._drained(_queues(args))
-                proc.send_signal(signal.SIGTERM)
-                code = proc.wait(TIMEOUT)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                for r in readers:
-                    r.join(TIMEOUT)
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        code: int | None = None
+        try:
+            started.wait(TIMEOUT)
+            early = _wait(pid, 0)
+            assert early is None, (
+                f"{command.where}: `{command}` ended early ({early}):\n" + "".join(output)
+            )
+            if args[0] == "worker":
+                self._drained(_queues(args))
+            os.kill(pid, signal.SIGTERM)
+            code = _wait(pid, TIMEOUT)
+        finally:
+            if code is None:
+                os.kill(pid, signal.SIGKILL)
+                code = _wait(pid, None)
+            reader.join(TIMEOUT)
+            if proc is not None:
+                proc.returncode = code  # reaped above: Popen must not wait for it again
+            stream.close()
         text = "".join(output)
         # A service logs the tracebacks of the handlers that failed; what it must not do is end
         # otherwise than cleanly on SIGTERM.
@@ -325,6 +369,21 @@ class Page:
                 time.sleep(0.02)
 
 
+def _wait(pid: int, timeout: float | None) -> int | None:
+    """The exit code of child ``pid`` once it ended, waiting up to ``timeout`` seconds for it
+    (the kernel says when: a pidfd becomes readable), or None if it still runs."""
+    if timeout is None:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    if not ready:
+        return None
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def _child(
     run: Callable[[], int | None], out: int, cwd: Path, env: dict[str, str], path0: Path
 ) -> NoReturn:
@@ -333,7 +392,8 @@ def _child(
         os.dup2(out, 1)
         os.dup2(out, 2)
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        # Line-buffered, as Python's stderr always is (a service's "started" line must show).
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.alarm(0)
@@ -409,10 +469,12 @@ def test_page_runs_as_written(
         page.given(b)
         if b.line in chains:
             page.python(chains[b.line])
+        if b.lang in SQL:
+            page.sql(b)
         for command in b.commands():
             page.command(command)
         page.expect(b)
         page.timings.append((b.where, time.monotonic() - started))
     print("".join(f"\n  {where}: {seconds:.2f} s" for where, seconds in page.timings))
-    python = [b.where for b in blocks if b.lang in RUN]
-    assert sorted(page.ran) == sorted(python), "a python block did not run"
+    runnable = [b.where for b in blocks if b.lang in RUN | SQL]
+    assert sorted(page.ran) == sorted(runnable), "a python or SQL block did not run"
