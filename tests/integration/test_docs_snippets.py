@@ -34,7 +34,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
 import psycopg
 import pytest
