@@ -202,3 +202,93 @@ def inline_commands(doc: Path) -> list[tuple[int, list[str]]]:
             except ValueError:
                 found.append((number, span.split()))
     return found
+
+
+OURS = ("jobs", "scheduler", "timezones")
+
+
+def unimported_modules(sources: list[tuple[str, str]]) -> list[str]:
+    """The modules of ours that python ``sources`` (``(where, text)``) use as attributes of a
+    package (``scheduler.reminders.still_due``) without importing them.
+
+    The docs test runs blocks in forks of a process that has imported everything, where such a
+    use works by accident; in a reader's fresh interpreter it fails unless the package imports
+    the module itself. Call this in a fresh interpreter: what importing the packages makes
+    available is read from it.
+    """
+    import ast
+    import importlib
+    import importlib.util
+    import types
+
+    # What importing the packages makes available: each module's names, before any block.
+    names: dict[str, set[str]] = {}
+
+    def walk(module: types.ModuleType, path: str) -> None:
+        if path in names:
+            return
+        names[path] = set(vars(module))
+        for name, value in vars(module).items():
+            if isinstance(value, types.ModuleType) and value.__name__ == f"{path}.{name}":
+                walk(value, f"{path}.{name}")
+
+    for top in OURS:
+        walk(importlib.import_module(top), top)
+
+    def is_module(path: str) -> bool:
+        try:
+            return importlib.util.find_spec(path) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def prefixes(path: str) -> set[str]:
+        parts = path.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+
+    bad = []
+    for where, text in sources:
+        tree = ast.parse(text)
+        bound: dict[str, str] = {}  # a name in the script -> the module it is
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    imported |= prefixes(alias.name)
+                    bound[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else alias.name.split(".")[0]
+                    )
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported |= prefixes(node.module)
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if node.module.split(".")[0] in OURS and is_module(full):
+                        imported.add(full)
+                        bound[alias.asname or alias.name] = full
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            chain = []
+            base: ast.expr = node
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            if not isinstance(base, ast.Name) or base.id not in bound:
+                continue
+            path = bound[base.id]
+            if path.split(".")[0] not in OURS:
+                continue
+            for attr in reversed(chain):
+                if path not in names and path in imported:
+                    names[path] = set(vars(importlib.import_module(path)))
+                if attr in names.get(path, ()):
+                    value = getattr(importlib.import_module(path), attr)
+                    if not isinstance(value, types.ModuleType):
+                        break  # a function, a class: what it does is checked by running it
+                    path = f"{path}.{attr}"
+                elif f"{path}.{attr}" in imported:
+                    path = f"{path}.{attr}"
+                else:
+                    if is_module(f"{path}.{attr}"):
+                        bad.append(f"{where}: {path}.{attr} is used but not imported")
+                    break
+    return sorted(set(bad))

@@ -182,6 +182,27 @@ def test_python_blocks_name_nothing_undefined(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_python_blocks_import_what_they_use() -> None:
+    """``import scheduler`` then ``scheduler.reminders.still_due`` works in the docs test's
+    forks (everything is imported there) but not in a reader's fresh interpreter; checked in
+    a fresh interpreter."""
+    sources = [
+        (chain[0].where, _script(chain)) for doc in DOCS for chain, _ in _chains(collect(doc))
+    ]
+    # A canary the check must catch (the scheduler package does not import its devdb module).
+    canary = ("canary", "import scheduler\nscheduler.devdb.database_url()\n")
+    code = (
+        "import json, sys; from tests.docs_snippets import unimported_modules; "
+        "print(json.dumps(unimported_modules(json.load(sys.stdin))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps([canary, *sources]), cwd=ROOT,
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["canary: scheduler.devdb is used but not imported"]
+
+
 # -- running the pages ------------------------------------------------------------------------
 
 
