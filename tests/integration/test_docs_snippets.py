@@ -3,13 +3,18 @@
 Each page runs top to bottom the way a reader follows it: in a fresh database of its own (migrated,
 or empty for a page that says ``<!-- snippet: database empty -->``), in a copy of the user's
 project folder (``examples/quickstart``, where ``myapp/`` lives), with ``DATABASE_URL`` set.
-A ```` ```python ```` block runs as a script in a fresh interpreter (so it must bring its own
-imports and its own ``url``), and a chain of blocks marked ``<!-- snippet: continues -->`` runs
-as one script; every ``tockwork`` line of a shell block runs through the installed ``tockwork``
-command, with a timeout, and must exit with the documented code (0 unless the block says
-``<!-- snippet: exit N -->``). A service (``worker``, ``scheduler``, ``relay``,
-``metrics-server``) has no flag that makes it stop, so it runs until it logs that it started (a
-worker also until it drained the jobs of its queues), then gets SIGTERM and must exit 0.
+A ```` ```python ```` block runs as a script (so it must bring its own imports and its own
+``url``), and a chain of blocks marked ``<!-- snippet: continues -->`` runs as one script; every
+``tockwork`` line of a shell block runs as the installed ``tockwork`` command would, with a
+timeout, and must exit with the documented code (0 unless the block says
+``<!-- snippet: exit N -->``). Both run in forks of this process (milliseconds, where a new
+interpreter costs a second or two of imports), laid out as the real thing: the project folder
+as working directory, the script's folder (or the ``tockwork`` script's) first on the import
+path, the page's environment, default warning filters. What a fork cannot tell (a module used
+but not imported) is checked in a fresh interpreter. A service (``worker``, ``scheduler``,
+``relay``, ``metrics-server``) has no flag that makes it stop, so it runs until it logs that it
+started (a worker also until it drained the jobs of its queues), then gets SIGTERM and must exit
+0; ``<!-- snippet: process -->`` runs it as a real process of the installed script instead.
 
 The conventions are in ``tests/docs_snippets.py`` and docs/development.md.
 """
