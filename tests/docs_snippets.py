@@ -14,7 +14,11 @@ Conventions (docs/development.md, "Code blocks in the docs"):
   of the page), ``<!-- snippet: given-sql STATEMENTS -->`` (the application's own tables and rows
   the block assumes, run before it), ``<!-- snippet: expect-sql QUERY -->`` (true after the
   block ran), ``<!-- snippet: exit N -->`` (the documented exit code of the block's commands),
-  ``<!-- snippet: foreign WHOSE -->`` (another library's code, shown for comparison).
+  ``<!-- snippet: foreign WHOSE -->`` (another library's code, shown for comparison),
+  ``<!-- snippet: requires MODULE -->`` (a python block needing an optional dependency: not run,
+  and said, where it is missing), ``<!-- snippet: tested-by PATH -->`` (a python block another
+  test runs, e.g. a pytest file through pytester; PATH must name the page),
+  ``<!-- snippet: process -->`` (a service run as a real process of the installed script).
   ``<!-- snippet: database empty -->`` on a line of its own starts a page on a database with no
   schema (the quickstart migrates it itself); other pages start migrated.
 """
@@ -34,7 +38,7 @@ PROJECT = ROOT / "examples" / "quickstart"
 RUN = frozenset({"python"})
 CLI = frozenset({"sh", "console"})
 SQL = frozenset({"sql"})  # run on the page's database
-PARSED = frozenset({"toml", "json"})  # must parse
+PARSED = frozenset({"toml", "json", "ini"})  # must parse
 SHOWN = frozenset({"yaml", "mermaid", "text"})
 LANGUAGES = RUN | CLI | SQL | PARSED | SHOWN
 

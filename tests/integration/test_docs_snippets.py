@@ -21,7 +21,9 @@ The conventions are in ``tests/docs_snippets.py`` and docs/development.md.
 
 from __future__ import annotations
 
+import configparser
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -120,8 +122,13 @@ def test_toml_and_json_blocks_parse() -> None:
             if b.lang in PARSED:
                 parsed += 1
                 try:
-                    tomllib.loads(b.text) if b.lang == "toml" else json.loads(b.text)
-                except ValueError as exc:
+                    if b.lang == "toml":
+                        tomllib.loads(b.text)
+                    elif b.lang == "json":
+                        json.loads(b.text)
+                    else:
+                        configparser.ConfigParser().read_string(b.text)
+                except (ValueError, configparser.Error) as exc:
                     raise AssertionError(f"{b.where}: {exc}") from None
     assert parsed >= 2
 
@@ -264,6 +271,23 @@ class Page:
             assert row is not None and row[0] is True, f"{block.where}: expected {check}"
 
     def python(self, chain: list[Block]) -> None:
+        for b in chain:
+            for path in b.directive("tested-by"):
+                # Run by another test (a pytest file run through pytester, say): that test
+                # exists and names this page.
+                test = ROOT / path
+                assert test.is_file(), f"{b.where}: tested-by {path}: no such file"
+                assert _id(self.doc) in test.read_text("utf-8"), f"{b.where}: {path} ignores it"
+        if any(b.directive("tested-by") for b in chain):
+            self.ran.extend(b.where for b in chain)
+            return
+        missing = [m for b in chain for m in b.directive("requires") if not _importable(m)]
+        if missing:
+            # An optional dependency (an extra) that this environment does not have: said, and
+            # counted as accounted for; environments with the extra run the block.
+            print(f"\n  not run, needs {', '.join(missing)}: {chain[0].where}")
+            self.ran.extend(b.where for b in chain)
+            return
         script = self.workdir / f"snippet_{chain[0].line}.py"
         script.write_text(_script(chain), "utf-8")
         try:
@@ -361,10 +385,9 @@ class Page:
         code: int | None = None
         try:
             started.wait(TIMEOUT)
-            early = _wait(pid, 0)
-            assert early is None, (
-                f"{command.where}: `{command}` ended early ({early}):\n" + "".join(output)
-            )
+            code = _wait(pid, 0)
+            log = "".join(output)
+            assert code is None, f"{command.where}: `{command}` ended early ({code}):\n{log}"
             if args[0] == "worker":
                 self._drained(_queues(args))
             os.kill(pid, signal.SIGTERM)
@@ -393,6 +416,13 @@ class Page:
                     return
                 assert time.monotonic() < deadline, f"the worker did not drain {queues}"
                 time.sleep(0.02)
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _wait(pid: int, timeout: float | None) -> int | None:
