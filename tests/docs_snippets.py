@@ -103,14 +103,29 @@ class Block:
                 i += 1
                 line = line.rstrip()[:-1] + " " + lines[i].strip()
             i += 1
-            stripped = line.strip()
-            if not _TOCKWORK.match(stripped):
-                continue
-            words = shlex.split(stripped, comments=True)
-            if words[0] == "$":
-                words = words[1:]
-            found.append(Command(self, self.line + 1 + start, words[1:]))
+            for segment in _segments(line.strip()):
+                words = segment[1:] if segment[0] == "$" else segment
+                if words and _TOCKWORK.match(words[0] + " "):
+                    found.append(Command(self, self.line + 1 + start, words[1:]))
         return found
+
+
+def _segments(line: str) -> list[list[str]]:
+    """The simple commands of a shell line: split at ``;``, ``&&`` and ``||``; after a ``|``
+    the rest of a pipeline is not ours (``tockwork zones | head``)."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    segments: list[list[str]] = [[]]
+    piped = False
+    for token in lexer:
+        if token in (";", "&&", "||"):
+            segments.append([])
+            piped = False
+        elif token == "|":
+            piped = True
+        elif not piped:
+            segments[-1].append(token)
+    return [s for s in segments if s]
 
 
 @dataclass
