@@ -82,7 +82,11 @@ def stop_on_signals(
         return
 
     def handle(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: %s received, stopping", name, signal.Signals(signum).name)
+        # Not log.info here: the signal may have interrupted the main thread inside a write to
+        # the same stream, and CPython refuses the nested write ("reentrant call inside
+        # BufferedWriter"), raising out of the handler. Another thread waits for the stream.
+        args = ("%s: %s received, stopping", name, signal.Signals(signum).name)
+        threading.Thread(target=log.info, args=args, name="tockwork-signal-log").start()
         stop()
 
     previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -41,14 +41,16 @@ def cmd_healthz(args: argparse.Namespace) -> int:
 
 def cmd_metrics_server(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
-    server = health.serve(url, args.port, host=args.host, health=_health(args))
-    print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
     stop = threading.Event()
 
     def handle(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
+    # The handlers are in place before the server says it serves: a SIGTERM right after that
+    # line stops it cleanly (exit 0) instead of killing it.
     previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    server = health.serve(url, args.port, host=args.host, health=_health(args))
+    print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
     try:
         stop.wait()
     finally:

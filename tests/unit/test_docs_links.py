@@ -15,7 +15,7 @@ SOURCES = [
     *DOCS,
     *(
         p
-        for pkg in ("jobs", "scheduler", "timezones", "tests", "bench")
+        for pkg in ("jobs", "scheduler", "timezones", "tests", "bench", "examples")
         for p in (ROOT / pkg).rglob("*.py")
     ),
 ]

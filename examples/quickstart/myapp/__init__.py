@@ -1,0 +1,1 @@
+"""The application of the quickstart (docs/quickstart.md): handlers and a stand-in provider."""
