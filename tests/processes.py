@@ -80,6 +80,20 @@ class LoggedProcess:
             self.proc = subprocess.Popen(argv, env=self.env, cwd=ROOT, stdout=out, stderr=err)
         self.logs += [base + ".out", base + ".err"]
 
+    def wait_started(self, marker: str = "started", timeout: float = 90.0) -> bool:
+        """Wait until this generation's logs contain ``marker`` (it has installed its signal
+        handlers and runs): True, or False if it ended first. A process logs it; no timing."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for path in self.logs[-2:]:
+                with open(path, errors="replace") as f:
+                    if marker in f.read():
+                        return True
+            if not self.alive():
+                return False
+            time.sleep(0.05)
+        raise AssertionError(f"{self.label} logged no {marker!r} within {timeout}s")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -110,11 +111,14 @@ def create_tables(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
-def create_schedules(conn: psycopg.Connection[Any], n: int, rng: random.Random) -> None:
+def create_schedules(
+    conn: psycopg.Connection[Any], n: int, rng: random.Random, now: datetime | None = None
+) -> None:
     for i in range(n):
         scheduler.create_schedule(
             conn, job_type="chaos.tick", rule=RULES[i % len(RULES)], zone=rng.choice(ZONES),
             subject=f"chaos-{i}", payload={"n": i}, catch_up="all", catch_up_max=100_000,
+            now=now,
         )  # fmt: skip
 
 
@@ -269,7 +273,9 @@ class Chaos:
     # -- processes ----------------------------------------------------------------------------
 
     def _process(self, name: str, argv: list[str]) -> LoggedProcess:
-        p = LoggedProcess(name, argv, self.log_dir, env={"TOCKWORK_TEST_DB": self.url})
+        p = LoggedProcess(
+            name, argv, self.log_dir, env={"TOCKWORK_TEST_DB": self.url, "PYTHONFAULTHANDLER": "1"}
+        )
         self.procs.append(p)
         return p
 
@@ -278,6 +284,7 @@ class Chaos:
             name,
             tockwork_argv(
                 url, "worker", "--app", "tests.chaos.app:handlers", "--queue", "default=4",
+                "--queue", "burst=4",
                 "--lease", str(LEASE_SECONDS), "--poll", "0.5", "--grace", "10",
                 "--name", f"{name}-{{gen}}", "--log-json",
             ),
@@ -378,7 +385,11 @@ class Chaos:
         def enqueue(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 jobs.enqueue_many(
-                    conn, [jobs.JobSpec("chaos.burst", {"burst": name, "i": i}) for i in range(n)]
+                    conn,
+                    [
+                        jobs.JobSpec("chaos.burst", {"burst": name, "i": i}, queue="burst")
+                        for i in range(n)
+                    ],
                 )
 
         self.obs.run(enqueue)
@@ -428,14 +439,17 @@ class Chaos:
                 events.append((t, "drop"))
         events.sort()
 
-        origin_db: datetime = self.obs.one("SELECT clock_timestamp()")
+        for p in self.procs:
+            p.start()
+        for p in self.procs:  # the timeline starts when everything runs
+            if not p.wait_started():
+                raise AssertionError(f"{p.label} ended at start-up: {p.tail()}")
+        origin_db = self.obs.one("SELECT clock_timestamp()")
         self.windows = {
             "without": (origin_db + _s(0.05 * T), origin_db + _s(0.33 * T)),
             "with": (origin_db + _s(0.42 * T), origin_db + _s(0.74 * T)),
         }
         origin = time.monotonic()
-        for p in self.procs:
-            p.start()
         next_sample = origin
         try:
             for at, what in events:
@@ -482,10 +496,7 @@ class Chaos:
             self.proxy.disarm()
         by_name = {p.name: p for p in self.procs}
         stopped = {"producer", *(f"scheduler{i}" for i in range(self.config.schedulers))}
-        for name in stopped:
-            p = by_name[name]
-            if p.alive():
-                self._graceful(p)
+        self._stop([by_name[name] for name in sorted(stopped)])
         self.result_stop = self.obs.one("SELECT clock_timestamp()")
 
         # SIGTERM the workers while they run a last burst: nothing may stay leased to them.
@@ -496,46 +507,55 @@ class Chaos:
             stopped,
             timeout=120,
         )
-        names = [w.label for w in self.workers if w.alive()]
-        for w in self.workers:
-            if w.alive():
-                assert w.proc is not None
-                w.proc.terminate()
-        stopped |= {w.name for w in self.workers}
-        for w in self.workers:
-            if w.proc is not None and w.proc.returncode is None:
-                self._graceful(w, signal_sent=True)
+        names = self._stop(self.workers)
         self.leased_after_stop = int(
             self.obs.one("SELECT count(*) FROM jobs WHERE locked_by = ANY(%s)", (names,))
         )
 
         # Fresh workers drain everything (expired leases of killed workers included).
-        stopped -= {w.name for w in self.workers}
         for w in self.workers:
             w.start()
         self._wait(
             "SELECT NOT EXISTS (SELECT FROM jobs WHERE status IN ('pending', 'retrying',"
             " 'leased')) AND NOT EXISTS (SELECT FROM outbox_events WHERE processed_at IS NULL"
             " AND dead_at IS NULL)",
-            stopped,
+            {"producer", *(f"scheduler{i}" for i in range(self.config.schedulers))},
             timeout=240,
         )
-        for p in self.procs:
-            if p.alive():
-                self._graceful(p)
+        self._stop([p for p in self.procs if p.alive()])
         self.drained_at = time.monotonic() - origin
 
-    def _graceful(self, p: LoggedProcess, signal_sent: bool = False) -> None:
-        assert p.proc is not None
-        if not signal_sent:
+    def _stop(self, group: list[LoggedProcess]) -> list[str]:
+        """SIGTERM every process of ``group`` at once and wait for each; returns their labels.
+
+        A process restarted a moment ago may not have its signal handlers yet, and one that
+        failed at start-up (the server restarting) is started again: each gets SIGTERM once it
+        has logged that it started.
+        """
+        for p in group:
+            while not (p.alive() and p.wait_started()):
+                if p.proc is not None and p.proc.returncode is not None:
+                    self.figures.unexpected_exits.append((p.label, p.proc.returncode))
+                    p.exit_codes.append(p.proc.returncode)
+                p.start()
+        for p in group:
+            assert p.proc is not None
             p.proc.terminate()
-        try:
-            code = p.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{p.label} did not stop within 60 s of SIGTERM") from None
-        p.exit_codes.append(code)
-        if code != 0:
-            self.figures.notes.append(f"{p.label} exited {code} after SIGTERM")
+        for p in group:
+            assert p.proc is not None
+            try:
+                code = p.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                # PYTHONFAULTHANDLER is set: SIGABRT makes it print every thread's stack.
+                p.proc.send_signal(signal.SIGABRT)
+                p.proc.wait(30)
+                raise AssertionError(
+                    f"{p.label} did not stop within 60 s of SIGTERM; its stacks: {p.tail(6000)}"
+                ) from None
+            p.exit_codes.append(code)
+            if code != 0:
+                self.figures.notes.append(f"{p.label} exited {code} after SIGTERM")
+        return [p.label for p in group]
 
     def _wait(self, condition: str, stopped: set[str], timeout: float) -> None:
         """Wait for a database condition the processes cause (restarting crashed ones)."""

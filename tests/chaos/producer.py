@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    print(json.dumps({"event": "started", "rate": args.rate}), flush=True)
     committed = reconnects = 0
     conn: psycopg.Connection[Any] | None = None
     period = 1.0 / args.rate

@@ -21,7 +21,10 @@ SECONDS = float(os.environ.get("CHAOS_SECONDS", "120"))
 @pytest.mark.slow
 @pytest.mark.timeout(SECONDS + 900)
 def test_chaos(db_url: str, tmp_path: Path) -> None:
-    failures, figures = run_chaos(db_url, tmp_path, Config.from_env(SECONDS))
-    report = figures.report()
+    # CHAOS_LOG_DIR keeps the process logs after the run (pytest prunes its old tmp dirs).
+    logs = Path(os.environ.get("CHAOS_LOG_DIR") or tmp_path)
+    logs.mkdir(parents=True, exist_ok=True)
+    failures, figures = run_chaos(db_url, logs, Config.from_env(SECONDS))
+    report = figures.report() + f"\n  process logs: {logs}"
     print("\n" + report)
     assert not failures, "\n".join(failures) + "\n" + report
