@@ -38,6 +38,7 @@ T = TypeVar("T")
 _local = threading.local()
 # How long a handler keeps trying to reach the database (PostgreSQL restarts take ~1 s).
 RETRY_FOR_SECONDS = 60.0
+SLOW_SECONDS = 2.0
 
 
 def _with_connection(fn: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -83,8 +84,14 @@ def in_completion_effect(job: Job) -> None:
 
 
 def record_once_effect(job: Job) -> None:
-    """Run record, then the effect and its record_once in one transaction of the handler's."""
+    """Run record, then the effect and its record_once in one transaction of the handler's.
+
+    A job whose payload says ``slow`` first works for 2 s (longer than a third of the chaos
+    run's 5 s lease), so that workers heartbeat.
+    """
     _started(job)
+    if isinstance(job.payload, dict) and job.payload.get("slow"):
+        time.sleep(SLOW_SECONDS)  # the handler's work
     key = effect_key(job, "chaos")
 
     def effect(conn: psycopg.Connection[Any]) -> None:

@@ -3,7 +3,8 @@
 ``python -m tests.chaos.producer --url URL --rate N`` inserts about N orders a second until
 SIGTERM (finishing the transaction it is in) or SIGKILL. Each transaction inserts a row in
 ``chaos_orders``, enqueues a ``chaos.order`` job (idempotency key ``order:ID``) and records a
-``chaos.order.placed`` event: the three exist together or not at all, whatever kills the
+``chaos.order.placed`` event (one order in 20 is ``slow``: its handler works for 2 s): the
+three exist together or not at all, whatever kills the
 producer or the server. A lost connection is logged on one line and retried on a new one; the
 order whose commit had no reply is simply not known to the producer (the checks read what
 committed). Prints one JSON line at the end: the orders it saw commit.
@@ -40,7 +41,7 @@ def place_order(conn: psycopg.Connection[Any], max_attempts: int | None) -> int:
         jobs.enqueue(
             conn,
             "chaos.order",
-            {"order": order},
+            {"order": order, "slow": order % 20 == 0},
             idempotency_key=f"order:{order}",
             max_attempts=max_attempts,
         )
