@@ -12,12 +12,14 @@ The faults, on one timeline in fractions of the run's length ``T`` (seeded, so a
 * ``pg_ctl restart -m immediate`` of the embedded server at 0.33 T and 0.78 T (skipped, with
   the reason printed, when ``DATABASE_URL`` names a server this run cannot restart);
 * LISTEN connections terminated (``pg_terminate_backend``) every 0.5 s from 0.82 T to 0.90 T;
-* replies lost by the fault proxy in front of one worker (its COMMITs, claims, heartbeats and
-  reaps in turn, one every 3-6 s), unless ``CHAOS_DROP_REPLIES=0``;
+* replies lost by the fault proxy in front of one worker, unless ``CHAOS_DROP_REPLIES=0``: the
+  reply to its next COMMIT (complete-and-claim), heartbeat or reap in turn, the next armed
+  when the previous has fired (checked every 3-6 s);
 * a transaction holding back xmin (REPEATABLE READ, having read ``jobs``) from 0.38 T to
-  0.74 T; a burst of ``CHAOS_BURST`` jobs at 0.15 T (without it) and 0.55 T (with it)
-  measures the drain rate, and the claim latency of the steady load is compared between the
-  windows 0.05-0.33 T (without) and 0.42-0.74 T (with).
+  0.74 T; a burst of ``CHAOS_BURST`` jobs (on a queue of their own) at 0.15 T (without it)
+  and 0.55 T (with it) measures the drain rate, and the claim latency of the steady load
+  (first run minus due time) is compared between the windows 0.05-0.33 T (without) and
+  0.42-0.74 T (with).
 
 The end (0.92 T): the producer and the schedulers get SIGTERM; a last burst is enqueued and the
 workers get SIGTERM while running it (nothing may stay leased to them); fresh workers drain the
@@ -775,6 +777,27 @@ def check(
     return failures, r
 
 
+DUMPS = {
+    "jobs": "SELECT id, job_type, queue, status, attempts, max_attempts, locked_by, created_at,"
+    " run_at, completed_at, last_error_code FROM jobs ORDER BY id",
+    "job_attempts": "SELECT * FROM job_attempts ORDER BY id",
+    "chaos_runs": "SELECT * FROM chaos_runs ORDER BY job_id, attempt",
+}
+
+
+def dump(conn: psycopg.Connection[Any], log_dir: Path) -> None:
+    """The rows an investigation needs, as CSV beside the process logs (the database goes)."""
+    for name, select in DUMPS.items():
+        copy_sql = "COPY (" + select + ") TO STDOUT WITH (FORMAT csv, HEADER)"
+        with (
+            (log_dir / f"{name}.csv").open("wb") as out,
+            conn.cursor() as cur,
+            cur.copy(copy_sql) as copy,
+        ):
+            for data in copy:
+                out.write(data)
+
+
 def _count(path: str, text: str) -> int:
     with open(path, errors="replace") as f:
         return f.read().count(text)
@@ -788,6 +811,7 @@ def run_chaos(db_url: str, log_dir: Path, config: Config) -> tuple[list[str], Fi
     finally:
         chaos.obs.close()
     with psycopg.connect(db_url) as conn:
+        dump(conn, log_dir)
         failures, result = check(
             conn,
             stopped_at=chaos.result_stop,
