@@ -352,9 +352,11 @@ class Chaos:
 
     def kill_one(self) -> None:
         victim = self.rng.choice(self.procs)
-        if victim.alive():
-            victim.kill()
-            self.figures.kills[victim.name.rstrip("0123456789") or victim.name] += 1
+        if not victim.alive():
+            self.supervise(set())  # it ended by itself: count it, restart it
+            return
+        victim.kill()
+        self.figures.kills[victim.name.rstrip("0123456789") or victim.name] += 1
         victim.start()
 
     def drop_one(self) -> None:
