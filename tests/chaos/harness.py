@@ -730,15 +730,23 @@ def check(
     r["rerun_jobs"] = conn.execute(
         "SELECT count(*) FROM (SELECT job_id FROM chaos_runs GROUP BY 1 HAVING count(*) > 1) x"
     ).fetchone()[0]  # type: ignore[index]
-    orphaned = dict(
-        conn.execute(
-            "SELECT CASE WHEN a.worker LIKE %s THEN 'behind the proxy' ELSE 'other workers' END,"
+    # Claims whose lease expired without a run: the worker was killed holding them, or it lived
+    # on (it wrote an outcome after that lease had expired), so its claim's reply was lost and
+    # the claim orphaned (issue 13, part 1).
+    orphaned = {
+        f"{where}, worker {fate}": n
+        for where, fate, n in conn.execute(
+            "SELECT CASE WHEN a.worker LIKE %(proxied)s THEN 'behind the proxy' ELSE 'direct' END,"
+            " CASE WHEN EXISTS (SELECT FROM job_attempts b WHERE b.worker = a.worker"
+            "   AND b.outcome <> 'lease_expired'"
+            "   AND b.finished_at > a.started_at + %(lease)s * interval '1 second')"
+            "  THEN 'alive' ELSE 'killed' END,"
             " count(*) FROM job_attempts a WHERE a.outcome = 'lease_expired' AND NOT EXISTS"
             " (SELECT FROM chaos_runs r WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-            " GROUP BY 1",
-            (proxied + "%",),
+            " GROUP BY 1, 2 ORDER BY 1, 2",
+            {"proxied": proxied + "%", "lease": LEASE_SECONDS},
         )
-    )
+    }
     r["orphaned"] = orphaned
 
     found = tracebacks(logs)

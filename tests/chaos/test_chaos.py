@@ -24,11 +24,13 @@ SECONDS = float(os.environ.get("CHAOS_SECONDS", "120"))
 # behind it is SIGKILLed mid-reply (an OSError its client-side pump catches, but the server
 # side does not); the proxy is used unmodified, so that thread's exception is not a failure.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_chaos(db_url: str, tmp_path: Path) -> None:
+def test_chaos(db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # CHAOS_LOG_DIR keeps the process logs after the run (pytest prunes its old tmp dirs).
     logs = Path(os.environ.get("CHAOS_LOG_DIR") or tmp_path)
     logs.mkdir(parents=True, exist_ok=True)
     failures, figures = run_chaos(db_url, logs, Config.from_env(SECONDS))
     report = figures.report() + f"\n  process logs: {logs}"
-    print("\n" + report)
+    (logs / "figures.txt").write_text(report + "\n" + "\n".join(failures) + "\n")
+    with capsys.disabled():  # the figures are the point: print them even without -s
+        print("\n" + report)
     assert not failures, "\n".join(failures) + "\n" + report
