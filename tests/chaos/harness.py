@@ -221,6 +221,7 @@ class Figures:
     listen_terminated: int = 0
     drops_armed: Counter[str] = field(default_factory=Counter)
     drops_fired: int = 0
+    drops_given_up: int = 0
     xmin_held_seconds: float = 0.0
     samples: list[dict[str, Any]] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
@@ -240,7 +241,8 @@ class Figures:
             f"  PostgreSQL restarts {len(self.pg_restarts)} "
             f"({', '.join(f'{s:.1f} s' for s in self.pg_restarts)}); LISTEN backends "
             f"terminated {self.listen_terminated}",
-            f"  replies dropped {self.drops_fired} (armed in turn {dict(self.drops_armed)});"
+            f"  replies dropped {self.drops_fired} (armed in turn {dict(self.drops_armed)},"
+            f" given up unmatched {self.drops_given_up});"
             f" claims expired without a run: {r.get('orphaned')}; 'lease was lost to another"
             f" worker' {r.get('lease_lost_lines')}",
             f"  xmin held {self.xmin_held_seconds:.0f} s; max dead tuples in jobs without/with: "
@@ -277,6 +279,7 @@ class Chaos:
         self.result_stop = datetime.min.replace(tzinfo=UTC)
         self.leased_after_stop = 0
         self.drained_at = 0.0
+        self.armed_checks = 0
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -360,9 +363,15 @@ class Chaos:
         victim.start()
 
     def drop_one(self) -> None:
-        """Arm the next kind of lost reply once the previous one has fired (one at a time)."""
+        """Arm the next kind of lost reply once the previous one has fired (one at a time);
+        one that found no match in three checks (say no heartbeat was due) is given up."""
         if self.proxy.armed:
-            return
+            self.armed_checks += 1
+            if self.armed_checks < 3:
+                return
+            self.proxy.disarm()
+            self.figures.drops_given_up += 1
+        self.armed_checks = 0
         kinds = _drop_kinds()
         name, match = kinds[sum(self.figures.drops_armed.values()) % len(kinds)]
         self.proxy.drop_reply(match)
