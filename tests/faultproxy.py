@@ -169,18 +169,23 @@ class _Conn:
             if msg is None:
                 return
             kind, payload = msg
-            if not self._on_client(kind, payload):
+            forward = self._on_client(kind, payload)
+            if forward is None:
                 self.cut()
                 return
+            kind = forward
             assert self.server is not None
             self.server.sendall(kind + struct.pack("!i", len(payload) + 4) + payload)
 
-    def _on_client(self, kind: bytes, payload: bytes) -> bool:
-        """Account for one client message; False: drop it and cut the connection.
+    def _on_client(self, kind: bytes, payload: bytes) -> bytes | None:
+        """Account for one client message; returns the type to forward it as, None to drop it
+        and cut the connection.
 
         A request is matched when it executes: a simple ``Query``, or a ``Bind`` (its statement
         resolved by name, the unnamed one included: psycopg re-runs prepared statements with a
-        ``Bind`` alone).
+        ``Bind`` alone). A ``Flush`` after a matched request is forwarded as a ``Sync``: the
+        client (psycopg's pipeline) waits for results before it syncs, and the lost reply must
+        end at a sync point the server answers (where an autocommit statement commits).
         """
         sql: str | None = None
         if kind == b"Q":
@@ -193,6 +198,8 @@ class _Conn:
             sql = self.statements.get(_cstring(payload, at)[0], "")
         elif kind == b"C" and payload[:1] == b"S":
             self.statements.pop(_cstring(payload, 1)[0], None)
+        if sql is not None and self.proxy.on_request is not None:
+            self.proxy.on_request(sql)
         with self.lock:
             if sql is not None:
                 self.proxy.counts.requests += 1
@@ -203,17 +210,27 @@ class _Conn:
                     if fault is not None:
                         if fault.mode == "before":
                             self.proxy.fired(sql)
-                            return False
+                            return None
                         self.target_sql = sql
                         # The reply to lose ends at the sync point that closes this request.
                         self.target = self.sent_syncs + 1
+            if kind == b"H" and self.target == self.sent_syncs + 1:
+                kind = b"S"
             if kind in (b"Q", b"F", b"S"):
                 self.sent_syncs += 1
-        return True
+        return kind
 
     # -- server -> client ---------------------------------------------------------------------
 
     def _server_pump(self) -> None:
+        try:
+            self._server_messages()
+        except OSError:
+            pass  # either side closed: the connection is over
+        finally:
+            self.cut()
+
+    def _server_messages(self) -> None:
         assert self.server is not None
         started = False
         while not self.closed.is_set():
@@ -257,6 +274,9 @@ class FaultProxy:
         self._upstream_tcp = (host, port)
         self._params = params
         self.counts = Counts()
+        self.on_request: Callable[[str], None] | None = None
+        """Called (on a proxy thread) with the SQL text of each statement as it executes, before
+        it is forwarded: a test signal, e.g. set an event when a heartbeat is sent."""
         self._faults: list[Fault] = []
         self._cond = threading.Condition()
         self._conns: list[_Conn] = []
@@ -319,7 +339,11 @@ class FaultProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # the client is already gone
+                client.close()
+                continue
             conn = _Conn(self, client)
             thread = threading.Thread(target=conn.run, name="faultproxy-conn", daemon=True)
             conn.threads.append(thread)

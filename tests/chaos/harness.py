@@ -13,8 +13,8 @@ The faults, on one timeline in fractions of the run's length ``T`` (seeded, so a
   the reason printed, when ``DATABASE_URL`` names a server this run cannot restart);
 * LISTEN connections terminated (``pg_terminate_backend``) every 0.5 s from 0.82 T to 0.90 T;
 * replies lost by the fault proxy in front of one worker, unless ``CHAOS_DROP_REPLIES=0``: the
-  reply to its next COMMIT (complete-and-claim), heartbeat or reap in turn, the next armed
-  when the previous has fired (checked every 3-6 s);
+  reply to its next COMMIT (complete-and-claim), claim, heartbeat or reap in turn, the next
+  armed when the previous has fired or found no match in three checks (every 3-6 s);
 * a transaction holding back xmin (REPEATABLE READ, having read ``jobs``) from 0.38 T to
   0.74 T; a burst of ``CHAOS_BURST`` jobs (on a queue of their own) at 0.15 T (without it)
   and 0.55 T (with it) measures the drain rate, and the claim latency of the steady load
@@ -190,17 +190,12 @@ class Observer:
 
 
 def _drop_kinds() -> list[tuple[str, Callable[[str], bool]]]:
-    """The worker's requests whose replies the proxy loses in turn (SQL text fragments).
-
-    Not the claim on its own: a claim also runs inside complete-and-claim's pipeline, where
-    psycopg fetches its rows with a Flush before the Sync, and the proxy, holding every reply
-    back until the Sync's ReadyForQuery, would wait for a Sync the client never sends (both
-    sides hang). Losing the COMMIT of complete-and-claim loses a claim's reply all the same.
-    """
+    """The worker's requests whose replies the proxy loses in turn (SQL text fragments)."""
     from tests.faultproxy import is_commit, sql_contains
 
     return [
         ("commit", is_commit),  # complete-and-claim, completion effects
+        ("claim", sql_contains("SET status = 'leased'")),  # alone, or inside complete-and-claim
         ("heartbeat", sql_contains("SET locked_until = coalesce")),
         ("reap", sql_contains("'lease_expired'")),
     ]

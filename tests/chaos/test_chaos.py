@@ -20,10 +20,6 @@ SECONDS = float(os.environ.get("CHAOS_SECONDS", "120"))
 
 @pytest.mark.slow
 @pytest.mark.timeout(SECONDS + 900)
-# tests/faultproxy.py's server-side pump thread ends with ConnectionResetError when a worker
-# behind it is SIGKILLed mid-reply (an OSError its client-side pump catches, but the server
-# side does not); the proxy is used unmodified, so that thread's exception is not a failure.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_chaos(db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # CHAOS_LOG_DIR keeps the process logs after the run (pytest prunes its old tmp dirs).
     logs = Path(os.environ.get("CHAOS_LOG_DIR") or tmp_path)
