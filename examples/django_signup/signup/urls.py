@@ -1,0 +1,5 @@
+from django.urls import path
+
+from signup.views import signup
+
+urlpatterns = [path("signup", signup)]
