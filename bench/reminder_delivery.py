@@ -463,13 +463,13 @@ def timeline(
     low = min(r[1] for r in rows)
     high = max(r[1] for r in rows)
     width = max((high - low) / buckets, 1.0)
+    last = max(0, math.ceil((high - low) / width) - 1)  # the latest run_at in the last bucket
     groups: dict[int, list[tuple[float, float, float]]] = {}
     for job_id, run_at, started, delivered in rows:
-        k = bisect.bisect_left(ids, job_id)
-        inserted = times[k] if k < len(times) else math.nan
-        groups.setdefault(int((run_at - low) // width), []).append(
-            (inserted - run_at, started - run_at, delivered - run_at)
-        )
+        seen = bisect.bisect_left(ids, job_id)
+        inserted = times[seen] if seen < len(times) else math.nan
+        k = min(int((run_at - low) // width), last)
+        groups.setdefault(k, []).append((inserted - run_at, started - run_at, delivered - run_at))
     deliveries = sorted(r[3] for r in rows)
     due_times = sorted(r[1] for r in rows)
     lines = [
