@@ -4,14 +4,17 @@ Everything runs in one throwaway database (``tockwork_delivery_<pid>``, created 
 ``scheduler.devdb.database_url()`` with every migration component, dropped at the end), with the
 real commands and the library's defaults:
 
-1. **Herd, no jitter.** ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local
-   time of one instant ``T`` in each zone) are created with ``scheduler.create_schedules``; then
-   2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch size, interval) and
-   2 ``tockwork worker --app scheduler.reminders:simulated_app --queue reminders=16`` processes
-   start, ``T`` being far enough ahead for the replicas to get their whole lookahead. Reported:
-   the enqueue rate and when the herd was all in the table (relative to ``T``), deliveries/s,
-   the time from ``T`` to the last delivery, lateness p50/p95/p99 (delivery against the nominal
-   occurrence), duplicates (two deliveries of one occurrence or one job; must be 0), dead jobs.
+1. **Herd, no jitter.** 2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch
+   size, interval) and 2 ``tockwork worker --app scheduler.reminders:simulated_app --queue
+   reminders=16`` processes start first, as a user's would be running when reminders come due;
+   then ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local time of one
+   instant ``T`` in each zone) are created with ``scheduler.create_schedules``, ``T`` being far
+   enough ahead for the creation and the enqueue (:func:`herd_lead`). Reported: the enqueue
+   rate and when the herd was all in the table (relative to ``T``), deliveries/s, the time from
+   ``T`` to the last delivery, lateness p50/p95/p99 (delivery against the nominal occurrence),
+   duplicates (two deliveries of one occurrence or one job; must be 0), dead jobs, and a
+   timeline by due time (:func:`timeline`: how far ahead each job was inserted, when its
+   handler started and when it was delivered, against its run_at; the backlog).
 2. **Raw pipeline.** The delivered jobs are put back to pending and 2 processes do the same
    reads and writes in batched SQL with no library: claim 100 (``FOR UPDATE SKIP LOCKED``, with a
    lease), read their schedules in one query, insert the effect rows and the push rows with
@@ -23,7 +26,8 @@ Delivery times are the ``simulated_pushes.delivered_at`` stamps the provider wri
 (which only decides when a run is over) does not enter the figures. The bench waits on database
 state (counts, with a timeout), never on fixed sleeps.
 
-Figures, not a test: ``python -m bench.reminder_delivery [--quick | --size N] [--help]``.
+Figures, not a test: ``python -m bench.reminder_delivery [--quick | --size N] [--jitter-only]
+[--help]``.
 """
 
 from __future__ import annotations
