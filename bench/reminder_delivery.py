@@ -4,14 +4,17 @@ Everything runs in one throwaway database (``tockwork_delivery_<pid>``, created 
 ``scheduler.devdb.database_url()`` with every migration component, dropped at the end), with the
 real commands and the library's defaults:
 
-1. **Herd, no jitter.** ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local
-   time of one instant ``T`` in each zone) are created with ``scheduler.create_schedules``; then
-   2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch size, interval) and
-   2 ``tockwork worker --app scheduler.reminders:simulated_app --queue reminders=16`` processes
-   start, ``T`` being far enough ahead for the replicas to get their whole lookahead. Reported:
-   the enqueue rate and when the herd was all in the table (relative to ``T``), deliveries/s,
-   the time from ``T`` to the last delivery, lateness p50/p95/p99 (delivery against the nominal
-   occurrence), duplicates (two deliveries of one occurrence or one job; must be 0), dead jobs.
+1. **Herd, no jitter.** 2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch
+   size, interval) and 2 ``tockwork worker --app scheduler.reminders:simulated_app --queue
+   reminders=16`` processes start first, as a user's would be running when reminders come due;
+   then ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local time of one
+   instant ``T`` in each zone) are created with ``scheduler.create_schedules``, ``T`` being far
+   enough ahead for the creation and the enqueue (:func:`herd_lead`). Reported: the enqueue
+   rate and when the herd was all in the table (relative to ``T``), deliveries/s, the time from
+   ``T`` to the last delivery, lateness p50/p95/p99 (delivery against the nominal occurrence),
+   duplicates (two deliveries of one occurrence or one job; must be 0), dead jobs, and a
+   timeline by due time (:func:`timeline`: how far ahead each job was inserted, when its
+   handler started and when it was delivered, against its run_at; the backlog).
 2. **Raw pipeline.** The delivered jobs are put back to pending and 2 processes do the same
    reads and writes in batched SQL with no library: claim 100 (``FOR UPDATE SKIP LOCKED``, with a
    lease), read their schedules in one query, insert the effect rows and the push rows with
@@ -23,7 +26,8 @@ Delivery times are the ``simulated_pushes.delivered_at`` stamps the provider wri
 (which only decides when a run is over) does not enter the figures. The bench waits on database
 state (counts, with a timeout), never on fixed sleeps.
 
-Figures, not a test: ``python -m bench.reminder_delivery [--quick | --size N] [--help]``.
+Figures, not a test: ``python -m bench.reminder_delivery [--quick | --size N] [--jitter-only]
+[--help]``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
 sys.path.insert(0, str(_BENCH_DIR.parent))
 
 import argparse  # noqa: E402
+import bisect  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -70,7 +75,8 @@ JOB_TYPE = "reminder"  # what scheduler.reminders.simulated_app handles
 APP = "scheduler.reminders:simulated_app"
 ZONE_COUNT = 300
 CHUNK = 5000  # schedules per create_schedules call (one transaction each)
-STARTUP = 15.0  # seconds allowed for the processes to start before the replicas' lookahead
+STARTUP = 15.0  # seconds allowed for the processes to start
+ENQUEUE_RATE_FLOOR = 5000.0  # occurrences/s the 2 replicas enqueue at the least (for the lead)
 TARGET_RATIO = 0.5
 TARGET_HERD_SECONDS = 180.0
 TARGET_HERD_SIZE = 1_000_000
@@ -120,6 +126,16 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
             GROUP BY schedule_id, occurrence_key HAVING count(*) > 1) AS d),
        (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes
             GROUP BY job_id HAVING count(*) > 1) AS d)
+"""
+# One row per delivered job (first attempt only): when it was due, started and delivered.
+TIMELINE_ROWS: LiteralString = """
+SELECT j.id, extract(epoch FROM j.run_at - %(due)s)::float8,
+       extract(epoch FROM a.started_at - %(due)s)::float8,
+       extract(epoch FROM p.delivered_at - %(due)s)::float8
+FROM simulated_pushes AS p
+JOIN jobs AS j ON j.id = p.job_id
+JOIN job_attempts AS a ON a.job_id = j.id AND a.attempt = 1
+WHERE j.attempts = 1
 """
 ATTEMPTS: LiteralString = "SELECT outcome, count(*) FROM job_attempts GROUP BY 1 ORDER BY 1"
 # Put the delivered herd back to pending for the raw pipeline: same rows, same indexes.
@@ -340,6 +356,9 @@ class Progress:
     first_job: float | None = None  # perf_counter, interpolated between two polls
     all_jobs: float | None = None
     done: bool = False
+    # (perf_counter, max(jobs.id)) at each poll: ids are allocated in insert order, so these
+    # date each job's insert within one poll interval (the timeline's "inserted").
+    samples: list[tuple[float, int]] = field(default_factory=list)
 
 
 def wait_for_delivery(
@@ -362,6 +381,8 @@ def wait_for_delivery(
             now = time.perf_counter()
             max_row = conn.execute(MAX_JOB_ID).fetchone()
             max_id = int(max_row[0]) if max_row else 0
+            if max_id and (not progress.samples or max_id != progress.samples[-1][1]):
+                progress.samples.append(((previous + now) / 2, max_id))
             if progress.first_job is None and max_id > 0:
                 progress.first_job = (previous + now) / 2
             if progress.all_jobs is None and max_id >= n:
@@ -412,10 +433,67 @@ class HerdResult:
     attempts: dict[str, int] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     completed: bool = False
+    timeline: list[str] = field(default_factory=list)
 
     @property
     def duplicate_count(self) -> int:
         return sum(self.duplicates)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values`` (nearest rank; NaN for none)."""
+    if not values:
+        return math.nan
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def timeline(
+    rows: list[tuple[int, float, float, float]],
+    inserts: list[tuple[float, int]],
+    buckets: int = 12,
+) -> list[str]:
+    """Where the lateness of a herd comes from, in buckets of due time (relative to T).
+
+    ``rows`` are (job id, run_at, handler start, delivery), ``inserts`` (time, max job id) at
+    each poll, all in seconds relative to T. A job's insert time is the first poll that saw its
+    id (ids are allocated in insert order). Per bucket of run_at: jobs, how late the insert was
+    against run_at (negative: ahead), how late the handler started and the delivery was
+    (p50/p99), and the backlog (due and not yet delivered) at the bucket's end.
+    """
+    if not rows:
+        return []
+    times = [t for t, _ in inserts]
+    ids = [i for _, i in inserts]
+    low = min(r[1] for r in rows)
+    high = max(r[1] for r in rows)
+    width = max((high - low) / buckets, 1.0)
+    last = max(0, math.ceil((high - low) / width) - 1)  # the latest run_at in the last bucket
+    groups: dict[int, list[tuple[float, float, float]]] = {}
+    for job_id, run_at, started, delivered in rows:
+        seen = bisect.bisect_left(ids, job_id)
+        inserted = times[seen] if seen < len(times) else math.nan
+        k = min(int((run_at - low) // width), last)
+        groups.setdefault(k, []).append((inserted - run_at, started - run_at, delivered - run_at))
+    deliveries = sorted(r[3] for r in rows)
+    due_times = sorted(r[1] for r in rows)
+    lines = [
+        "      timeline by due time (s vs T): jobs; insert - run_at p50/max; "
+        "start - run_at p50/p99; delivery - run_at p50/p99; backlog at the end"
+    ]
+    for k in sorted(groups):
+        values = groups[k]
+        ins = sorted(v[0] for v in values)
+        start = sorted(v[1] for v in values)
+        late = sorted(v[2] for v in values)
+        end = low + (k + 1) * width
+        backlog = bisect.bisect_right(due_times, end) - bisect.bisect_right(deliveries, end)
+        lines.append(
+            f"        [{low + k * width:+7.1f}, {end:+7.1f}) {len(values):>8,}; "
+            f"{_quantile(ins, 0.5):+7.1f}/{ins[-1]:+7.1f}; "
+            f"{_quantile(start, 0.5):6.2f}/{_quantile(start, 0.99):6.2f}; "
+            f"{_quantile(late, 0.5):6.2f}/{_quantile(late, 0.99):6.2f}; {max(backlog, 0):>8,}"
+        )
+    return lines
 
 
 def measure(conn: psycopg.Connection[Any], result: HerdResult, due: datetime) -> None:
@@ -440,6 +518,16 @@ def measure(conn: psycopg.Connection[Any], result: HerdResult, due: datetime) ->
     result.attempts = {o: int(c) for o, c in conn.execute(ATTEMPTS).fetchall()}
 
 
+def herd_lead(size: int, rate: float) -> float:
+    """Seconds from now to the due instant of a herd of ``size`` created at ``rate``/s.
+
+    The replicas and workers are up first (as a user's would be when reminders come due), then
+    the schedules are created: the lead covers the start, the creation (at half the sampled
+    rate: the replicas enqueue while it runs) and the enqueueing of what was created last.
+    """
+    return STARTUP + 2.0 * size / rate + max(60.0, size / ENQUEUE_RATE_FLOOR)
+
+
 def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> HerdResult:
     """One fresh herd of ``args.size`` reminders delivered by the real commands."""
     name = f"herd, jitter {jitter} s"
@@ -447,28 +535,9 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
     reset(url)
     rate = creation_rate(url)
     lookahead = replica_lookahead(args.scheduler_args)
-    lead = args.size / rate * 1.3 + STARTUP + lookahead + 5.0
-    due = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
+    due = (datetime.now(UTC) + timedelta(seconds=herd_lead(args.size, rate))).replace(microsecond=0)
     zones = herd_zones(due)
     items = schedule_items(args.size, zones, jitter)
-    print(
-        f"  {name}: {args.size:,} reminders in {len(zones)} zones due at {due:%H:%M:%S}Z "
-        f"(e.g. {zones[0][1]} in {zones[0][0]}); creating ({rate:,.0f}/s) ...",
-        flush=True,
-    )
-    result.create_seconds = create(url, items)
-    del items
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(VACUUM)
-        conn.execute(CHECKPOINT)
-    ahead = (due - datetime.now(UTC)).total_seconds()
-    print(
-        f"    created in {result.create_seconds:.1f}s; T-{ahead:.0f}s; starting 2 replicas "
-        f"(lookahead {lookahead:g}s) and 2 workers ({' '.join(args.worker_args)})",
-        flush=True,
-    )
-    if ahead < lookahead:
-        print(f"    warning: the replicas start {lookahead - ahead:.0f}s inside their lookahead")
     env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
     for var in ("TOCKWORK_SIM_TRANSIENT", "TOCKWORK_SIM_RATE_LIMIT"):
         env.pop(var, None)  # no injected failures
@@ -478,6 +547,20 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
             procs.start(f"scheduler{i}", ["scheduler", *args.scheduler_args], env)
         for i in range(2):
             procs.start(f"worker{i}", ["worker", "--app", APP, *args.worker_args], env)
+        print(
+            f"  {name}: started 2 replicas (lookahead {lookahead:g}s, adaptive) and 2 workers "
+            f"({' '.join(args.worker_args)}); creating {args.size:,} reminders in {len(zones)} "
+            f"zones due at {due:%H:%M:%S}Z (e.g. {zones[0][1]} in {zones[0][0]}) at about "
+            f"{rate:,.0f}/s ...",
+            flush=True,
+        )
+        result.create_seconds = create(url, items)
+        del items
+        ahead = (due - datetime.now(UTC)).total_seconds()
+        print(f"    created in {result.create_seconds:.1f}s; T-{ahead:.0f}s", flush=True)
+        if ahead < 0:
+            print(f"    warning: the schedules were all created only at T+{-ahead:.0f}s")
+        procs.check()
         timeout = args.timeout if args.timeout else 600.0 + args.size / 500.0 + jitter
         progress = wait_for_delivery(url, args.size, due, timeout, procs)
         result.cpu = procs.cpu()
@@ -492,6 +575,12 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
         result.enqueued_at = progress.all_jobs - offset
     with psycopg.connect(url, autocommit=True) as conn:
         measure(conn, result, due)
+        rows = conn.execute(TIMELINE_ROWS, {"due": due}).fetchall()
+    result.timeline = timeline(
+        [(int(r[0]), r[1], r[2], r[3]) for r in rows],
+        [(t - offset, i) for t, i in progress.samples],
+    )
+    del rows
     print(describe(result), flush=True)
     return result
 
@@ -523,6 +612,7 @@ def describe(r: HerdResult) -> str:
             + "/".join(f"{v:.2f}" for v in r.run_at)
             + " s",
             duplicates,
+            *r.timeline,
         )
     )
 
@@ -655,7 +745,40 @@ def p3(values: tuple[float, ...]) -> str:
     return " / ".join(f"{v:.2f}" for v in values[:3]) + " s"
 
 
-def rows_for(herd: HerdResult, raw: HerdResult | None, jittered: HerdResult | None) -> list[Row]:
+def rows_for(
+    herd: HerdResult | None, raw: HerdResult | None, jittered: HerdResult | None
+) -> list[Row]:
+    rows = [] if herd is None else herd_rows(herd, raw)
+    if jittered is not None:
+        ok = (
+            jittered.completed
+            and jittered.duplicate_count == 0
+            and jittered.run_at[2] <= TARGET_JITTER_P99
+        )
+        rows += [
+            Row(
+                f"jitter {jittered.jitter} s: herd all in the table at",
+                f"T{jittered.enqueued_at:+.1f} s",
+                "-",
+                None,
+            ),
+            Row(
+                f"jitter {jittered.jitter} s: lateness vs run_at p50/p95/p99",
+                p3(jittered.run_at),
+                f"p99 <= {TARGET_JITTER_P99:g} s",
+                ok,
+            ),
+            Row(
+                f"jitter {jittered.jitter} s: last delivery, duplicates",
+                f"T{jittered.last_delivery:+.1f} s, {jittered.duplicate_count}",
+                "-, 0",
+                jittered.duplicate_count == 0 and jittered.completed,
+            ),
+        ]
+    return rows
+
+
+def herd_rows(herd: HerdResult, raw: HerdResult | None) -> list[Row]:
     n = herd.n
     clean = herd.completed and herd.duplicate_count == 0 and herd.delivered == n
     rows = [
@@ -690,26 +813,6 @@ def rows_for(herd: HerdResult, raw: HerdResult | None, jittered: HerdResult | No
             herd.duplicate_count == 0 and not herd.statuses.get("dead"),
         ),
     ]
-    if jittered is not None:
-        ok = (
-            jittered.completed
-            and jittered.duplicate_count == 0
-            and jittered.run_at[2] <= TARGET_JITTER_P99
-        )
-        rows += [
-            Row(
-                f"jitter {jittered.jitter} s: lateness vs run_at p50/p95/p99",
-                p3(jittered.run_at),
-                f"p99 <= {TARGET_JITTER_P99:g} s",
-                ok,
-            ),
-            Row(
-                f"jitter {jittered.jitter} s: last delivery, duplicates",
-                f"T{jittered.last_delivery:+.1f} s, {jittered.duplicate_count}",
-                "-, 0",
-                jittered.duplicate_count == 0 and jittered.completed,
-            ),
-        ]
     return rows
 
 
@@ -720,6 +823,9 @@ def main() -> int:
     parser.add_argument("--jitter", type=int, default=300, help="jitter of the second herd (s)")
     parser.add_argument("--no-jitter-run", action="store_true", help="skip the jittered herd")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw pipeline")
+    parser.add_argument(
+        "--jitter-only", action="store_true", help="only the jittered herd (no plain herd, no raw)"
+    )
     parser.add_argument("--raw-batch", type=int, default=100, help="raw pipeline claim size")
     parser.add_argument(
         "--worker-args",
@@ -752,8 +858,8 @@ def main() -> int:
             f"synchronous_commit={settings[2]}), {os.cpu_count()} CPUs, database {name}, "
             f"process logs in {logs}"
         )
-        herd = run_herd(url, args, 0, logs)
-        if not args.no_raw:
+        herd = None if args.jitter_only else run_herd(url, args, 0, logs)
+        if herd is not None and not args.no_raw:
             print(f"  raw batched SQL x2, claim {args.raw_batch} ...", flush=True)
             due = datetime.now(UTC)  # only the span matters for the raw figures
             raw = run_raw(url, args.size, 2, args.raw_batch, due)
@@ -764,7 +870,7 @@ def main() -> int:
     print_table(rows)
     summary = {
         "size": args.size,
-        "herd": herd.__dict__,
+        "herd": herd.__dict__ if herd else None,
         "raw": raw.__dict__ if raw else None,
         "jittered": jittered.__dict__ if jittered else None,
     }

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bench.queue import asyncpg_conninfo
-from bench.reminder_delivery import ZONE_COUNT, herd_zones, schedule_items
+from bench.reminder_delivery import ZONE_COUNT, herd_lead, herd_zones, schedule_items, timeline
 from timezones import next_after, parse_rule
 
 
@@ -64,3 +64,24 @@ def test_asyncpg_conninfo_from_a_url_and_from_a_conninfo_string() -> None:
         "user": "postgres",
         "database": "x",
     }
+
+
+def test_the_timeline_dates_inserts_by_poll_and_counts_the_backlog() -> None:
+    """Jobs 1-4 due at T+0..T+3 (s), seen in the table by the polls at T-10 (ids up to 2) and
+    T+1.5 (ids up to 4), delivered 0.5 s late except job 4 (2 s). Two buckets of 1.5 s: jobs 1
+    and 2 were in 10-11 s ahead, none left at T+1.5; jobs 3 and 4 0.5 and 1.5 s ahead, and at
+    T+3 job 4 was due and not yet delivered."""
+    rows = [(1, 0.0, 0.1, 0.5), (2, 1.0, 1.1, 1.5), (3, 2.0, 2.1, 2.5), (4, 3.0, 4.0, 5.0)]
+    lines = timeline(rows, [(-10.0, 2), (1.5, 4)], buckets=2)
+    assert len(lines) == 1 + 2
+    cells = [[c.strip() for c in line.split(";")] for line in lines[1:]]
+    assert cells[0][0].endswith(" 2") and cells[1][0].endswith(" 2")  # jobs per bucket
+    assert [c[1].replace(" ", "") for c in cells] == ["-11.0/-10.0", "-1.5/-0.5"]
+    assert [c[3].replace(" ", "") for c in cells] == ["0.50/0.50", "0.50/2.00"]
+    assert [c[4] for c in cells] == ["0", "1"]
+    assert timeline([], []) == []
+
+
+def test_the_herd_lead_covers_the_start_the_creation_and_the_enqueue() -> None:
+    assert herd_lead(1000, 1000.0) == 15.0 + 2.0 + 60.0
+    assert herd_lead(1_000_000, 5000.0) == 15.0 + 400.0 + 200.0
