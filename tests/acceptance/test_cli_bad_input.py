@@ -250,6 +250,15 @@ def written_cases() -> list[Case]:
         "x" * 1_000_000: "RULE",
         '{"kind": "cron"}': "RULE",
         "every:0s": "RULE",
+        # Rules that never fire, or would search without end (refused at parse time).
+        "rrule:FREQ=DAILY;INTERVAL=0": "INTERVAL",
+        "rrule:FREQ=DAILY;COUNT=0": "COUNT",
+        "rrule:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=-31": "never",
+        "rrule:FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=-30": "never",
+        "rrule:FREQ=YEARLY;BYYEARDAY=366;BYMONTH=1": "never",
+        "weekly:monkey@08:00": "monkey",
+        "monthly:\u0663": "RULE",
+        "cron:" + "1," * 300_000 + "1 * * * *": "RULE",
     }.items():
         cases.append(Case([*p, rule, "--zone", "UTC", "--after", "2026-01-01T00:00Z"], needle))
     for zone, needle in {
