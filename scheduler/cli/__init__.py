@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
+from scheduler.cli import dashboard as dashboard_command
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli import ops, outbox, preview, schedules, worker
 from scheduler.cli.common import SubParsers
@@ -34,6 +35,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     outbox.register,
     ops.register,
     preview.register,
+    dashboard_command.register,
 ]
 
 
