@@ -6,6 +6,6 @@ serves it with uvicorn. Needs the ``dashboard`` extra (``pip install 'tockwork[d
 See docs/dashboard.md.
 """
 
-from scheduler.dashboard.app import create_app
+from scheduler.dashboard.app import close, create_app
 
-__all__ = ["create_app"]
+__all__ = ["close", "create_app"]

@@ -864,3 +864,14 @@ def create_app(
     )
     app.state.dashboard = state
     return app
+
+
+def close(app: Starlette) -> None:
+    """Close the idle database connections of an app :func:`create_app` made.
+
+    Served on its own (``tockwork dashboard``, uvicorn) the app does this at shutdown; a parent
+    app that mounts it should call this from its own lifespan (Starlette does not run a mounted
+    app's lifespan).
+    """
+    state: Dashboard = app.state.dashboard
+    state.pool.close()

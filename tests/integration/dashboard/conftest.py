@@ -83,8 +83,6 @@ def dead_jobs(
 ) -> list[int]:
     """``n`` jobs enqueued and run into the dead-letter state by a permanent failure."""
     with psycopg.connect(db_url) as conn, conn.transaction():
-        ids = [
-            jobs.enqueue(conn, job_type, payload or {"n": i}, queue=queue).id for i in range(n)
-        ]
+        ids = [jobs.enqueue(conn, job_type, payload or {"n": i}, queue=queue).id for i in range(n)]
     jobs.Worker(db_url, {job_type: fail_permanently}, {queue: 1}, listen=False).run_until_idle()
     return ids

@@ -85,8 +85,9 @@ def test_a_post_without_csrf_is_refused(db_url: str, browser: TestClient) -> Non
     ids = dead_jobs(db_url, 1)
     response = browser.post("/dead/apply", data={"action": "requeue", "ids": str(ids[0])})
     assert response.status_code == 403 and "CSRF" in response.text
-    wrong = browser.post("/dead/apply", data={"action": "requeue", "ids": str(ids[0]),
-                                              "csrf": "forged"})  # fmt: skip
+    wrong = browser.post(
+        "/dead/apply", data={"action": "requeue", "ids": str(ids[0]), "csrf": "forged"}
+    )
     assert wrong.status_code == 403
     api = browser.post("/api/jobs/requeue", json={"ids": ids})
     assert api.status_code == 403
