@@ -12,6 +12,7 @@ import argparse
 import ipaddress
 import logging
 import os
+from typing import Any
 
 from scheduler.cli.common import (
     InputError,
@@ -79,7 +80,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
             "token", None, f"set ${TOKEN_ENV} (or --token); --no-auth only on loopback"
         )
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 (the extra is installed)
 
         from scheduler.dashboard import create_app
     except ImportError as exc:
@@ -91,6 +92,23 @@ def run_dashboard(args: argparse.Namespace) -> int:
     ensure_schema(url, apply=False)
     app = create_app(url, token=token, read_only=args.read_only, no_auth=args.no_auth)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    print(f"tockwork dashboard on http://{args.host}:{args.port}/", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
-    return 0
+    return 0 if _serve(app, args.host, args.port) else 1
+
+
+def _serve(app: Any, host: str, port: int) -> bool:
+    """Serve until stopped; one line is printed once the server listens (scripts wait on it)."""
+    import socket
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                print(f"tockwork dashboard listening on http://{host}:{port}/", flush=True)
+
+    server = Server(
+        uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning")
+    )
+    server.run()
+    return server.started
