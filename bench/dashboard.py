@@ -2,7 +2,8 @@
 
 Fills a throwaway database (``tockwork_dash_<pid>`` on the server of
 ``scheduler.devdb.database_url()``, migrated, dropped at the end unless ``--keep``) with
-``--jobs`` jobs (90% succeeded, 5% pending, 2% dead, 1% retrying, 1% leased, 1% cancelled over
+``--jobs`` jobs (90% succeeded, 6% pending, 2% dead, 1% retrying, 0.01% leased (running: as many
+as the workers' threads), 1% cancelled over
 10 queues and 20 job types, created over 30 days), ``--attempts`` attempt rows (the latest
 hour dense) and ``--schedules`` schedules, ANALYZEs it, then requests every page and API route
 ``--requests`` times in-process (Starlette's TestClient: the whole app, authentication,
@@ -45,9 +46,9 @@ FILL_JOBS = """
 INSERT INTO jobs (queue, job_type, payload, status, run_at, attempts, last_error_code,
                   last_error_summary, completed_at, created_at, locked_at, locked_by,
                   locked_until, idempotency_key, organization_id)
-SELECT 'q' || (g %% 10), 'type_' || (g %% 20), jsonb_build_object('n', g),
+SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object('n', g),
        s.status, c.created + interval '2 seconds', 1,
-       CASE WHEN s.status = 'dead' THEN 'E_' || (g %% 5) END,
+       CASE WHEN s.status = 'dead' THEN 'E_' || ((g / 100) %% 5) END,
        CASE WHEN s.status = 'dead' THEN 'boom' END,
        CASE WHEN s.status IN ('succeeded', 'dead', 'cancelled')
             THEN c.created + interval '3 seconds' END,
@@ -61,7 +62,8 @@ FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
 CROSS JOIN LATERAL (SELECT CASE
     WHEN g %% 100 < 90 THEN 'succeeded' WHEN g %% 100 < 95 THEN 'pending'
     WHEN g %% 100 < 97 THEN 'dead' WHEN g %% 100 < 98 THEN 'retrying'
-    WHEN g %% 100 < 99 THEN 'leased' ELSE 'cancelled' END AS status) AS s
+    WHEN g %% 100 < 99 THEN CASE WHEN g %% 10000 = 98 THEN 'leased' ELSE 'pending' END
+    ELSE 'cancelled' END AS status) AS s
 CROSS JOIN LATERAL (SELECT now() - interval '30 days'
     + (g::float8 / %(total)s) * interval '30 days' AS created) AS c
 """

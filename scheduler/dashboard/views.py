@@ -83,19 +83,27 @@ class Count:
         }
 
 
+QUEUE_COUNTS = ("ready", "leased", "retrying", "dead", "scheduled")
+INDEXED_STATUSES = frozenset({"pending", "retrying", "leased", "dead"})
+
+
 def queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str, Any]]:
-    return [
-        {
-            "queue": s.queue,
-            "ready": s.ready,
-            "oldest_ready_age_s": round(s.oldest_ready_age, 3),
-            "leased": s.leased,
-            "retrying": s.retrying,
-            "dead": s.dead,
-            "scheduled": s.scheduled,
-        }
-        for s in jobs.queue_stats(conn, now=now)
-    ]
+    """Per queue: ready, oldest ready age, leased, retrying, dead, scheduled; each count stops
+    at 10,000 (``capped`` lists the counts that have more)."""
+    result = []
+    for queue, ready, oldest, leased, retrying, dead, scheduled in conn.execute(
+        query("dashboard_queue_stats"), {"now": now}
+    ).fetchall():
+        counts = dict(zip(QUEUE_COUNTS, (ready, leased, retrying, dead, scheduled), strict=True))
+        result.append(
+            {
+                "queue": queue,
+                **{k: min(v, COUNT_CAP) for k, v in counts.items()},
+                "oldest_ready_age_s": round(oldest, 3),
+                "capped": [k for k, v in counts.items() if v > COUNT_CAP],
+            }
+        )
+    return result
 
 
 def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
@@ -142,7 +150,9 @@ def job_page(
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of jobs (newest first) and the cursor of the next page (None: the last)."""
     params = flt.params() | {"before": before, "limit": limit + 1}
-    rows = conn.execute(query("dashboard_job_page"), params).fetchall()
+    indexed = flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES
+    name = "dashboard_job_page_indexed" if indexed else "dashboard_job_page"
+    rows = conn.execute(query(name), params).fetchall()
     page = [dict(zip(_JOB_COLUMNS, row, strict=True)) for row in rows[:limit]]
     return page, (page[-1]["id"] if len(rows) > limit else None)
 

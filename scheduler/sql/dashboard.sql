@@ -32,6 +32,26 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: dashboard_job_page_indexed
+-- The same page when every status asked for has a partial index (pending, retrying, leased,
+-- dead): ordering by an expression keeps the planner from walking the primary key backwards
+-- through millions of finished rows to find a few matches (or none); it reads the status's
+-- index and sorts what matched.
+SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+FROM jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id + 0 DESC
+LIMIT %(limit)s;
+
 -- name: dashboard_job_count
 -- How many jobs match, counted up to 10,001 (shown as "10,000+").
 SELECT count(*) FROM (
@@ -59,6 +79,55 @@ WHERE status = 'dead'
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
 ORDER BY id
 LIMIT %(limit)s;
+
+-- name: dashboard_queue_stats
+-- The per-queue figures of jobs.queue_stats, bounded: each count stops at 10,001 (shown as
+-- "10,000+") and is read from the partial index of its status (index-only where the index holds
+-- the columns); the queues are found by skipping through the ready and dead indexes. Retrying has
+-- no index of its own: its count rechecks the ready rows of the queue in the heap (the costliest
+-- part on a big backlog).
+WITH RECURSIVE ready_queues AS (
+    (SELECT queue FROM jobs WHERE status IN ('pending', 'retrying') ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status IN ('pending', 'retrying') AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM ready_queues AS r WHERE r.queue IS NOT NULL
+), dead_queues AS (
+    (SELECT queue FROM jobs WHERE status = 'dead' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
+    FROM dead_queues AS d WHERE d.queue IS NOT NULL
+), queues AS (
+    SELECT queue FROM ready_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM leased
+), leased AS (
+    -- Leased rows are the jobs running right now: as many as the workers' threads.
+    SELECT queue, count(*) AS n FROM jobs WHERE status = 'leased' GROUP BY queue
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS ready,
+       coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
+            SELECT min(run_at) FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now()))), 0)::float8
+           AS oldest_ready_age,
+       coalesce((SELECT n FROM leased WHERE leased.queue = q.queue), 0) AS leased,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status = 'retrying' LIMIT 10001) AS c) AS retrying,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status = 'dead' LIMIT 10001) AS c) AS dead,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at > coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS scheduled
+FROM queues AS q
+ORDER BY q.queue;
 
 -- name: dashboard_attempt_minutes
 -- Attempts finished in the last hour, per minute: completions and failures (the BRIN index on

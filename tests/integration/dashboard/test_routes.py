@@ -121,6 +121,9 @@ def test_counts_are_bounded(db_url: str, api: TestClient, browser: TestClient) -
     body = api.get("/api/jobs", params={"queue": "bulk", "limit": "1"}).json()
     assert body["count"] == 10_000 and body["count_capped"]
     assert "10,000+ matching" in browser.get("/jobs?queue=bulk").text
+    [bulk] = api.get("/api/queues").json()
+    assert (bulk["ready"], bulk["capped"], bulk["dead"]) == (10_000, ["ready"], 0)
+    assert "<td>10000+</td>" in browser.get("/").text
 
 
 def test_the_jobs_page_filters_and_pages(db_url: str, browser: TestClient) -> None:
