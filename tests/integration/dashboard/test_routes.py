@@ -18,6 +18,7 @@ import jobs
 import scheduler
 from jobs import outbox
 from scheduler.dashboard import close, create_app
+from scheduler.tick import Scheduler
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, dead_jobs, sign_in, succeed
 from timezones import FrozenClock
 
@@ -490,3 +491,37 @@ def test_the_app_mounts_under_a_prefix(db_url: str) -> None:
         page = client.get("/ops/jobs")
         assert page.status_code == 200 and 'href="/ops/dead"' in page.text
     close(inner)  # a mounted app's lifespan does not run
+
+
+def test_lateness_against_the_nominal_occurrence_and_a_schedules_jitter(
+    db_url: str, app_client: Callable[..., TestClient]
+) -> None:
+    start = datetime(2026, 6, 1, 7, 59, 30, tzinfo=UTC)
+    clock = FrozenClock(start)
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        s = scheduler.create_schedule(
+            conn,
+            job_type="reminder",
+            rule="daily@08:00",
+            zone="UTC",
+            subject="user-9",
+            queue="reminders",
+            jitter=60,
+            now=start,
+        )
+    Scheduler(db_url, clock=clock).run_until_idle()
+    clock.advance(minutes=3)
+    jobs.Worker(
+        db_url, {"reminder": succeed}, {"reminders": 1}, clock=clock, listen=False
+    ).run_until_idle()
+    client = app_client(clock=clock)
+    sign_in(client)
+    lateness = client.get("/lateness?window=1h&queue=reminders").text
+    assert "reminders: start (1 jobs)" in lateness and "reminders: nominal (1 jobs)" in lateness
+    # Started at 08:02:30, 150 s after the nominal 08:00: the 60s-5m bucket.
+    assert re.search(r"<title>1m-5m: 1</title>", lateness), lateness
+    page = client.get(f"/schedules/{s.id}").text
+    spread = re.search(r'id="jitter-spread">jitter spread: ([\d.]+) s to ([\d.]+) s', page)
+    assert spread is not None
+    assert 0 <= float(spread.group(1)) == float(spread.group(2)) <= 60
+    assert "<code>2026-06-01T08:00</code>" in page
