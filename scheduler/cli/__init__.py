@@ -36,6 +36,7 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dev, ops, outbox, preview, schedules, worker
+from scheduler.cli import dashboard as dashboard_command
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv
 from timezones.errors import InvalidInput, TockworkError
@@ -49,6 +50,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     ops.register,
     preview.register,
     dev.register,
+    dashboard_command.register,
 ]
 
 DEBUG_VARIABLE = "TOCKWORK_DEBUG"

@@ -79,3 +79,22 @@ CREATE TABLE schedule_skips (
 
 CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurrence_at);
 CREATE INDEX schedule_skips_recorded_idx ON schedule_skips (recorded_at);
+
+-- The operator dashboard's audit trail (migration 0003): who did what from the dashboard, when,
+-- with which filter (the ids or the queue / job type / error code it selected), and how many rows
+-- it touched. Append-only; read newest first.
+CREATE TABLE dashboard_audit (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT now(),
+    actor text NOT NULL,
+    action text NOT NULL,
+    filter jsonb NOT NULL,
+    affected integer NOT NULL,
+    CONSTRAINT dashboard_audit_actor_check CHECK (length(actor) BETWEEN 1 AND 200),
+    CONSTRAINT dashboard_audit_action_check CHECK (
+        action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry')
+    ),
+    CONSTRAINT dashboard_audit_affected_check CHECK (affected >= 0)
+);
+
+CREATE INDEX dashboard_audit_at_idx ON dashboard_audit (at);

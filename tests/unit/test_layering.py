@@ -129,7 +129,7 @@ OWNERS: dict[str, frozenset[str]] = {
     "jobs": frozenset(
         {"jobs", "job_attempts", "job_effects", "outbox_events", "tockwork_migrations"}
     ),
-    "scheduler": frozenset({"schedules", "schedule_skips"}),
+    "scheduler": frozenset({"schedules", "schedule_skips", "dashboard_audit"}),
     # The simulated push provider's opt-in migration component (its own package and sql/).
     "scheduler/simulated": frozenset({"simulated_pushes"}),
 }
@@ -144,6 +144,12 @@ KNOWN_FOREIGN_TABLES = {
     # A system catalog: the pytest plugin lists the tables of its test database.
     ("scheduler/sql/pg_misc.sql", "pg_tables"),
     ("scheduler/sql/pg_misc.sql", "pg_database"),
+    # The operator dashboard is the composition root's view over every component: it reads the
+    # queue's tables (keyset pages, bounded counts, lateness). It writes them only through the
+    # jobs API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead).
+    ("scheduler/sql/dashboard.sql", "jobs"),
+    ("scheduler/sql/dashboard.sql", "job_attempts"),
+    ("scheduler/sql/dashboard.sql", "outbox_events"),
 }
 
 _COMMENT = re.compile(r"--[^\n]*")

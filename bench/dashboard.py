@@ -1,0 +1,219 @@
+"""The dashboard's routes on a big database: p50 and p99 per route (figures, not a test).
+
+Fills a throwaway database (``tockwork_dash_<pid>`` on the server of
+``scheduler.devdb.database_url()``, migrated, dropped at the end unless ``--keep``) with
+``--jobs`` jobs (90% succeeded, 6% pending, 2% dead, 1% retrying, 0.01% leased (running: as many
+as the workers' threads), 1% cancelled over
+10 queues and 20 job types, created over 30 days), ``--attempts`` attempt rows (the latest
+hour dense) and ``--schedules`` schedules, ANALYZEs it, then requests every page and API route
+``--requests`` times in-process (Starlette's TestClient: the whole app, authentication,
+templates and JSON included, no network) and prints p50 / p99 per route beside a baseline:
+the static stylesheet through the same stack (the floor of a request). The issue's target is
+300 ms per route at 10,000,000 jobs, 1,000,000 schedules and 20,000,000 attempts:
+
+    python -m bench.dashboard --jobs 10000000 --schedules 1000000 --attempts 20000000
+
+The defaults are a tenth of that, which fills in a few minutes on a shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a module or a script: the repository root first on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import os
+import statistics
+import time
+from datetime import UTC, datetime
+
+import psycopg
+from starlette.testclient import TestClient
+
+import scheduler
+from scheduler.dashboard import create_app
+from scheduler.devdb import database_url, throwaway_database
+from scheduler.migrations import COMPONENTS
+
+TOKEN = "bench-token-0123456789abcdef"
+BATCH = 500_000
+
+# Ad-hoc fill statements (a benchmark's fixture, not the library's SQL).
+FILL_JOBS = """
+INSERT INTO jobs (queue, job_type, payload, status, run_at, attempts, last_error_code,
+                  last_error_summary, completed_at, created_at, locked_at, locked_by,
+                  locked_until, idempotency_key, organization_id)
+SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object('n', g),
+       s.status, c.created + interval '2 seconds', 1,
+       CASE WHEN s.status = 'dead' THEN 'E_' || ((g / 100) %% 5) END,
+       CASE WHEN s.status = 'dead' THEN 'boom' END,
+       CASE WHEN s.status IN ('succeeded', 'dead', 'cancelled')
+            THEN c.created + interval '3 seconds' END,
+       c.created,
+       CASE WHEN s.status = 'leased' THEN now() END,
+       CASE WHEN s.status = 'leased' THEN 'worker-' || (g %% 8) END,
+       CASE WHEN s.status = 'leased' THEN now() + interval '5 minutes' END,
+       CASE WHEN g %% 7 = 0 THEN 'key-' || g END,
+       CASE WHEN g %% 3 = 0 THEN '00000000-0000-0000-0000-00000000000' || (g %% 9)::text END::uuid
+FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN g %% 100 < 90 THEN 'succeeded' WHEN g %% 100 < 95 THEN 'pending'
+    WHEN g %% 100 < 97 THEN 'dead' WHEN g %% 100 < 98 THEN 'retrying'
+    WHEN g %% 100 < 99 THEN CASE WHEN g %% 10000 = 98 THEN 'leased' ELSE 'pending' END
+    ELSE 'cancelled' END AS status) AS s
+CROSS JOIN LATERAL (SELECT now() - interval '30 days'
+    + (g::float8 / %(total)s) * interval '30 days' AS created) AS c
+"""
+
+FILL_ATTEMPTS = """
+INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
+                          outcome, error_code, duration_ms)
+SELECT 1 + (g %% %(jobs)s), 1 + (g / %(jobs)s)::int, 'q' || (g %% 10), 'type_' || (g %% 20),
+       'worker-' || (g %% 8), f.at - interval '40 ms', f.at,
+       CASE WHEN g %% 50 = 0 THEN 'retry' ELSE 'succeeded' END,
+       CASE WHEN g %% 50 = 0 THEN 'E_1' END, 40
+FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN g > %(total)s - %(last_hour)s
+        THEN now() - interval '1 hour' * ((%(total)s - g)::float8 / %(last_hour)s)
+    ELSE now() - interval '30 days' + (g::float8 / %(total)s) * interval '30 days'
+    END AS at) AS f
+"""
+
+COPY_SCHEDULES = """
+INSERT INTO schedules (subject, job_type, queue, rule, zone, cursor_at, next_run_at,
+                       tzdb_version, payload)
+SELECT 'user-' || g, job_type, queue, rule, (ARRAY['Europe/Berlin', 'America/New_York',
+       'Asia/Tokyo', 'UTC'])[1 + g %% 4], cursor_at,
+       next_run_at + (g %% 86400) * interval '1 second', tzdb_version, payload
+FROM schedules CROSS JOIN generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
+WHERE id = %(template)s
+"""
+
+
+def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        for name, total, sql, extra in [
+            ("jobs", n_jobs, FILL_JOBS, {}),
+            (
+                "attempts",
+                n_attempts,
+                FILL_ATTEMPTS,
+                {"jobs": n_jobs, "last_hour": min(n_attempts // 100, 200_000)},
+            ),
+        ]:
+            started = time.monotonic()
+            for start in range(1, total + 1, BATCH):
+                stop = min(total, start + BATCH - 1)
+                conn.execute(sql, {"start": start, "stop": stop, "total": total, **extra})
+            print(f"filled {total:,} {name} in {time.monotonic() - started:.0f} s", flush=True)
+        started = time.monotonic()
+        with conn.transaction():
+            template = scheduler.create_schedule(
+                conn,
+                job_type="reminder",
+                rule="daily@08:00",
+                zone="Europe/Berlin",
+                subject="template",
+            )
+        for start in range(1, n_schedules, BATCH):
+            stop = min(n_schedules - 1, start + BATCH - 1)
+            conn.execute(COPY_SCHEDULES, {"start": start, "stop": stop, "template": template.id})
+        print(f"filled {n_schedules:,} schedules in {time.monotonic() - started:.0f} s")
+        started = time.monotonic()
+        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE job_attempts")
+        conn.execute("VACUUM ANALYZE schedules")
+        print(f"vacuum analyze in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def routes(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT max(id) FROM jobs WHERE status = 'dead'").fetchone()
+        dead_id = row[0] if row else 1
+        row = conn.execute("SELECT max(id) FROM schedules").fetchone()
+        schedule_id = row[0] if row else 1
+    return [
+        "/static/style.css",  # the baseline
+        "/api/queues",
+        "/api/jobs",
+        "/api/jobs?status=dead&queue=q3",
+        "/api/jobs?status=pending&queue=q1&job_type=type_11",
+        f"/api/jobs?before={dead_id}&limit=50",
+        "/api/jobs?idempotency_key=key-70",
+        "/api/jobs?organization_id=00000000-0000-0000-0000-000000000003&status=dead",
+        "/api/jobs?error_code=E_2",
+        f"/api/jobs/{dead_id}",
+        "/api/schedules?subject=user-4242",
+        "/api/schedules?zone=Asia/Tokyo",
+        "/",
+        "/jobs",
+        "/jobs?status=succeeded&queue=q2",
+        f"/jobs/{dead_id}",
+        "/dead",
+        "/dead?queue=q4&error_code=E_4",
+        "/schedules",
+        "/schedules?key=tockwork.",
+        f"/schedules/{schedule_id}",
+        "/preview?rule=daily@02:30&zone=Europe/Berlin",
+        "/lateness?window=1h",
+        "/outbox",
+    ]
+
+
+def measure(url: str, requests: int) -> None:
+    paths = routes(url)
+    app = create_app(url, token=TOKEN)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app) as client:
+        results = []
+        for path in paths:
+            client.get(path, headers=headers)  # warm: connection, plan, caches
+            times = []
+            for _ in range(requests):
+                started = time.perf_counter()
+                response = client.get(path, headers=headers)
+                times.append((time.perf_counter() - started) * 1000)
+                assert response.status_code == 200, (path, response.status_code, response.text)
+            times.sort()
+            p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+            results.append((path, statistics.median(times), p99))
+    base = results[0][1]
+    width = max(len(p) for p in paths)
+    print(f"{'route':<{width}}  {'p50 ms':>8}  {'p99 ms':>8}  {'p50/baseline':>12}")
+    for path, p50, p99 in results:
+        flag = "  over 300 ms" if p99 > 300 else ""
+        print(f"{path:<{width}}  {p50:8.1f}  {p99:8.1f}  {p50 / base:12.1f}{flag}")
+    print(f"(baseline: the static stylesheet through the same stack, p50 {base:.1f} ms)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--attempts", type=int, default=2_000_000)
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=30, help="per route")
+    parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL)")
+    args = parser.parse_args()
+    print(
+        f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.jobs:,} jobs, "
+        f"{args.attempts:,} attempts, {args.schedules:,} schedules, {args.requests} requests "
+        "per route",
+        flush=True,
+    )
+    name = f"tockwork_dash_{os.getpid()}"
+    with throwaway_database(database_url(), name, components=COMPONENTS) as url:
+        fill(url, args.jobs, args.attempts, args.schedules)
+        measure(url, args.requests)
+        if args.keep:
+            print(f"kept: {url}")
+            input("press Enter to drop the database ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,877 @@
+"""The operator dashboard as an ASGI application: pages, the JSON API, sign-in, actions.
+
+:func:`create_app` returns a Starlette app that ``tockwork dashboard`` serves with uvicorn and
+that an application can mount (``Mount("/tockwork", app=create_app(...))``). Every route but
+``/login`` and ``/static`` needs credentials (:mod:`scheduler.dashboard.auth`): an API route
+without them answers 401, a page sends the browser to the login form; no data is ever served
+first. Every action is a POST with a CSRF token, refused in read-only mode, and recorded in the
+``dashboard_audit`` table. Output is escaped by Jinja2 (autoescape on), so a payload or an error
+text holding ``<script>`` shows as text. Parameters are checked (:mod:`.params`): a bad one is
+a 400 naming it. The dashboard's log lines hold the method, the path without its query string
+(which may hold an organization id), the status and the duration: never a payload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from jobs import JobNotFound
+from scheduler.dashboard import views
+from scheduler.dashboard.auth import (
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    Authenticator,
+    Principal,
+    check_actor,
+    check_token,
+)
+from scheduler.dashboard.db import ConnectionPool
+from scheduler.dashboard.params import Params, id_list
+from scheduler.errors import ScheduleNotFound
+from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
+from timezones.errors import InvalidInput
+
+log = logging.getLogger("tockwork.dashboard")
+
+JOB_FILTERS = (
+    "status",
+    "queue",
+    "job_type",
+    "error_code",
+    "idempotency_key",
+    "organization_id",
+    "since",
+    "until",
+)
+
+
+class Forbidden(Exception):
+    """An action refused: read-only mode or a missing CSRF token."""
+
+
+class Dashboard:
+    """The app's state: the connection pool, the authenticator, the clock, the templates."""
+
+    def __init__(
+        self,
+        database_url: str,
+        token: str | None,
+        read_only: bool,
+        clock: Clock | None,
+        pool_size: int,
+    ) -> None:
+        self.pool = ConnectionPool(database_url, size=pool_size)
+        self.auth = Authenticator(token)
+        self.read_only = read_only
+        self.clock = clock
+        folder = resources.files("scheduler.dashboard").joinpath("templates")
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(folder)),
+            autoescape=True,  # every value is escaped: payloads and errors show as text
+            undefined=jinja2.StrictUndefined,
+        )
+        env.filters["age"] = _age
+        env.filters["ts"] = _ts
+        self.templates = Jinja2Templates(env=env)
+
+    def now(self) -> datetime:
+        """The instant of this request: the injected clock, else the wall clock."""
+        return (self.clock or SystemClock()).now()
+
+    def sql_now(self) -> datetime | None:
+        """``now`` for SQL: the injected clock's, else None (the database clock)."""
+        return None if self.clock is None else self.clock.now()
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if abs(s) < 120:
+        return f"{s:.1f} s"
+    if abs(s) < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _ts(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _state(request: Request) -> Dashboard:
+    state: Dashboard = request.app.state.dashboard
+    return state
+
+
+def _principal(request: Request) -> Principal:
+    principal: Principal = request.state.principal
+    return principal
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path[len(request.scope.get("root_path", "")) :].startswith("/api/")
+
+
+def _base(request: Request) -> str:
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | timedelta):
+        return str(value)
+    raise TypeError(type(value).__name__)
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    body = json.dumps(data, default=_json_default, ensure_ascii=False)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    state = _state(request)
+    principal: Principal | None = getattr(request.state, "principal", None)
+    context = {
+        "base": _base(request),
+        "read_only": state.read_only,
+        "csrf": state.auth.csrf(principal),
+        "principal": principal,
+        "auth_enabled": state.auth.enabled,
+        "path": request.url.path,
+        **context,
+    }
+    return state.templates.TemplateResponse(request, name, context, status_code=status)
+
+
+async def _db(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(conn, *args)`` on a pooled connection in the thread pool."""
+    state = _state(request)
+
+    def call() -> Any:
+        with state.pool.connection() as conn:
+            return fn(conn, *args, **kwargs)
+
+    return await run_in_threadpool(call)
+
+
+async def _action_form(request: Request) -> FormData:
+    """The form of an action: refused in read-only mode or without the page's CSRF token."""
+    state = _state(request)
+    if state.read_only:
+        raise Forbidden("the dashboard is read-only: actions are disabled")
+    form = await request.form()
+    token = form.get("csrf")
+    if not state.auth.csrf_ok(_principal(request), token if isinstance(token, str) else None):
+        raise Forbidden("missing or invalid CSRF token: reload the page and try again")
+    return form
+
+
+def _api_action_check(request: Request) -> None:
+    state = _state(request)
+    if state.read_only:
+        raise Forbidden("the dashboard is read-only: actions are disabled")
+    if not state.auth.csrf_ok(_principal(request), request.headers.get("x-csrf-token")):
+        raise Forbidden("missing or invalid CSRF token (send X-CSRF-Token, or use a bearer token)")
+
+
+def _form_text(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+# -- authentication ---------------------------------------------------------------------------
+
+
+class AuthMiddleware(BaseHTTPMiddleware):
+    """Credentials first: a bearer token, a session cookie, or (no_auth) nobody to check."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        started = time.monotonic()
+        response = await self._dispatch(request, call_next)
+        # The path only: a query string may hold an organization id.
+        log.info(
+            "%s %s %d %.1fms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.monotonic() - started) * 1000,
+        )
+        return response
+
+    async def _dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        state = _state(request)
+        path = request.url.path[len(request.scope.get("root_path", "")) :]
+        request.state.principal = None
+        if path.startswith("/static/") or path == "/login":
+            return await call_next(request)
+        if not state.auth.enabled:
+            request.state.principal = Principal("none", "anonymous")
+            return await call_next(request)
+        bearer = state.auth.bearer(request.headers.get("authorization"))
+        if bearer:
+            actor = request.headers.get("x-tockwork-actor", "api-token")
+            try:
+                actor = check_actor(actor)
+            except InvalidInput:
+                actor = "api-token"
+            request.state.principal = Principal("bearer", actor)
+            return await call_next(request)
+        principal = None
+        if bearer is None:
+            principal = state.auth.session(request.cookies.get(SESSION_COOKIE), state.now())
+        if principal is not None:
+            request.state.principal = principal
+            return await call_next(request)
+        if _is_api(request) or bearer is False or request.method != "GET":
+            return (
+                JSONResponse(
+                    {"error": "unauthorized: send Authorization: Bearer <token>"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="tockwork"'},
+                )
+                if _is_api(request)
+                else _page(
+                    request, "login.html", {"error": "sign in first", "next": path}, status=401
+                )
+            )
+        target = path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(
+            f"{_base(request)}/login?{urlencode({'next': target})}", status_code=303
+        )
+
+
+def _safe_next(value: str | None) -> str:
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
+
+
+async def login_page(request: Request) -> Response:
+    state = _state(request)
+    if not state.auth.enabled:
+        return RedirectResponse(f"{_base(request)}/", status_code=303)
+    return _page(
+        request, "login.html", {"error": None, "next": _safe_next(request.query_params.get("next"))}
+    )
+
+
+async def login(request: Request) -> Response:
+    state = _state(request)
+    form = await request.form()
+    nxt = _safe_next(_form_text(form, "next"))
+    if not state.auth.enabled:
+        return RedirectResponse(f"{_base(request)}/", status_code=303)
+    if not state.auth.csrf_ok(None, _form_text(form, "csrf")):
+        return _page(
+            request, "login.html", {"error": "the form expired: try again", "next": nxt}, status=403
+        )
+    if not state.auth.bearer(f"Bearer {_form_text(form, 'token')}"):
+        return _page(request, "login.html", {"error": "wrong token", "next": nxt}, status=401)
+    try:
+        actor = check_actor(_form_text(form, "name") or "operator")
+    except InvalidInput as exc:
+        return _page(request, "login.html", {"error": str(exc), "next": nxt}, status=400)
+    response = RedirectResponse(f"{_base(request)}{nxt}", status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        state.auth.new_session(actor, state.now()),
+        max_age=SESSION_SECONDS,
+        path=_base(request) or "/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    await _action_form_any(request)
+    response = RedirectResponse(f"{_base(request)}/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path=_base(request) or "/")
+    return response
+
+
+async def _action_form_any(request: Request) -> FormData:
+    """A form with a valid CSRF token (read-only mode allows it: signing out is not an action)."""
+    form = await request.form()
+    if not _state(request).auth.csrf_ok(_principal(request), _form_text(form, "csrf")):
+        raise Forbidden("missing or invalid CSRF token: reload the page and try again")
+    return form
+
+
+# -- pages --------------------------------------------------------------------------------------
+
+
+def _chart(minutes: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """Bars per minute of the last hour (server-rendered SVG)."""
+    start = now.replace(second=0, microsecond=0) - timedelta(minutes=59)
+    by_minute = {m["minute"].astimezone(UTC).replace(tzinfo=None): m for m in minutes}
+    bars, peak = [], 1
+    for i in range(60):
+        at = (start + timedelta(minutes=i)).astimezone(UTC).replace(tzinfo=None)
+        m = by_minute.get(at, {"succeeded": 0, "failed": 0})
+        bars.append(
+            {
+                "x": i * 10,
+                "ok": m["succeeded"],
+                "failed": m["failed"],
+                "label": at.strftime("%H:%M"),
+            }
+        )
+        peak = max(peak, m["succeeded"] + m["failed"])
+    for bar in bars:
+        bar["ok_h"] = round(100 * bar["ok"] / peak, 1)
+        bar["failed_h"] = round(100 * bar["failed"] / peak, 1)
+    total_ok = sum(b["ok"] for b in bars)
+    total_failed = sum(b["failed"] for b in bars)
+    return {"bars": bars, "peak": peak, "ok": total_ok, "failed": total_failed}
+
+
+async def overview_page(request: Request) -> Response:
+    Params(request.query_params, [])
+    state = _state(request)
+    data = await _db(request, views.overview, state.sql_now())
+    chart = _chart(data["minutes"], state.sql_now() or datetime.now(UTC))
+    return _page(request, "overview.html", {"data": data, "chart": chart})
+
+
+def _job_filter(p: Params) -> views.JobFilter:
+    return views.JobFilter(
+        statuses=p.statuses("status"),
+        queue=p.queue("queue"),
+        job_type=p.text("job_type"),
+        error_code=p.text("error_code"),
+        idempotency_key=p.text("idempotency_key"),
+        organization_id=p.uuid("organization_id"),
+        since=p.instant("since"),
+        until=p.instant("until"),
+    )
+
+
+def _filters_query(request: Request, names: tuple[str, ...], **extra: Any) -> str:
+    values = {n: request.query_params[n] for n in names if request.query_params.get(n)}
+    values.update({k: v for k, v in extra.items() if v is not None})
+    return urlencode(values)
+
+
+async def jobs_page(request: Request) -> Response:
+    p = Params(request.query_params, [*JOB_FILTERS, "before"])
+    flt, before = _job_filter(p), p.integer("before")
+
+    def load(conn: Any) -> tuple[Any, Any, views.Count]:
+        page, nxt = views.job_page(conn, flt, before)
+        return page, nxt, views.job_count(conn, flt)
+
+    page, nxt, count = await _db(request, load)
+    return _page(
+        request,
+        "jobs.html",
+        {
+            "jobs": page,
+            "count": count,
+            "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
+            "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
+            "first_query": _filters_query(request, JOB_FILTERS) if before else None,
+            "statuses": ["pending", "leased", "retrying", "succeeded", "dead", "cancelled"],
+        },
+    )
+
+
+def _job_id(request: Request) -> int:
+    raw = request.path_params["job_id"]
+    return Params({"job_id": raw}, ["job_id"]).integer("job_id") or 0
+
+
+async def job_page(request: Request) -> Response:
+    Params(request.query_params, [])
+    detail = await _db(request, views.job_detail, _job_id(request))
+    return _page(request, "job.html", {"job": detail})
+
+
+DEAD_FILTERS = ("queue", "job_type", "error_code")
+
+
+async def dead_page(request: Request) -> Response:
+    p = Params(request.query_params, [*DEAD_FILTERS, "before", "done", "action"])
+    flt = views.JobFilter(
+        statuses=["dead"],
+        queue=p.queue(),
+        job_type=p.text("job_type"),
+        error_code=p.text("error_code"),
+    )
+    before = p.integer("before")
+    done = p.integer("done", low=0)
+    action = p.choice("action", ["requeue", "cancel"])
+
+    def load(conn: Any) -> tuple[Any, Any, views.Count, Any]:
+        page, nxt = views.job_page(conn, flt, before)
+        return page, nxt, views.job_count(conn, flt), views.recent_audit(conn)
+
+    page, nxt, count, audit = await _db(request, load)
+    return _page(
+        request,
+        "dead.html",
+        {
+            "jobs": page,
+            "count": count,
+            "audit": audit,
+            "filters": {n: request.query_params.get(n, "") for n in DEAD_FILTERS},
+            "next_query": _filters_query(request, DEAD_FILTERS, before=nxt) if nxt else None,
+            "done": done,
+            "action": action,
+        },
+    )
+
+
+async def dead_confirm(request: Request) -> Response:
+    form = await _action_form(request)
+    action = Params({"action": _form_text(form, "action")}, ["action"]).choice(
+        "action", ["requeue", "cancel"]
+    )
+    if action is None:
+        raise InvalidInput("action", None, "choose requeue or cancel")
+    scope = _form_text(form, "scope") or "selected"
+    filters = {n: _form_text(form, n) for n in DEAD_FILTERS}
+    if scope == "filter":
+        p = Params(filters, DEAD_FILTERS)
+        queue, job_type, error_code = p.queue(), p.text("job_type"), p.text("error_code")
+        ids = await _db(request, views.dead_ids, queue, job_type, error_code)
+        if len(ids) > views.ACTION_CAP:
+            raise InvalidInput(
+                "filter",
+                {k: v for k, v in filters.items() if v},
+                f"selects more than {views.ACTION_CAP:,} dead jobs: narrow it",
+            )
+        selection: dict[str, Any] = {"filter": {k: v for k, v in filters.items() if v}}
+    elif scope == "selected":
+        ids = id_list("id", " ".join(str(v) for v in form.getlist("id")))
+        selection = {"ids": ids}
+    else:
+        raise InvalidInput("scope", scope, "must be selected or filter")
+    return _page(
+        request,
+        "confirm.html",
+        {
+            "action": action,
+            "ids": ",".join(map(str, ids)),
+            "n": len(ids),
+            "selection": json.dumps(selection),
+            "filters": filters,
+        },
+    )
+
+
+async def dead_apply(request: Request) -> Response:
+    form = await _action_form(request)
+    action = Params({"action": _form_text(form, "action")}, ["action"]).choice(
+        "action", ["requeue", "cancel"]
+    )
+    ids = id_list("ids", _form_text(form, "ids"))
+    try:
+        selection = json.loads(_form_text(form, "selection") or "{}")
+    except ValueError:
+        raise InvalidInput("selection", _form_text(form, "selection")[:100], "not JSON") from None
+    if not isinstance(selection, dict):
+        selection = {}
+    selection["ids"] = ids
+    state = _state(request)
+    done = await _db(
+        request,
+        views.act_on_dead,
+        action or "",
+        ids,
+        actor=_principal(request).actor,
+        selection=selection,
+        now=state.sql_now(),
+    )
+    return RedirectResponse(
+        f"{_base(request)}/dead?{urlencode({'done': len(done), 'action': action})}",
+        status_code=303,
+    )
+
+
+SCHEDULE_FILTERS = ("key", "subject", "zone", "job_type")
+
+
+def _schedule_filters(p: Params) -> dict[str, str | None]:
+    return {
+        "key": p.text("key"),
+        "subject": p.text("subject"),
+        "zone": p.text("zone"),
+        "job_type": p.text("job_type"),
+    }
+
+
+async def schedules_page(request: Request) -> Response:
+    p = Params(request.query_params, [*SCHEDULE_FILTERS, "after"])
+    filters, after = _schedule_filters(p), p.integer("after")
+    page, nxt = await _db(request, views.schedule_page, filters, after)
+    return _page(
+        request,
+        "schedules.html",
+        {
+            "schedules": page,
+            "filters": {n: request.query_params.get(n, "") for n in SCHEDULE_FILTERS},
+            "next_query": _filters_query(request, SCHEDULE_FILTERS, after=nxt) if nxt else None,
+        },
+    )
+
+
+def _schedule_id(request: Request) -> int:
+    raw = request.path_params["schedule_id"]
+    return Params({"schedule_id": raw}, ["schedule_id"]).integer("schedule_id") or 0
+
+
+async def schedule_page(request: Request) -> Response:
+    Params(request.query_params, [])
+    state = _state(request)
+    detail = await _db(request, views.schedule_detail, _schedule_id(request), state.now())
+    return _page(request, "schedule.html", detail)
+
+
+async def schedule_pause(request: Request) -> Response:
+    await _action_form(request)
+    schedule_id = _schedule_id(request)
+    paused = request.url.path.endswith("/pause")
+    state = _state(request)
+    await _db(
+        request,
+        views.set_paused,
+        schedule_id,
+        paused,
+        actor=_principal(request).actor,
+        now=state.sql_now(),
+    )
+    return RedirectResponse(f"{_base(request)}/schedules/{schedule_id}", status_code=303)
+
+
+async def preview_page(request: Request) -> Response:
+    p = Params(request.query_params, ["rule", "zone", "after", "count", "gap", "fold"])
+    rule, zone = p.text("rule"), p.text("zone")
+    gap = p.choice("gap", [g.value for g in GapPolicy])
+    fold = p.choice("fold", [f.value for f in FoldPolicy])
+    count = p.integer("count", high=100) or 10
+    after = p.instant("after") or _state(request).now()
+    rows = None
+    if rule is not None or zone is not None:
+        if rule is None:
+            raise InvalidInput("rule", None, "give a rule, for example daily@08:00")
+        if zone is None:
+            raise InvalidInput("zone", None, "give an IANA zone, for example Europe/Berlin")
+        rows = await run_in_threadpool(views.preview, rule, zone, after, count, gap, fold)
+    form = {
+        n: request.query_params.get(n, "")
+        for n in ("rule", "zone", "after", "count", "gap", "fold")
+    }
+    return _page(
+        request,
+        "preview.html",
+        {
+            "rows": rows,
+            "form": form,
+            "gaps": [g.value for g in GapPolicy],
+            "folds": [f.value for f in FoldPolicy],
+        },
+    )
+
+
+async def lateness_page(request: Request) -> Response:
+    p = Params(request.query_params, ["window", "queue"])
+    window = p.duration("window", default="1h", maximum=timedelta(days=7))
+    queue = p.queue()
+    state = _state(request)
+    data = await _db(request, views.lateness, window, queue, state.sql_now())
+    labels = views.lateness_labels()
+    charts = []
+    for q, kinds in sorted(data.items()):
+        for kind in ("start", "nominal"):
+            counts = kinds[kind]
+            total = sum(counts)
+            if not total:
+                continue
+            peak = max(counts)
+            charts.append(
+                {
+                    "queue": q,
+                    "kind": kind,
+                    "total": total,
+                    "bars": [
+                        {"label": label, "n": n, "h": round(100 * n / peak, 1), "x": i * 60}
+                        for i, (label, n) in enumerate(zip(labels, counts, strict=True))
+                    ],
+                }
+            )
+    return _page(
+        request,
+        "lateness.html",
+        {
+            "charts": charts,
+            "window": request.query_params.get("window") or "1h",
+            "queue": queue or "",
+        },
+    )
+
+
+async def outbox_page(request: Request) -> Response:
+    p = Params(request.query_params, ["before", "done"])
+    before = p.instant("before")
+    done = p.integer("done", low=0)
+    state = _state(request)
+    data = await _db(request, views.outbox_page, before, state.sql_now())
+    return _page(request, "outbox.html", {"data": data, "done": done})
+
+
+async def outbox_retry(request: Request) -> Response:
+    form = await _action_form(request)
+    raw = [v for v in form.getlist("id") if isinstance(v, str)]
+    ids: list[uuid.UUID] | None = None
+    if _form_text(form, "scope") != "all":
+        ids = []
+        for value in raw:
+            try:
+                ids.append(uuid.UUID(value))
+            except ValueError:
+                raise InvalidInput("id", value, "must be an event id (UUID)") from None
+        if not ids:
+            raise InvalidInput("id", None, "select at least one event")
+    state = _state(request)
+    n = await _db(
+        request, views.retry_outbox, ids, actor=_principal(request).actor, now=state.sql_now()
+    )
+    return RedirectResponse(f"{_base(request)}/outbox?done={n}", status_code=303)
+
+
+# -- JSON API -----------------------------------------------------------------------------------
+
+
+async def api_queues(request: Request) -> Response:
+    Params(request.query_params, [])
+    return _json(await _db(request, views.queues, _state(request).sql_now()))
+
+
+async def api_jobs(request: Request) -> Response:
+    p = Params(request.query_params, [*JOB_FILTERS, "before", "limit"])
+    flt, before = _job_filter(p), p.integer("before")
+    limit = p.integer("limit", high=500) or views.PAGE_SIZE
+
+    def load(conn: Any) -> dict[str, Any]:
+        page, nxt = views.job_page(conn, flt, before, limit)
+        return {"jobs": page, "next_before": nxt, **views.job_count(conn, flt).as_json()}
+
+    return _json(await _db(request, load))
+
+
+async def api_job(request: Request) -> Response:
+    Params(request.query_params, [])
+    detail = await _db(request, views.job_detail, _job_id(request))
+    detail.pop("payload_text")
+    detail["attempts_history"] = detail.pop("attempt_history")
+    return _json(detail)
+
+
+async def api_schedules(request: Request) -> Response:
+    p = Params(request.query_params, [*SCHEDULE_FILTERS, "after", "limit"])
+    filters, after = _schedule_filters(p), p.integer("after")
+    limit = p.integer("limit", high=500) or views.PAGE_SIZE
+    page, nxt = await _db(request, views.schedule_page, filters, after, limit)
+    return _json({"schedules": page, "next_after": nxt})
+
+
+async def _api_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise InvalidInput("body", None, "must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("body", type(body).__name__, "must be a JSON object")
+    return body
+
+
+async def api_dead_action(request: Request) -> Response:
+    """``POST /api/jobs/requeue`` (or ``/cancel``): ``{"ids": [...]}`` or a filter
+    ``{"queue": ..., "job_type": ..., "error_code": ...}`` over the dead jobs."""
+    _api_action_check(request)
+    action = "requeue" if request.url.path.endswith("/requeue") else "cancel"
+    body = await _api_body(request)
+    unknown = set(body) - {"ids", *DEAD_FILTERS}
+    if unknown:
+        raise InvalidInput(
+            sorted(unknown)[0], None, "unknown field (ids, queue, job_type, error_code)"
+        )
+    if "ids" in body:
+        raw = body["ids"]
+        if not isinstance(raw, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in raw
+        ):
+            raise InvalidInput("ids", raw, "must be a list of job ids")
+        ids = id_list("ids", " ".join(map(str, raw)))
+        selection: dict[str, Any] = {"ids": ids}
+    else:
+        filters = {k: body.get(k) for k in DEAD_FILTERS}
+        for k, v in filters.items():
+            if v is not None and not isinstance(v, str):
+                raise InvalidInput(k, v, "must be a string")
+        p = Params({k: v for k, v in filters.items() if v is not None}, DEAD_FILTERS)
+        queue, job_type, error_code = p.queue(), p.text("job_type"), p.text("error_code")
+        if queue is None and job_type is None and error_code is None:
+            raise InvalidInput(
+                "filter", None, "give ids or at least one of queue, job_type, error_code"
+            )
+        ids = await _db(request, views.dead_ids, queue, job_type, error_code)
+        if len(ids) > views.ACTION_CAP:
+            raise InvalidInput(
+                "filter", filters, f"selects more than {views.ACTION_CAP:,} dead jobs: narrow it"
+            )
+        selection = {"filter": {k: v for k, v in filters.items() if v is not None}}
+    done: list[int] = []
+    if ids:
+        selection["ids"] = ids
+        done = await _db(
+            request,
+            views.act_on_dead,
+            action,
+            ids,
+            actor=_principal(request).actor,
+            selection=selection,
+            now=_state(request).sql_now(),
+        )
+    key = "requeued" if action == "requeue" else "cancelled"
+    return _json({key: done, "count": len(done)})
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def _error(request: Request, status: int, message: str, field: str | None = None) -> Response:
+    if _is_api(request):
+        body: dict[str, Any] = {"error": message}
+        if field is not None:
+            body["parameter"] = field
+        return _json(body, status)
+    return _page(request, "error.html", {"status": status, "message": message}, status=status)
+
+
+async def _invalid(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, InvalidInput)
+    return _error(request, 400, str(exc), exc.field)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(request, 404, str(exc))
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    return _error(request, 403, str(exc))
+
+
+async def _http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _error(request, exc.status_code, str(exc.detail))
+
+
+def _lifespan(state: Dashboard) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            state.pool.close()
+
+    return lifespan
+
+
+def create_app(
+    database_url: str,
+    *,
+    token: str | None,
+    read_only: bool = False,
+    no_auth: bool = False,
+    clock: Clock | None = None,
+    pool_size: int = 4,
+) -> Starlette:
+    """The dashboard as an ASGI app over ``database_url``.
+
+    ``token`` authenticates every request (bearer header or the login form's session cookie);
+    ``token=None`` is refused unless ``no_auth=True`` (for loopback, or behind the mounting
+    application's own authentication). ``read_only`` hides and refuses every action. ``clock``
+    pins the time the pages compute with (tests); by default the database's clock answers.
+    """
+    check_token(token, no_auth=no_auth)
+    state = Dashboard(database_url, token, read_only, clock, pool_size)
+    static = resources.files("scheduler.dashboard").joinpath("static")
+    routes = [
+        Route("/", overview_page),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/jobs", jobs_page),
+        Route("/jobs/{job_id}", job_page),
+        Route("/dead", dead_page),
+        Route("/dead/confirm", dead_confirm, methods=["POST"]),
+        Route("/dead/apply", dead_apply, methods=["POST"]),
+        Route("/schedules", schedules_page),
+        Route("/schedules/{schedule_id}", schedule_page),
+        Route("/schedules/{schedule_id}/pause", schedule_pause, methods=["POST"]),
+        Route("/schedules/{schedule_id}/resume", schedule_pause, methods=["POST"]),
+        Route("/preview", preview_page),
+        Route("/lateness", lateness_page),
+        Route("/outbox", outbox_page),
+        Route("/outbox/retry", outbox_retry, methods=["POST"]),
+        Route("/api/queues", api_queues),
+        Route("/api/jobs", api_jobs),
+        Route("/api/jobs/requeue", api_dead_action, methods=["POST"]),
+        Route("/api/jobs/cancel", api_dead_action, methods=["POST"]),
+        Route("/api/jobs/{job_id}", api_job),
+        Route("/api/schedules", api_schedules),
+        Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        InvalidInput: _invalid,
+        JobNotFound: _not_found,
+        ScheduleNotFound: _not_found,
+        Forbidden: _forbidden,
+        HTTPException: _http,
+    }
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(AuthMiddleware)],
+        exception_handlers=handlers,
+        lifespan=_lifespan(state),
+    )
+    app.state.dashboard = state
+    return app
+
+
+def close(app: Starlette) -> None:
+    """Close the idle database connections of an app :func:`create_app` made.
+
+    Served on its own (``tockwork dashboard``, uvicorn) the app does this at shutdown; a parent
+    app that mounts it should call this from its own lifespan (Starlette does not run a mounted
+    app's lifespan).
+    """
+    state: Dashboard = app.state.dashboard
+    state.pool.close()

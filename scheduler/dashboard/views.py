@@ -1,0 +1,446 @@
+"""What each page and API route shows, read from the database (sync; the routes call these).
+
+Reads use the dashboard's own queries (scheduler/sql/dashboard.sql) or the owning package's API;
+every action goes through the owning package (``jobs.requeue``, ``jobs.cancel``,
+``jobs.outbox.retry_dead``, ``scheduler.pause``/``resume``) and writes one audit row in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+import jobs
+import timezones
+from jobs import outbox
+from scheduler import schedules as schedule_api
+from scheduler.health import scheduler_lag
+from scheduler.queries import query
+from timezones.errors import InvalidInput
+
+COUNT_CAP = 10_000
+COUNT_TIMEOUT = "250ms"  # a count that cannot finish in time is shown as "not counted"
+PAGE_SIZE = 50
+ACTION_CAP = 10_000  # jobs one dead-letter action may touch
+LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The Jobs page's filters (None: not given)."""
+
+    statuses: list[str] | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    error_code: str | None = None
+    idempotency_key: str | None = None
+    organization_id: uuid.UUID | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "statuses": self.statuses,
+            "queue": self.queue,
+            "job_type": self.job_type,
+            "error_code": self.error_code,
+            "idempotency_key": self.idempotency_key,
+            "organization_id": self.organization_id,
+            "since": self.since,
+            "until": self.until,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A bounded count: ``value`` up to 10,001 (``capped``), or None when not counted in time."""
+
+    value: int | None
+
+    @property
+    def capped(self) -> bool:
+        return self.value is not None and self.value > COUNT_CAP
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return "many (not counted)"
+        return f"{COUNT_CAP:,}+" if self.capped else f"{self.value:,}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "count": None if self.value is None else min(self.value, COUNT_CAP),
+            "count_capped": self.capped,
+            "counted": self.value is not None,
+        }
+
+
+QUEUE_COUNTS = ("ready", "leased", "retrying", "dead", "scheduled")
+INDEXED_STATUSES = frozenset({"pending", "retrying", "leased", "dead"})
+
+
+def queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str, Any]]:
+    """Per queue: ready, oldest ready age, leased, retrying, dead, scheduled; each count stops
+    at 10,000 (``capped`` lists the counts that have more)."""
+    result = []
+    for queue, ready, oldest, leased, retrying, dead, scheduled in conn.execute(
+        query("dashboard_queue_stats"), {"now": now}
+    ).fetchall():
+        counts = dict(zip(QUEUE_COUNTS, (ready, leased, retrying, dead, scheduled), strict=True))
+        result.append(
+            {
+                "queue": queue,
+                **{k: min(v, COUNT_CAP) for k, v in counts.items()},
+                "oldest_ready_age_s": round(oldest, 3),
+                "capped": [k for k, v in counts.items() if v > COUNT_CAP],
+            }
+        )
+    return result
+
+
+def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
+    minutes = conn.execute(query("dashboard_attempt_minutes"), {"now": now}).fetchall()
+    workers = conn.execute(query("dashboard_workers"), {"now": now}).fetchall()
+    maintenance = conn.execute(query("dashboard_maintenance_runs")).fetchall()
+    box = outbox.stats(conn, now=now)
+    return {
+        "queues": queues(conn, now),
+        "minutes": [{"minute": m, "succeeded": s, "failed": f} for m, s, f in minutes],
+        "scheduler_lag_s": scheduler_lag(conn, now),
+        "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
+        "workers": [
+            {"worker": w, "leases": n, "oldest_claim_age_s": age, "first_lease_ends_in_s": ends}
+            for w, n, age, ends in workers
+        ],
+        "maintenance": [
+            {"key": k, "paused": p, "last_run_at": last, "next_run_at": nxt}
+            for k, p, last, nxt in maintenance
+        ],
+    }
+
+
+_JOB_COLUMNS = (
+    "id",
+    "organization_id",
+    "queue",
+    "job_type",
+    "status",
+    "priority",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "last_error_code",
+    "last_error_summary",
+    "completed_at",
+    "created_at",
+    "idempotency_key",
+)
+
+
+def job_page(
+    conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of jobs (newest first) and the cursor of the next page (None: the last)."""
+    params = flt.params() | {"before": before, "limit": limit + 1}
+    indexed = flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES
+    name = "dashboard_job_page_indexed" if indexed else "dashboard_job_page"
+    rows = conn.execute(query(name), params).fetchall()
+    page = [dict(zip(_JOB_COLUMNS, row, strict=True)) for row in rows[:limit]]
+    return page, (page[-1]["id"] if len(rows) > limit else None)
+
+
+def job_count(conn: psycopg.Connection[Any], flt: JobFilter) -> Count:
+    """Matching jobs, up to 10,001, or not counted if that takes longer than COUNT_TIMEOUT."""
+    try:
+        with conn.transaction():
+            conn.execute(query("dashboard_local_timeout"), {"timeout": COUNT_TIMEOUT})
+            row = conn.execute(query("dashboard_job_count"), flt.params()).fetchone()
+    except psycopg.errors.QueryCanceled:
+        return Count(None)
+    assert row is not None
+    return Count(int(row[0]))
+
+
+def job_detail(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    record = jobs.get_job(conn, job_id)
+    detail = asdict(record)
+    detail["status"] = str(record.status)
+    detail["payload_text"] = json.dumps(record.payload, indent=2, ensure_ascii=False)
+    detail["attempt_history"] = [asdict(a) for a in jobs.job_attempts(conn, job_id)]
+    return detail
+
+
+def dead_ids(
+    conn: psycopg.Connection[Any], queue: str | None, job_type: str | None, error_code: str | None
+) -> list[int]:
+    """The dead jobs a filter selects, at most ACTION_CAP + 1 (more: the filter is too wide)."""
+    params = {
+        "queue": queue,
+        "job_type": job_type,
+        "error_code": error_code,
+        "limit": ACTION_CAP + 1,
+    }
+    return [row[0] for row in conn.execute(query("dashboard_dead_ids"), params).fetchall()]
+
+
+def audit(
+    conn: psycopg.Connection[Any],
+    actor: str,
+    action: str,
+    selection: dict[str, Any],
+    affected: int,
+    now: datetime | None,
+) -> None:
+    conn.execute(
+        query("dashboard_audit_insert"),
+        {
+            "actor": actor,
+            "action": action,
+            "filter": Jsonb(selection),
+            "affected": affected,
+            "now": now,
+        },
+    )
+
+
+def recent_audit(conn: psycopg.Connection[Any], limit: int = 20) -> list[dict[str, Any]]:
+    rows = conn.execute(query("dashboard_audit_recent"), {"limit": limit}).fetchall()
+    return [
+        {
+            "id": i,
+            "at": at,
+            "actor": actor,
+            "action": action,
+            "filter": json.dumps(f),
+            "affected": n,
+        }
+        for i, at, actor, action, f, n in rows
+    ]
+
+
+def act_on_dead(
+    conn: psycopg.Connection[Any],
+    action: str,
+    ids: Sequence[int],
+    *,
+    actor: str,
+    selection: dict[str, Any],
+    now: datetime | None,
+) -> list[int]:
+    """Requeue or cancel these dead jobs (those still dead) and record it, in one transaction."""
+    with conn.transaction():
+        if action == "requeue":
+            done = jobs.requeue(conn, ids=ids, now=now)
+        elif action == "cancel":
+            done = jobs.cancel(
+                conn, ids=ids, statuses=("dead",), reason="cancelled from the dashboard", now=now
+            )
+        else:
+            raise InvalidInput("action", action, "must be requeue or cancel")
+        audit(conn, actor, action, selection, len(done), now)
+    return done
+
+
+_SCHEDULE_COLUMNS = (
+    "id",
+    "organization_id",
+    "key",
+    "subject",
+    "job_type",
+    "queue",
+    "zone",
+    "rule",
+    "paused",
+    "next_run_at",
+    "last_occurrence_at",
+    "enqueued_count",
+    "source",
+)
+
+
+def schedule_page(
+    conn: psycopg.Connection[Any],
+    filters: dict[str, str | None],
+    after: int | None,
+    limit: int = PAGE_SIZE,
+) -> tuple[list[dict[str, Any]], int | None]:
+    params = filters | {"after": after, "limit": limit + 1}
+    rows = conn.execute(query("dashboard_schedule_search"), params).fetchall()
+    page = []
+    for row in rows[:limit]:
+        item = dict(zip(_SCHEDULE_COLUMNS, row, strict=True))
+        item["rule_text"] = rule_text(item["rule"])
+        page.append(item)
+    return page, (page[-1]["id"] if len(rows) > limit else None)
+
+
+def rule_text(raw: Any) -> str:
+    try:
+        return str(timezones.parse_rule(json.dumps(raw) if not isinstance(raw, str) else raw))
+    except timezones.TimezoneError:
+        return json.dumps(raw)
+
+
+def offset_text(occ: timezones.Occurrence) -> str:
+    offset = occ.local.utcoffset()
+    minutes = 0 if offset is None else int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def occurrence_rows(found: Sequence[timezones.Occurrence]) -> list[dict[str, Any]]:
+    """Occurrences as ``tockwork preview`` prints them: local time, offset, UTC, DST mark."""
+    return [
+        {
+            "local": occ.local.strftime("%a %Y-%m-%d %H:%M"),
+            "offset": offset_text(occ),
+            "utc": occ.at.strftime("%Y-%m-%dT%H:%MZ"),
+            "key": occ.key,
+            "mark": None if occ.adjusted is None else occ.adjusted.value,
+            "repeated": bool(occ.fold_index),
+        }
+        for occ in found
+    ]
+
+
+def schedule_detail(
+    conn: psycopg.Connection[Any], schedule_id: int, now: datetime
+) -> dict[str, Any]:
+    s = schedule_api.get_schedule(conn, schedule_id)
+    prefix = schedule_api.occurrence_idempotency_key(s.id, "")
+    recent = conn.execute(
+        query("dashboard_schedule_jitter"),
+        {
+            "organization_id": s.organization_id,
+            "job_type": s.job_type,
+            "prefix": prefix,
+            "prefix_end": prefix[:-1] + chr(ord(prefix[-1]) + 1),
+        },
+    ).fetchall()
+    jitters = [r[4] for r in recent if r[4] is not None]
+    return {
+        "schedule": s,
+        "rule_text": rule_text(s.rule_raw),
+        "occurrences": occurrence_rows(schedule_api.preview(s, now, 10)),
+        "recent": [
+            {
+                "job_id": i,
+                "occurrence": o,
+                "nominal_at": nominal,
+                "run_at": run,
+                "jitter_s": j,
+                "status": st,
+            }
+            for i, o, nominal, run, j, st in recent
+        ],
+        "jitter_spread": (min(jitters), max(jitters)) if jitters else None,
+    }
+
+
+def set_paused(
+    conn: psycopg.Connection[Any],
+    schedule_id: int,
+    paused: bool,
+    *,
+    actor: str,
+    now: datetime | None,
+) -> None:
+    with conn.transaction():
+        if paused:
+            schedule_api.pause(conn, schedule_id, now=now)
+        else:
+            schedule_api.resume(conn, schedule_id, now=now)
+        audit(conn, actor, "pause" if paused else "resume", {"schedule_id": schedule_id}, 1, now)
+
+
+def preview(
+    rule: str, zone: str, after: datetime, count: int, gap: str | None, fold: str | None
+) -> list[dict[str, Any]]:
+    try:
+        parsed = timezones.parse_rule(rule)
+    except timezones.TimezoneError as exc:
+        raise InvalidInput("rule", rule, str(exc)) from None
+    try:
+        timezones.get_zone(zone)
+    except timezones.TimezoneError as exc:
+        raise InvalidInput("zone", zone, str(exc)) from None
+    found = list(timezones.occurrences(parsed, zone, after, count=count, gap=gap, fold=fold))
+    return occurrence_rows(found)
+
+
+def lateness(
+    conn: psycopg.Connection[Any], window: timedelta, queue: str | None, now: datetime | None
+) -> dict[str, dict[str, list[int]]]:
+    """``{queue: {"start": counts, "nominal": counts}}``, one count per bucket of LATENESS_BOUNDS
+    (index 0: below 0 s, i: below bounds[i-1]... see the labels) over the window."""
+    rows = conn.execute(
+        query("dashboard_lateness"),
+        {"now": now, "window": window, "queue": queue, "bounds": LATENESS_BOUNDS},
+    ).fetchall()
+    result: dict[str, dict[str, list[int]]] = {}
+    for q, kind, bucket, n in rows:
+        per = result.setdefault(
+            q,
+            {
+                "start": [0] * (len(LATENESS_BOUNDS) + 1),
+                "nominal": [0] * (len(LATENESS_BOUNDS) + 1),
+            },
+        )
+        per[kind][bucket] += n
+    return result
+
+
+def lateness_labels() -> list[str]:
+    def short(s: float) -> str:
+        return f"{s:g}s" if s < 60 else (f"{s / 60:g}m" if s < 3600 else f"{s / 3600:g}h")
+
+    labels = [f"< {short(LATENESS_BOUNDS[0])}"]
+    labels += [f"{short(a)}-{short(b)}" for a, b in itertools.pairwise(LATENESS_BOUNDS)]
+    return [*labels, f"> {short(LATENESS_BOUNDS[-1])}"]
+
+
+def outbox_page(
+    conn: psycopg.Connection[Any], before: datetime | None, now: datetime | None
+) -> dict[str, Any]:
+    box = outbox.stats(conn, now=now)
+    rows = conn.execute(
+        query("dashboard_outbox_dead_page"), {"before": before, "limit": PAGE_SIZE + 1}
+    ).fetchall()
+    names = (
+        "id",
+        "aggregate_type",
+        "aggregate_id",
+        "event_type",
+        "occurred_at",
+        "attempts",
+        "last_error",
+        "dead_at",
+    )
+    page = [dict(zip(names, r, strict=True)) for r in rows[:PAGE_SIZE]]
+    return {
+        "stats": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
+        "dead": page,
+        "next_before": page[-1]["dead_at"].isoformat() if len(rows) > PAGE_SIZE else None,
+    }
+
+
+def retry_outbox(
+    conn: psycopg.Connection[Any],
+    ids: list[uuid.UUID] | None,
+    *,
+    actor: str,
+    now: datetime | None,
+) -> int:
+    with conn.transaction():
+        done = outbox.retry_dead(conn, ids, now=now)
+        selection: dict[str, Any] = {"ids": [str(i) for i in ids]} if ids else {"all": True}
+        audit(conn, actor, "outbox_retry", selection, len(done), now)
+    return len(done)

@@ -1,0 +1,232 @@
+-- The operator dashboard's read-only views (scheduler.dashboard). The dashboard is the
+-- composition root's operator view over every component, so these queries read the queue's
+-- tables too (tests/unit/test_layering.py lists them as known exceptions); every write goes
+-- through the owning package's API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead,
+-- scheduler.pause/resume). Counts are bounded (LIMIT 10001: "10,000+"), pages are keyset pages,
+-- and every filter is a parameter: (%(x)s::type IS NULL OR col = %(x)s).
+
+-- name: dashboard_session_setup
+-- Plan each statement for its parameters (the optional filters collapse to the ones given, so a
+-- partial index can answer), and bound every statement of the dashboard's connections.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
+       set_config('statement_timeout', %(timeout)s, false);
+
+-- name: dashboard_local_timeout
+-- A tighter bound for one statement in the current transaction (the bounded counts).
+SELECT set_config('statement_timeout', %(timeout)s, true);
+
+-- name: dashboard_job_page
+-- One keyset page of jobs, newest id first: ids below %(before)s.
+SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+FROM jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_page_indexed
+-- The same page when every status asked for has a partial index (pending, retrying, leased,
+-- dead): ordering by an expression keeps the planner from walking the primary key backwards
+-- through millions of finished rows to find a few matches (or none); it reads the status's
+-- index and sorts what matched.
+SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+FROM jobs
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id + 0 DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_count
+-- How many jobs match, counted up to 10,001 (shown as "10,000+").
+SELECT count(*) FROM (
+    SELECT 1
+    FROM jobs
+    WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+      AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+    LIMIT 10001
+) AS bounded;
+
+-- name: dashboard_dead_ids
+-- The dead jobs a filter selects, up to %(limit)s (the confirmation counts them; the action
+-- then touches exactly these ids).
+SELECT id
+FROM jobs
+WHERE status = 'dead'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: dashboard_queue_stats
+-- The per-queue figures of jobs.queue_stats, bounded: each count stops at 10,001 (shown as
+-- "10,000+") and is read from the partial index of its status (index-only where the index holds
+-- the columns); the queues are found by skipping through the ready and dead indexes. Retrying has
+-- no index of its own: its count rechecks the ready rows of the queue in the heap (the costliest
+-- part on a big backlog).
+WITH RECURSIVE ready_queues AS (
+    (SELECT queue FROM jobs WHERE status IN ('pending', 'retrying') ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status IN ('pending', 'retrying') AND j.queue > r.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM ready_queues AS r WHERE r.queue IS NOT NULL
+), dead_queues AS (
+    (SELECT queue FROM jobs WHERE status = 'dead' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM jobs AS j
+            WHERE j.status = 'dead' AND j.queue > d.queue ORDER BY j.queue LIMIT 1)
+    FROM dead_queues AS d WHERE d.queue IS NOT NULL
+), queues AS (
+    SELECT queue FROM ready_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM dead_queues WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM leased
+), leased AS (
+    -- Leased rows are the jobs running right now: as many as the workers' threads.
+    SELECT queue, count(*) AS n FROM jobs WHERE status = 'leased' GROUP BY queue
+)
+SELECT q.queue,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS ready,
+       coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
+            SELECT min(run_at) FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now()))), 0)::float8
+           AS oldest_ready_age,
+       coalesce((SELECT n FROM leased WHERE leased.queue = q.queue), 0) AS leased,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status = 'retrying' LIMIT 10001) AS c) AS retrying,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status = 'dead' LIMIT 10001) AS c) AS dead,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE queue = q.queue AND status IN ('pending', 'retrying')
+              AND run_at > coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS scheduled
+FROM queues AS q
+ORDER BY q.queue;
+
+-- name: dashboard_attempt_minutes
+-- Attempts finished in the last hour, per minute: completions and failures (the BRIN index on
+-- finished_at keeps this to the last hour's blocks).
+SELECT date_trunc('minute', finished_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE outcome IN ('retry', 'rate_limited', 'dead', 'lease_expired',
+                                          'interrupted', 'fenced')) AS failed
+FROM job_attempts
+WHERE finished_at > coalesce(%(now)s::timestamptz, now()) - interval '1 hour'
+  AND finished_at <= coalesce(%(now)s::timestamptz, now())
+GROUP BY 1
+ORDER BY 1;
+
+-- name: dashboard_workers
+-- Workers holding leases (the partial index on leased rows): how many, the oldest claim, and the
+-- lease that ends first (heartbeats push it forward; one close to now means stalled heartbeats).
+SELECT locked_by, count(*) AS leases,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(locked_at))::float8
+           AS oldest_claim_age,
+       extract(epoch FROM min(locked_until) - coalesce(%(now)s::timestamptz, now()))::float8
+           AS first_lease_ends_in
+FROM jobs
+WHERE status = 'leased'
+GROUP BY locked_by
+ORDER BY locked_by
+LIMIT 200;
+
+-- name: dashboard_lateness
+-- Lateness of the latest first attempts started in the window (at most 100,000 of them), per
+-- queue, in buckets: "start" is started_at - run_at (the queue's own delay), "nominal" is
+-- started_at - the schedule's nominal occurrence (jitter and queue delay together; only jobs a
+-- schedule enqueued carry it). Bucket i counts values below bounds[i] (past the last: above).
+WITH recent AS (
+    SELECT job_id, queue, started_at
+    FROM job_attempts
+    WHERE finished_at > coalesce(%(now)s::timestamptz, now()) - %(window)s::interval
+      AND finished_at <= coalesce(%(now)s::timestamptz, now())
+      AND attempt = 1 AND started_at IS NOT NULL
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY finished_at DESC
+    LIMIT 100000
+)
+SELECT r.queue, m.kind,
+       width_bucket(m.seconds, %(bounds)s::float8[]) AS bucket,
+       count(*) AS n
+FROM recent AS r
+JOIN jobs AS j ON j.id = r.job_id
+CROSS JOIN LATERAL (
+    VALUES ('start', extract(epoch FROM r.started_at - j.run_at)::float8),
+           ('nominal', extract(epoch FROM r.started_at
+                           - (j.payload -> 'tockwork_schedule' ->> 'at')::timestamptz)::float8)
+) AS m(kind, seconds)
+WHERE m.seconds IS NOT NULL
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: dashboard_schedule_jitter
+-- A schedule's recent occurrences (through its idempotency keys): run_at against the nominal
+-- occurrence instant, newest first.
+SELECT id, payload -> 'tockwork_schedule' ->> 'occurrence' AS occurrence,
+       (payload -> 'tockwork_schedule' ->> 'at')::timestamptz AS nominal_at, run_at,
+       extract(epoch FROM run_at - (payload -> 'tockwork_schedule' ->> 'at')::timestamptz)::float8
+           AS jitter_s,
+       status
+FROM jobs
+WHERE organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
+  AND job_type = %(job_type)s
+  AND idempotency_key >= %(prefix)s AND idempotency_key < %(prefix_end)s
+ORDER BY run_at DESC
+LIMIT 50;
+
+-- name: dashboard_schedule_search
+-- One keyset page of schedules by id: key prefix, subject, zone, job type.
+SELECT id, organization_id, key, subject, job_type, queue, zone, rule, paused, next_run_at,
+       last_occurrence_at, enqueued_count, source
+FROM schedules
+WHERE (%(after)s::bigint IS NULL OR id > %(after)s)
+  AND (%(key)s::text IS NULL OR starts_with(key, %(key)s))
+  AND (%(subject)s::text IS NULL OR subject = %(subject)s)
+  AND (%(zone)s::text IS NULL OR zone = %(zone)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: dashboard_maintenance_runs
+-- The built-in maintenance definitions (keys 'tockwork.*'): when each last ran and runs next.
+SELECT key, paused, last_occurrence_at, next_run_at
+FROM schedules
+WHERE key >= 'tockwork.' AND key < 'tockwork/'
+ORDER BY key
+LIMIT 50;
+
+-- name: dashboard_outbox_dead_page
+-- Dead outbox events, newest first, keyset on (dead_at, id).
+SELECT id, aggregate_type, aggregate_id, event_type, occurred_at, attempts,
+       left(last_error, 300), dead_at
+FROM outbox_events
+WHERE dead_at IS NOT NULL
+  AND (%(before)s::timestamptz IS NULL OR dead_at < %(before)s)
+ORDER BY dead_at DESC
+LIMIT %(limit)s;
