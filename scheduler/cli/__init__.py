@@ -35,8 +35,8 @@ from importlib import metadata
 
 import psycopg
 
-from scheduler.cli import dev, ops, outbox, preview, schedules, worker
 from scheduler.cli import dashboard as dashboard_command
+from scheduler.cli import dev, ops, outbox, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv
 from timezones.errors import InvalidInput, TockworkError
