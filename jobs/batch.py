@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import psycopg
 
@@ -373,7 +373,7 @@ def run_batch(
 
 
 async def run_batch_async(
-    handler: Callable[[Batch], Awaitable[object]],
+    handler: Callable[[Batch], Awaitable[object]] | BatchHandler,
     jobs: Sequence[Job],
     retry: RetryPolicies,
     clock: Callable[[], float],
@@ -384,7 +384,7 @@ async def run_batch_async(
     while True:
         error: BaseException | None = None
         try:
-            await handler(batch)
+            await cast(Awaitable[object], handler(batch))
         except Exception as exc:
             error = exc
         try:
@@ -403,5 +403,6 @@ def is_async_handler(handler: object) -> bool:
         return inspect.iscoroutinefunction(type(handler).__call__)
     if inspect.iscoroutinefunction(handler):
         return True
-    call = getattr(type(handler), "__call__", None)
-    return not inspect.isfunction(handler) and inspect.iscoroutinefunction(call)
+    if not callable(handler) or inspect.isfunction(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)

@@ -53,6 +53,8 @@ nothing stays leased.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import math
 import queue as queue_module
@@ -558,7 +560,7 @@ class Worker(Service[WorkerStats]):
                 )
                 self._coroutines.add(future)
                 future.add_done_callback(
-                    lambda f, q=queue, n=len(taken), t0=started: self._async_done(f, q, n, t0)
+                    functools.partial(self._async_done, queue, len(taken), started)
                 )
             else:
                 self._pools[queue].submit(self._task, job_type, taken)
@@ -574,12 +576,10 @@ class Worker(Service[WorkerStats]):
             self._done.put(run)
             self.wake()
         if starts:
-            try:
+            # Stopping, the pool or the loop may be shut: these jobs' leases are then given
+            # back with the other running ones.
+            with contextlib.suppress(RuntimeError):
                 self._launch(starts)
-            except RuntimeError:
-                # Stopping: the pool or the loop is shut; the leases of these jobs are given
-                # back with the other running ones.
-                pass
 
     def _task(self, job_type: str, taken: list[Job]) -> None:
         """One pool task: run one handler call on the jobs taken for it, report."""
@@ -612,7 +612,7 @@ class Worker(Service[WorkerStats]):
                 error = exc
         return self._single_run(job, error, fns, started_at, t0)
 
-    def _async_done(self, future: Future[_Run], queue: str, n: int, t0: float) -> None:
+    def _async_done(self, queue: str, n: int, t0: float, future: Future[_Run]) -> None:
         self._coroutines.discard(future)
         run = None if future.cancelled() or future.exception() is not None else future.result()
         if run is None and not future.cancelled():

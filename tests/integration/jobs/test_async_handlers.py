@@ -44,7 +44,7 @@ class _AsyncCallable:
 
 
 class _AsyncBatch(BatchHandler):
-    async def __call__(self, batch: Batch) -> None:  # type: ignore[override]
+    async def __call__(self, batch: Batch) -> None:
         return None
 
 
@@ -143,9 +143,11 @@ def test_in_completion_from_concurrent_async_handlers_keeps_each_jobs_effects(
         barrier = barrier or asyncio.Barrier(4)
         async with asyncio.timeout(10):
             await barrier.wait()  # all four are inside their handler now
-        jobs.in_completion(
-            lambda c: c.execute("INSERT INTO effects VALUES (%s, %s)", (job.id, job.id))
-        )
+
+        def effect(c: psycopg.Connection[Any]) -> None:
+            c.execute("INSERT INTO effects VALUES (%s, %s)", (job.id, job.id))
+
+        jobs.in_completion(effect)
 
     stats = worker(db_url, {"fx": fx}, queues={"default": 4}, prefetch=0).run_until_idle()
     assert stats.outcomes == {"succeeded": 8}
