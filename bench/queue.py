@@ -594,12 +594,9 @@ def _phase_async_drain(
     url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], figures: dict[str, float]
 ) -> None:
     """(issue 11) The 2-process drain with an ``async def`` no-op beside the sync one, same run."""
-    print(f"drain {args.drain:,} no-op jobs x2: sync handler, async handler ...", flush=True)
-    tuned = {"queues": {"default": args.concurrency}, "prefetch": args.prefetch, "listen": True}
-    sync2 = run_drain(url, args.drain, 2, _library_drain_child, (tuned, {}, None))
-    async2 = run_drain(
-        url, args.drain, 2, _library_drain_child, ({**tuned, "async_noop": True}, {}, None)
-    )
+    print(f"drain {args.drain:,} no-op jobs x2, defaults: sync handler, async ...", flush=True)
+    sync2 = run_drain(url, args.drain, 2, _library_drain_child, ({}, {}, None))
+    async2 = run_drain(url, args.drain, 2, _library_drain_child, ({"async_noop": True}, {}, None))
     figures["drain_async"] = async2.rate
     ratio = async2.rate / sync2.rate
     rows.append(
@@ -615,7 +612,8 @@ def _phase_async_drain(
     cpu_async = ", ".join(f"{r['cpu']:.2f}s" for r in async2.per_process)
     cpu_sync = ", ".join(f"{r['cpu']:.2f}s" for r in sync2.per_process)
     notes.append(
-        "async drain: the same jobs.Worker settings with `async def noop(job)`; "
+        "async drain: jobs.Worker(url, handlers) (the defaults), `async def noop(job)` vs "
+        "`def noop(job)`; "
         f"CPU per process async {cpu_async}, sync {cpu_sync}"
     )
 

@@ -62,7 +62,7 @@ import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -291,7 +291,7 @@ class Worker(Service[WorkerStats]):
         self._async = frozenset(t for t, h in self.handlers.items() if is_async_handler(h))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
-        self._coroutines: set[Future[_Run]] = set()
+        self._tasks: set[asyncio.Task[_Run]] = set()
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
@@ -549,23 +549,36 @@ class Worker(Service[WorkerStats]):
             self._busy[queue] += 1
         return started
 
-    def _launch(self, starts: Sequence[tuple[str, list[Job]]]) -> None:
-        """Start taken handler calls: a sync one on its queue's pool, an async one on the loop."""
+    def _launch(self, starts: Sequence[tuple[str, list[Job]]], *, on_loop: bool = False) -> None:
+        """Start taken handler calls: a sync one on its queue's pool, an async one as a task
+        on the loop (all of them in one hand-over to the loop's thread, none from inside it)."""
+        calls = []
         for job_type, taken in starts:
-            queue = taken[0].queue
             if job_type in self._async and self._loop is not None:
-                started = time.perf_counter()
-                future = asyncio.run_coroutine_threadsafe(
-                    self._execute_async(job_type, taken), self._loop
-                )
-                self._coroutines.add(future)
-                future.add_done_callback(
-                    functools.partial(self._async_done, queue, len(taken), started)
-                )
+                calls.append((job_type, taken))
             else:
-                self._pools[queue].submit(self._task, job_type, taken)
+                self._pools[taken[0].queue].submit(self._task, job_type, taken)
+        if not calls:
+            return
+        assert self._loop is not None
+        if on_loop:
+            self._create_tasks(calls)
+        else:
+            self._loop.call_soon_threadsafe(self._create_tasks, calls)
 
-    def _finished_call(self, queue: str, n: int, t0: float, run: _Run | None) -> None:
+    def _create_tasks(self, calls: Sequence[tuple[str, list[Job]]]) -> None:
+        """On the loop's thread: one task per async handler call."""
+        assert self._loop is not None
+        for job_type, taken in calls:
+            task = self._loop.create_task(self._execute_async(job_type, taken))
+            self._tasks.add(task)  # the loop holds tasks weakly
+            task.add_done_callback(
+                functools.partial(self._async_done, taken[0].queue, len(taken), time.perf_counter())
+            )
+
+    def _finished_call(
+        self, queue: str, n: int, t0: float, run: _Run | None, *, on_loop: bool = False
+    ) -> None:
         """A handler call ended (``run`` is None when it was cancelled): free its slot, hand
         its outcomes to the dispatcher and start the queue's next calls."""
         with self._pool_lock:
@@ -579,7 +592,7 @@ class Worker(Service[WorkerStats]):
             # Stopping, the pool or the loop may be shut: these jobs' leases are then given
             # back with the other running ones.
             with contextlib.suppress(RuntimeError):
-                self._launch(starts)
+                self._launch(starts, on_loop=on_loop)
 
     def _task(self, job_type: str, taken: list[Job]) -> None:
         """One pool task: run one handler call on the jobs taken for it, report."""
@@ -612,8 +625,8 @@ class Worker(Service[WorkerStats]):
                 error = exc
         return self._single_run(job, error, fns, started_at, t0)
 
-    def _async_done(self, queue: str, n: int, t0: float, future: Future[_Run]) -> None:
-        self._coroutines.discard(future)
+    def _async_done(self, queue: str, n: int, t0: float, future: asyncio.Task[_Run]) -> None:
+        self._tasks.discard(future)
         run = None if future.cancelled() or future.exception() is not None else future.result()
         if run is None and not future.cancelled():
             log.error(
@@ -621,7 +634,7 @@ class Worker(Service[WorkerStats]):
                 self.name,
                 summarize(future.exception() or Exception()),
             )
-        self._finished_call(queue, n, t0, run)
+        self._finished_call(queue, n, t0, run, on_loop=True)
 
     def _start_loop(self) -> None:
         """The event loop of the async handlers, in one thread of its own."""
@@ -662,7 +675,7 @@ class Worker(Service[WorkerStats]):
         if not thread.is_alive():
             loop.close()
         self._loop = self._loop_thread = None
-        self._coroutines.clear()
+        self._tasks.clear()
 
     def _execute(self, handler: Handler | None, job: Job) -> _Run:
         started_at = self.now()
