@@ -20,6 +20,16 @@ taken over cannot overwrite the new owner's result.
 waiting job of its type up to ``max_batch``. A batch occupies one thread: a queue's
 concurrency counts handler calls at once, not jobs.
 
+**Async handlers.** An ``async def`` handler (single or batch, detected by
+:func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
+of its own started with the run. Each queue owes handler calls in claim order and starts them
+while it has a free slot, whatever their kind: ``concurrency`` counts sync threads and
+coroutines together. A call's end (a pool thread's, or a task's done-callback on the loop)
+frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls. Both
+kinds share the outcome classification (``_single_run``, ``_batch_run`` and the bisection of
+:mod:`jobs.batch`). When stopping, running coroutines get the grace like threads; then their
+leases are given back and they are cancelled.
+
 **How much a claim asks for** (:class:`ClaimSizer`, per queue): the free threads, plus jobs
 claimed *ahead* so that a finishing thread finds work without waiting for the next round trip
 and each cycle writes and claims many jobs at once. The ahead target grows (doubling) while
