@@ -71,7 +71,7 @@ import queue as queue_module
 import threading
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,7 +105,6 @@ from jobs.store import Finished, JobStore, PgJobStore, effect_failure_decisions
 from timezones.clock import Clock
 
 Handler = Callable[[Job], object]
-AsyncHandler = Callable[[Job], Awaitable[object]]
 
 log = logging.getLogger("tockwork.worker")
 job_log = logging.getLogger("tockwork.jobs")
@@ -117,6 +116,8 @@ _MIN_WAIT = 0.005
 MAX_AHEAD_LEASE_SHARE = 0.1
 # and by this many per queue.
 MAX_AHEAD = 500
+# How long a stopping worker waits for its cancelled coroutines to end.
+_CANCEL_WAIT = 5.0
 # Weight of the newest sample in the moving average of handler time per job.
 _EWMA_WEIGHT = 0.2
 
@@ -675,9 +676,9 @@ class Worker(Service[WorkerStats]):
             await loop.shutdown_asyncgens()
 
         try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(
-                self.grace.total_seconds() + 5.0
-            )
+            # The grace is spent already: a coroutine that ignores its cancellation gets a few
+            # seconds, then is left behind with the loop's daemon thread.
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(_CANCEL_WAIT)
         except Exception as exc:  # a coroutine that will not end: do not hang the stop
             log.warning("worker %s: async handlers did not end on cancel: %s", self.name, exc)
         loop.call_soon_threadsafe(loop.stop)
