@@ -227,6 +227,10 @@ def _noop(_job: jobs.Job) -> None:
     return None
 
 
+async def _noop_async(_job: jobs.Job) -> None:
+    return None
+
+
 @dataclass
 class DrainResult:
     """``rate`` = jobs / ``span``: first claim sent to last completion written, any process."""
@@ -288,9 +292,11 @@ def _library_drain_child(
 ) -> None:
     """A drain worker: ``jobs.Worker(url, {"noop": ...}, **worker_kwargs)``; ``{}`` = defaults."""
     calls = StatementCounter.calls
+    worker_kwargs = dict(worker_kwargs)
+    noop = _noop_async if worker_kwargs.pop("async_noop", False) else _noop  # --async-drain
     worker = jobs.Worker(
         url,
-        {"noop": _noop},
+        {"noop": noop},
         **worker_kwargs,
         connect_kwargs={**connect_kwargs, "cursor_factory": StatementCounter},
     )
@@ -582,6 +588,34 @@ def _describe(label: str, result: DrainResult) -> str:
 def drain_defaults(url: str, n: int) -> DrainResult:
     """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``."""
     return run_drain(url, n, 2, _library_drain_child, ({}, {}, None))
+
+
+def _phase_async_drain(
+    url: str, args: argparse.Namespace, rows: list[Row], notes: list[str], figures: dict[str, float]
+) -> None:
+    """(issue 11) The 2-process drain with an ``async def`` no-op beside the sync one, same run."""
+    print(f"drain {args.drain:,} no-op jobs x2, defaults: sync handler, async ...", flush=True)
+    sync2 = run_drain(url, args.drain, 2, _library_drain_child, ({}, {}, None))
+    async2 = run_drain(url, args.drain, 2, _library_drain_child, ({"async_noop": True}, {}, None))
+    figures["drain_async"] = async2.rate
+    ratio = async2.rate / sync2.rate
+    rows.append(
+        Row(
+            "drain, 2 processes, async no-op",
+            fmt_rate(async2.rate),
+            f"{fmt_rate(sync2.rate)} sync x2",
+            f"{ratio:.0%}",
+            "-",
+            None,
+        )
+    )
+    cpu_async = ", ".join(f"{r['cpu']:.2f}s" for r in async2.per_process)
+    cpu_sync = ", ".join(f"{r['cpu']:.2f}s" for r in sync2.per_process)
+    notes.append(
+        "async drain: jobs.Worker(url, handlers) (the defaults), `async def noop(job)` vs "
+        "`def noop(job)`; "
+        f"CPU per process async {cpu_async}, sync {cpu_sync}"
+    )
 
 
 def _phase_drain(
@@ -894,6 +928,11 @@ def main() -> int:
     parser.add_argument("--poll", type=float, default=0.5, help="poll interval, LISTEN off (s)")
     parser.add_argument("--profile", metavar="PREFIX", help="cProfile the x2 drain workers")
     parser.add_argument(
+        "--async-drain",
+        action="store_true",
+        help="also drain with an async def no-op handler beside the sync one (issue 11)",
+    )
+    parser.add_argument(
         "--peer-python",
         default=str(PEER_PYTHON),
         help="interpreter with PgQueuer installed (make bench-peers), for the peers phase",
@@ -928,6 +967,8 @@ def main() -> int:
             _phase_many(url, args, rows)
         if "drain" in phases:
             _phase_drain(url, args, rows, notes, memory, figures)
+        if args.async_drain:
+            _phase_async_drain(url, args, rows, notes, figures)
         if "latency" in phases:
             _phase_latency(url, args, rows, notes, memory, figures)
         if "peers" in phases:

@@ -36,13 +36,14 @@ decided, so no job is handed to two runs' effects.
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import math
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import psycopg
 
@@ -201,7 +202,11 @@ def batch_handler(
 
 # -- the single-job handler's completion effects --------------------------------------------
 
-_current = threading.local()
+# A context variable, not a thread-local: async handlers of one worker share the event loop's
+# thread, and each runs in its own task's context.
+_current: contextvars.ContextVar[list[SingleEffect] | None] = contextvars.ContextVar(
+    "tockwork_effects", default=None
+)
 
 
 def in_completion(fn: SingleEffect) -> None:
@@ -212,7 +217,7 @@ def in_completion(fn: SingleEffect) -> None:
     'succeeded' (see :meth:`Batch.in_completion`). A batch handler uses
     ``batch.in_completion``.
     """
-    effects: list[SingleEffect] | None = getattr(_current, "effects", None)
+    effects = _current.get()
     if effects is None:
         raise NotInHandler(
             "jobs.in_completion must be called from inside a single-job handler "
@@ -227,11 +232,11 @@ def in_completion(fn: SingleEffect) -> None:
 def collecting_effects() -> Iterator[list[SingleEffect]]:
     """The worker's side of :func:`in_completion`: collect the effects a handler registers."""
     effects: list[SingleEffect] = []
-    _current.effects = effects
+    token = _current.set(effects)
     try:
         yield effects
     finally:
-        _current.effects = None
+        _current.reset(token)
 
 
 def single_effects(fns: Sequence[SingleEffect]) -> BatchEffect:
@@ -288,16 +293,14 @@ def _applies_to_all(exc: BaseException, jobs: Sequence[Job], retry: RetryPolicie
     return all(decide(j, exc, retry.for_job(j)).status is not JobStatus.DEAD for j in jobs)
 
 
-def run_batch(
-    handler: Callable[[Batch], object],
-    jobs: Sequence[Job],
-    retry: RetryPolicies,
-    clock: Callable[[], float],
-) -> BatchResult:
-    """Run ``handler`` on ``jobs``, bisecting the undecided jobs of a run that raises.
+def _bisect(
+    jobs: Sequence[Job], retry: RetryPolicies, clock: Callable[[], float]
+) -> Generator[Batch, BaseException | None, BatchResult]:
+    """The bisection of :func:`run_batch`, shared by the sync and the async runner.
 
-    ``clock`` is a monotonic clock in seconds (durations). Returns every job's decision in
-    claim order.
+    Yields each :class:`Batch` to run and is sent back what the run raised (``None``: it
+    returned); returns the result. The runner only calls the handler: one classification for
+    both kinds of handler.
     """
     outcome: dict[int, tuple[HandlerOutcome | BaseException | None, float]] = {}
     effects: list[RunEffects] = []
@@ -310,11 +313,7 @@ def run_batch(
         runs += 1
         batch = Batch(part)
         t0 = clock()
-        error: BaseException | None = None
-        try:
-            handler(batch)
-        except Exception as exc:
-            error = exc
+        error = yield batch
         ms = (clock() - t0) * 1000.0
         decided = [j for j in part if j.id in batch._outcomes]
         for j in decided:
@@ -345,3 +344,65 @@ def run_batch(
         cause, ms = outcome[j.id]
         result.append(Decided(j, decide(j, cause, retry.for_job(j)), cause, ms))
     return BatchResult(result, effects, runs, errors)
+
+
+def run_batch(
+    handler: Callable[[Batch], object],
+    jobs: Sequence[Job],
+    retry: RetryPolicies,
+    clock: Callable[[], float],
+) -> BatchResult:
+    """Run ``handler`` on ``jobs``, bisecting the undecided jobs of a run that raises.
+
+    ``clock`` is a monotonic clock in seconds (durations). Returns every job's decision in
+    claim order.
+    """
+    steps = _bisect(jobs, retry, clock)
+    batch = next(steps)
+    while True:
+        error: BaseException | None = None
+        try:
+            handler(batch)
+        except Exception as exc:
+            error = exc
+        try:
+            batch = steps.send(error)
+        except StopIteration as done:
+            result: BatchResult = done.value
+            return result
+
+
+async def run_batch_async(
+    handler: Callable[[Batch], Awaitable[object]] | BatchHandler,
+    jobs: Sequence[Job],
+    retry: RetryPolicies,
+    clock: Callable[[], float],
+) -> BatchResult:
+    """:func:`run_batch` for an ``async def`` batch handler: each run is awaited."""
+    steps = _bisect(jobs, retry, clock)
+    batch = next(steps)
+    while True:
+        error: BaseException | None = None
+        try:
+            await cast(Awaitable[object], handler(batch))
+        except Exception as exc:
+            error = exc
+        try:
+            batch = steps.send(error)
+        except StopIteration as done:
+            result: BatchResult = done.value
+            return result
+
+
+def is_async_handler(handler: object) -> bool:
+    """Whether a handler is an ``async def`` one: a coroutine function, an object whose
+    ``__call__`` is one, or a :class:`BatchHandler` wrapping (or overriding with) one."""
+    if isinstance(handler, BatchHandler):
+        if handler.fn is not None and type(handler).__call__ is BatchHandler.__call__:
+            return is_async_handler(handler.fn)
+        return inspect.iscoroutinefunction(type(handler).__call__)
+    if inspect.iscoroutinefunction(handler):
+        return True
+    if not callable(handler) or inspect.isfunction(handler):
+        return False
+    return inspect.iscoroutinefunction(type(handler).__call__)

@@ -20,6 +20,16 @@ taken over cannot overwrite the new owner's result.
 waiting job of its type up to ``max_batch``. A batch occupies one thread: a queue's
 concurrency counts handler calls at once, not jobs.
 
+**Async handlers.** An ``async def`` handler (single or batch, detected by
+:func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
+of its own started with the run. Each queue owes handler calls in claim order and starts them
+while it has a free slot, whatever their kind: ``concurrency`` counts sync threads and
+coroutines together. A call's end (a pool thread's, or a task's done-callback on the loop)
+frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls. Both
+kinds share the outcome classification (``_single_run``, ``_batch_run`` and the bisection of
+:mod:`jobs.batch`). When stopping, running coroutines get the grace like threads; then their
+leases are given back and they are cancelled.
+
 **How much a claim asks for** (:class:`ClaimSizer`, per queue): the free threads, plus jobs
 claimed *ahead* so that a finishing thread finds work without waiting for the next round trip
 and each cycle writes and claims many jobs at once. The ahead target grows (doubling) while
@@ -52,6 +62,9 @@ nothing stays leased.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import math
 import queue as queue_module
@@ -71,10 +84,13 @@ import psycopg
 from jobs import validate
 from jobs.batch import (
     BatchHandler,
+    BatchResult,
     Decided,
     RunEffects,
     collecting_effects,
+    is_async_handler,
     run_batch,
+    run_batch_async,
     single_effects,
 )
 from jobs.errors import InvalidJob
@@ -100,6 +116,8 @@ _MIN_WAIT = 0.005
 MAX_AHEAD_LEASE_SHARE = 0.1
 # and by this many per queue.
 MAX_AHEAD = 500
+# How long a stopping worker waits for its cancelled coroutines to end.
+_CANCEL_WAIT = 5.0
 # Weight of the newest sample in the moving average of handler time per job.
 _EWMA_WEIGHT = 0.2
 
@@ -278,6 +296,13 @@ class Worker(Service[WorkerStats]):
         self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
         self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
         self._pools: dict[str, ThreadPoolExecutor] = {}
+        # Handler calls owed per queue, in claim order (the job type of each), started while the
+        # queue has a free slot: sync ones on its pool, async ones on the event loop.
+        self._calls: dict[str, deque[str]] = {q: deque() for q in queues}
+        self._async = frozenset(t for t, h in self.handlers.items() if is_async_handler(h))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._tasks: set[asyncio.Task[_Run]] = set()
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
@@ -294,6 +319,8 @@ class Worker(Service[WorkerStats]):
             q: ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"tockwork-{q}")
             for q, n in self.queues.items()
         }
+        if self._async:
+            self._start_loop()
         try:
             if self.listen:
                 self._listen(CHANNEL, self.metrics)
@@ -318,6 +345,7 @@ class Worker(Service[WorkerStats]):
         finally:
             for pool in self._pools.values():
                 pool.shutdown(wait=False, cancel_futures=True)
+            self._stop_loop()
             self._unlisten()
             self.close()
             log.info("worker %s stopped", self.name)
@@ -328,6 +356,8 @@ class Worker(Service[WorkerStats]):
         with self._pool_lock:
             unstarted = [j for waiting in self._waiting.values() for j in waiting]
             self._waiting.clear()
+            for calls in self._calls.values():
+                calls.clear()
             self._unstarted = dict.fromkeys(self.queues, 0)
         if unstarted:
             for j in unstarted:
@@ -489,8 +519,9 @@ class Worker(Service[WorkerStats]):
         return len(claimed)
 
     def _dispatch(self, claimed: Sequence[Job]) -> None:
-        """Queue the claimed jobs by (queue, job type) and give the pools one task per handler
-        call they need (a task that finds its jobs taken by an earlier one ends at once)."""
+        """Queue the claimed jobs by (queue, job type), owe each queue one handler call per
+        job (per ``max_batch`` jobs for a batch handler), and start what the free slots allow
+        (a call that finds its jobs taken by an earlier one ends at once)."""
         if not claimed:
             return
         groups: dict[tuple[str, str], list[Job]] = {}
@@ -503,40 +534,159 @@ class Worker(Service[WorkerStats]):
             for (q, t), group in groups.items():
                 self._waiting[(q, t)].extend(group)
                 self._unstarted[q] += len(group)
-        for (q, t), group in groups.items():
-            handler = self.handlers.get(t)
-            calls = (
-                math.ceil(len(group) / handler.max_batch)
-                if isinstance(handler, BatchHandler)
-                else len(group)
-            )
-            for _ in range(calls):
-                self._pools[q].submit(self._task, q, t)
+                handler = self.handlers.get(t)
+                calls = (
+                    math.ceil(len(group) / handler.max_batch)
+                    if isinstance(handler, BatchHandler)
+                    else len(group)
+                )
+                self._calls[q].extend([t] * calls)
+            starts = [s for q in {q for q, _ in groups} for s in self._take(q)]
+        self._launch(starts)
 
-    def _task(self, queue: str, job_type: str) -> None:
-        """One pool task: take the waiting jobs of one handler call, run it, report."""
-        handler = self.handlers.get(job_type)
-        size = handler.max_batch if isinstance(handler, BatchHandler) else 1
-        with self._pool_lock:
+    def _take(self, queue: str) -> list[tuple[str, list[Job]]]:
+        """Under the pool lock: take the jobs of the handler calls the queue's free slots can
+        start now. Sync and async calls of a queue share its ``concurrency`` slots."""
+        calls, started = self._calls[queue], []
+        while calls and self._busy[queue] < self.queues[queue]:
+            job_type = calls.popleft()
             waiting = self._waiting.get((queue, job_type))
             if not waiting:
-                return
-            n = min(size, len(waiting))
-            taken = [waiting.popleft() for _ in range(n)]
+                continue
+            handler = self.handlers.get(job_type)
+            n = min(handler.max_batch if isinstance(handler, BatchHandler) else 1, len(waiting))
+            started.append((job_type, [waiting.popleft() for _ in range(n)]))
             self._unstarted[queue] -= n
             self._busy[queue] += 1
+        return started
+
+    def _launch(self, starts: Sequence[tuple[str, list[Job]]], *, on_loop: bool = False) -> None:
+        """Start taken handler calls: a sync one on its queue's pool, an async one as a task
+        on the loop (all of them in one hand-over to the loop's thread, none from inside it)."""
+        calls = []
+        for job_type, taken in starts:
+            if job_type in self._async and self._loop is not None:
+                calls.append((job_type, taken))
+            else:
+                self._pools[taken[0].queue].submit(self._task, job_type, taken)
+        if not calls:
+            return
+        assert self._loop is not None
+        if on_loop:
+            self._create_tasks(calls)
+        else:
+            self._loop.call_soon_threadsafe(self._create_tasks, calls)
+
+    def _create_tasks(self, calls: Sequence[tuple[str, list[Job]]]) -> None:
+        """On the loop's thread: one task per async handler call."""
+        assert self._loop is not None
+        for job_type, taken in calls:
+            task = self._loop.create_task(self._execute_async(job_type, taken))
+            self._tasks.add(task)  # the loop holds tasks weakly
+            task.add_done_callback(
+                functools.partial(self._async_done, taken[0].queue, len(taken), time.perf_counter())
+            )
+
+    def _finished_call(
+        self, queue: str, n: int, t0: float, run: _Run | None, *, on_loop: bool = False
+    ) -> None:
+        """A handler call ended (``run`` is None when it was cancelled): free its slot, hand
+        its outcomes to the dispatcher and start the queue's next calls."""
+        with self._pool_lock:
+            self._busy[queue] -= 1
+            self._sizers[queue].observe(n, time.perf_counter() - t0)
+            starts = self._take(queue)
+        if run is not None:
+            self._done.put(run)
+            self.wake()
+        if starts:
+            # Stopping, the pool or the loop may be shut: these jobs' leases are then given
+            # back with the other running ones.
+            with contextlib.suppress(RuntimeError):
+                self._launch(starts, on_loop=on_loop)
+
+    def _task(self, job_type: str, taken: list[Job]) -> None:
+        """One pool task: run one handler call on the jobs taken for it, report."""
+        handler = self.handlers.get(job_type)
         t0 = time.perf_counter()
+        run: _Run | None = None
         try:
             if isinstance(handler, BatchHandler):
                 run = self._execute_batch(handler, taken)
             else:
                 run = self._execute(handler, taken[0])
         finally:
-            with self._pool_lock:
-                self._busy[queue] -= 1
-                self._sizers[queue].observe(n, time.perf_counter() - t0)
-        self._done.put(run)
-        self.wake()
+            self._finished_call(taken[0].queue, len(taken), t0, run)
+
+    async def _execute_async(self, job_type: str, taken: list[Job]) -> _Run:
+        """One async handler call on the event loop: the outcome is classified as for sync."""
+        handler: Any = self.handlers[job_type]
+        if isinstance(handler, BatchHandler):
+            started_at = self.now()
+            result = await run_batch_async(handler, taken, self.retry, time.perf_counter)
+            return self._batch_run(handler, taken, started_at, result)
+        job = taken[0]
+        started_at = self.now()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        with collecting_effects() as fns:
+            try:
+                await handler(job)
+            except Exception as exc:
+                error = exc
+        return self._single_run(job, error, fns, started_at, t0)
+
+    def _async_done(self, queue: str, n: int, t0: float, future: asyncio.Task[_Run]) -> None:
+        self._tasks.discard(future)
+        run = None if future.cancelled() or future.exception() is not None else future.result()
+        if run is None and not future.cancelled():
+            log.error(
+                "worker %s: an async handler call failed outside its handler: %s",
+                self.name,
+                summarize(future.exception() or Exception()),
+            )
+        self._finished_call(queue, n, t0, run, on_loop=True)
+
+    def _start_loop(self) -> None:
+        """The event loop of the async handlers, in one thread of its own."""
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        self._loop = loop
+        self._loop_thread = threading.Thread(target=run, name="tockwork-async", daemon=True)
+        self._loop_thread.start()
+        ready.wait()
+
+    def _stop_loop(self) -> None:
+        """Cancel the coroutines still running (their leases were given back) and stop."""
+        loop, thread = self._loop, self._loop_thread
+        if loop is None or thread is None:
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await loop.shutdown_asyncgens()
+
+        try:
+            # The grace is spent already: a coroutine that ignores its cancellation gets a few
+            # seconds, then is left behind with the loop's daemon thread.
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(_CANCEL_WAIT)
+        except Exception as exc:  # a coroutine that will not end: do not hang the stop
+            log.warning("worker %s: async handlers did not end on cancel: %s", self.name, exc)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5.0)
+        if not thread.is_alive():
+            loop.close()
+        self._loop = self._loop_thread = None
+        self._tasks.clear()
 
     def _execute(self, handler: Handler | None, job: Job) -> _Run:
         started_at = self.now()
@@ -552,6 +702,17 @@ class Worker(Service[WorkerStats]):
                 handler(job)
             except Exception as exc:
                 error = exc
+        return self._single_run(job, error, fns, started_at, t0)
+
+    def _single_run(
+        self,
+        job: Job,
+        error: BaseException | None,
+        fns: Sequence[Any],
+        started_at: Any,
+        t0: float,
+    ) -> _Run:
+        """Classify a single handler call's outcome (sync or async), log and report it."""
         duration_ms = (time.perf_counter() - t0) * 1000.0
         decision = decide(job, error, self.retry.for_job(job))
         self._log_outcome(job, decision, duration_ms, error)
@@ -563,6 +724,12 @@ class Worker(Service[WorkerStats]):
     def _execute_batch(self, handler: BatchHandler, batch: list[Job]) -> _Run:
         started_at = self.now()
         result = run_batch(handler, batch, self.retry, time.perf_counter)
+        return self._batch_run(handler, batch, started_at, result)
+
+    def _batch_run(
+        self, handler: BatchHandler, batch: list[Job], started_at: Any, result: BatchResult
+    ) -> _Run:
+        """A batch call's outcomes (sync or async): log and report them."""
         finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided]
         debug = job_log.isEnabledFor(logging.DEBUG)
         for d in result.decided:
