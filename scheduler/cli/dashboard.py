@@ -42,7 +42,7 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     )
     database_arg(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8089, help="port to bind (8089)")
+    parser.add_argument("--port", type=int, default=8089, help="port to bind (0: any free port)")
     parser.add_argument("--read-only", action="store_true", help="hide and refuse every action")
     parser.add_argument(
         "--token", help=f"the access token (default: ${TOKEN_ENV}; a flag is visible in ps)"
@@ -66,8 +66,8 @@ def _is_loopback(host: str) -> bool:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     token: str | None = args.token or os.environ.get(TOKEN_ENV) or None
-    if not 1 <= args.port <= 65535:
-        raise InputError("--port", args.port, "must be from 1 to 65535")
+    if not 0 <= args.port <= 65535:
+        raise InputError("--port", args.port, "must be from 0 (any free port) to 65535")
     if args.no_auth:
         if token is not None:
             raise InputError("--no-auth", True, f"a token is configured (--token or ${TOKEN_ENV})")
@@ -97,15 +97,40 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
 def _serve(app: Any, host: str, port: int) -> bool:
     """Serve until stopped; one line is printed once the server listens (scripts wait on it)."""
+    import contextlib
+    import signal
     import socket
+    import threading
+    from collections.abc import Iterator
 
     import uvicorn
 
     class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises a captured SIGTERM after its graceful shutdown, so the process
+            # would end "killed by SIGTERM"; like the other services, a requested stop is a
+            # clean exit (0).
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handlers = {
+                s: signal.signal(s, self.handle_exit) for s in (signal.SIGINT, signal.SIGTERM)
+            }
+            try:
+                yield
+            finally:
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started:
-                print(f"tockwork dashboard listening on http://{host}:{port}/", flush=True)
+                bound = port
+                for server in self.servers:  # --port 0: the port the system chose
+                    for sock in server.sockets:
+                        bound = sock.getsockname()[1]
+                print(f"tockwork dashboard listening on http://{host}:{bound}/", flush=True)
 
     server = Server(
         uvicorn.Config(app, host=host, port=port, access_log=False, log_level="warning")

@@ -66,8 +66,8 @@ from tests.docs_snippets import (
 
 TOCKWORK = str(Path(sys.executable).with_name("tockwork"))
 TIMEOUT = 60.0  # seconds any one command or script may take: nothing a user types may hang
-SERVICES = {"worker", "scheduler", "relay", "metrics-server"}
-STARTED = re.compile(r"\b(started|serving /metrics)\b")
+SERVICES = {"worker", "scheduler", "relay", "metrics-server", "dashboard"}
+STARTED = re.compile(r"\b(started|serving /metrics|listening on)\b")
 
 DRAINED = """
 SELECT NOT EXISTS (
@@ -313,17 +313,19 @@ class Page:
             sys.argv = [TOCKWORK, *args]
             return main()
 
-        code, output = self._forked(tockwork, Path(TOCKWORK).parent)
+        code, output = self._forked(tockwork, Path(TOCKWORK).parent, _env(command))
         expected = command.block.expected_exit
         assert code == expected, (
             f"{command.where}: `{command}` exited {code}, expected {expected}:\n{output}"
         )
         assert "Traceback" not in output, f"{command.where}: `{command}`:\n{output}"
 
-    def _forked(self, run: Callable[[], int | None], path0: Path) -> tuple[int, str]:
+    def _forked(
+        self, run: Callable[[], int | None], path0: Path, env: dict[str, str] | None = None
+    ) -> tuple[int, str]:
         """Run ``run()`` in a forked child (:meth:`_fork`), killed after TIMEOUT; return its
         exit code and its output (stdout and stderr together)."""
-        pid, stream = self._fork(run, path0)
+        pid, stream = self._fork(run, path0, env)
         output: list[str] = []
         reader = threading.Thread(target=lambda: output.extend(stream), daemon=True)
         reader.start()
@@ -335,7 +337,9 @@ class Page:
             code = _wait(pid, None) or -signal.SIGKILL
         return code, "".join(output)
 
-    def _fork(self, run: Callable[[], int | None], path0: Path) -> tuple[int, IO[str]]:
+    def _fork(
+        self, run: Callable[[], int | None], path0: Path, env: dict[str, str] | None = None
+    ) -> tuple[int, IO[str]]:
         """Fork a child that runs ``run()`` as ``python script.py`` or the ``tockwork`` script
         would: in the project folder, with this page's environment, ``path0`` first on the
         import path, default warning filters and signal handlers. A fork costs milliseconds
@@ -345,7 +349,7 @@ class Page:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             os.close(read_end)
-            _child(run, write_end, self.workdir, self.env, path0)
+            _child(run, write_end, self.workdir, {**self.env, **(env or {})}, path0)
         os.close(write_end)
         return pid, open(read_end, encoding="utf-8", errors="replace")
 
@@ -363,13 +367,13 @@ class Page:
         stream: IO[str]
         if command.block.directive("process"):
             proc = subprocess.Popen(
-                [TOCKWORK, *args], cwd=self.workdir, env=self.env,
+                [TOCKWORK, *args], cwd=self.workdir, env={**self.env, **_env(command)},
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
             assert proc.stdout is not None
             pid, stream = proc.pid, proc.stdout
         else:
-            pid, stream = self._fork(tockwork, Path(TOCKWORK).parent)
+            pid, stream = self._fork(tockwork, Path(TOCKWORK).parent, _env(command))
         output: list[str] = []
         started = threading.Event()
 
@@ -476,6 +480,16 @@ def _child(
         sys.stderr.flush()
         code = 1
     os._exit(code)
+
+
+def _env(command: Command) -> dict[str, str]:
+    """What ``<!-- snippet: env NAME=value -->`` above the block sets for its commands (the
+    block's own ``export`` lines are shown, not run)."""
+    out: dict[str, str] = {}
+    for assignment in command.block.directive("env"):
+        name, _, value = assignment.partition("=")
+        out[name] = value
+    return out
 
 
 def _free_ports(args: list[str]) -> list[str]:

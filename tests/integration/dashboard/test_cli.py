@@ -63,4 +63,4 @@ def test_the_command_serves_the_dashboard_with_the_token(db_url: str) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
-    assert proc.returncode == 130  # interrupted (Ctrl-C), as every tockwork service exits
+    assert proc.returncode == 0  # Ctrl-C stops it cleanly, as every tockwork service
