@@ -250,3 +250,17 @@ def test_admin_async_bad_input_names_the_field(
     with pytest.raises(InvalidJob) as info:
         run(db_url, call)
     assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    "name", ["enqueue_many", "requeue", "cancel", "list_jobs", "get_job", "queue_stats"]
+)
+def test_each_async_twin_takes_the_sync_parameters(name: str) -> None:
+    import inspect
+
+    sync = inspect.signature(getattr(jobs, name)).parameters
+    twin = inspect.signature(getattr(jobs, f"{name}_async")).parameters
+    assert [(p.name, p.kind, p.default) for p in twin.values()] == [
+        (p.name, p.kind, p.default) for p in sync.values()
+    ]
+    assert inspect.iscoroutinefunction(getattr(jobs, f"{name}_async"))

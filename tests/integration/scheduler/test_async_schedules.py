@@ -306,3 +306,27 @@ def test_a_schedule_created_in_an_async_transaction_is_delivered_by_the_worker(
         assert rows == [("u1", "drink water")]
         assert c.execute("SELECT status FROM jobs").fetchall() == [("succeeded",)]
     assert run(db_url, lambda c: scheduler.get_schedule_async(c, made.id)).enqueued_count == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "create_schedule",
+        "create_schedules",
+        "update_schedule",
+        "pause",
+        "resume",
+        "delete",
+        "get_schedule",
+        "list_schedules",
+    ],
+)
+def test_each_async_twin_takes_the_sync_parameters(name: str) -> None:
+    import inspect
+
+    sync = inspect.signature(getattr(scheduler, name)).parameters
+    twin = inspect.signature(getattr(scheduler, f"{name}_async")).parameters
+    assert [(p.name, p.kind, p.default) for p in twin.values()] == [
+        (p.name, p.kind, p.default) for p in sync.values()
+    ]
+    assert inspect.iscoroutinefunction(getattr(scheduler, f"{name}_async"))
