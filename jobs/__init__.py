@@ -3,10 +3,31 @@
 import logging
 
 from jobs import connection, effects, logs, maintenance, metrics, outbox, queries, validate
-from jobs.admin import cancel, get_job, job_attempts, list_jobs, queue_stats, requeue, supersede
+from jobs.admin import (
+    cancel,
+    cancel_async,
+    get_job,
+    get_job_async,
+    job_attempts,
+    list_jobs,
+    list_jobs_async,
+    queue_stats,
+    queue_stats_async,
+    requeue,
+    requeue_async,
+    supersede,
+    supersede_async,
+)
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.connection import connect, connect_kwargs, pooler_mode
-from jobs.enqueue import enqueue, enqueue_async, enqueue_columns, enqueue_many
+from jobs.enqueue import (
+    enqueue,
+    enqueue_async,
+    enqueue_columns,
+    enqueue_columns_async,
+    enqueue_many,
+    enqueue_many_async,
+)
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.metrics import Metrics
@@ -67,22 +88,28 @@ __all__ = [
     "WorkerStats",
     "batch_handler",
     "cancel",
+    "cancel_async",
     "connect",
     "connect_kwargs",
     "effects",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
+    "enqueue_many_async",
     "get_job",
+    "get_job_async",
     "handlers",
     "in_completion",
     "job",
     "job_attempts",
     "list_jobs",
+    "list_jobs_async",
     "migrate",
     "outbox",
     "queue_stats",
+    "queue_stats_async",
     "requeue",
+    "requeue_async",
 ]
 
 # Advanced: the building blocks the scheduler (the composition root) is made of, public so that
@@ -105,6 +132,7 @@ __all__ += [
     "connection",
     "default_name",
     "enqueue_columns",
+    "enqueue_columns_async",
     "logs",
     "maintenance",
     "metrics",
@@ -113,5 +141,6 @@ __all__ += [
     "queries",
     "stop_on_signals",
     "supersede",
+    "supersede_async",
     "validate",
 ]

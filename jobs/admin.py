@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -99,12 +99,26 @@ def requeue(
     Select them by ``ids`` or by a filter (queue, job type, last error code, and the time they
     died in ``[since, until)``). Their payload and history are kept. Returns the requeued ids.
     """
+    params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
+    rows = conn.execute(query("job_requeue"), params).fetchall()
+    return [row[0] for row in rows]
+
+
+def _requeue_params(
+    ids: Iterable[int] | None,
+    queue: str | None,
+    job_type: str | None,
+    error_code: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    statuses: Sequence[str],
+    now: datetime | None,
+) -> dict[str, Any]:
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
     params.update(_window(since, until))
     params["now"] = validate.aware(now, "now")
-    rows = conn.execute(query("job_requeue"), params).fetchall()
-    return [row[0] for row in rows]
+    return params
 
 
 def cancel(
@@ -119,14 +133,27 @@ def cancel(
     now: datetime | None = None,
 ) -> list[int]:
     """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
+    params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
+    rows = conn.execute(query("job_cancel"), params).fetchall()
+    return [row[0] for row in rows]
+
+
+def _cancel_params(
+    ids: Iterable[int] | None,
+    queue: str | None,
+    job_type: str | None,
+    error_code: str | None,
+    statuses: Sequence[str],
+    reason: str | None,
+    now: datetime | None,
+) -> dict[str, Any]:
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(
         statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
     )
     params["reason"] = _error_code(reason, "reason")
     params["now"] = validate.aware(now, "now")
-    rows = conn.execute(query("job_cancel"), params).fetchall()
-    return [row[0] for row in rows]
+    return params
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
@@ -161,6 +188,17 @@ def list_jobs(
     limit: int = 100,
 ) -> list[JobRecord]:
     """Jobs in the given statuses (dead by default), oldest id first."""
+    params = _list_params(statuses, queue, job_type, error_code, limit)
+    return [_record(row) for row in conn.execute(query("job_list"), params).fetchall()]
+
+
+def _list_params(
+    statuses: Sequence[str],
+    queue: str | None,
+    job_type: str | None,
+    error_code: str | None,
+    limit: int,
+) -> dict[str, Any]:
     params: dict[str, Any] = {
         "statuses": _statuses(statuses, set(JobStatus), "statuses"),
         "queue": None if queue is None else validate.queue_name(queue),
@@ -170,7 +208,7 @@ def list_jobs(
     }
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidJob("limit", limit, "must be from 1 to 100000")
-    return [_record(row) for row in conn.execute(query("job_list"), params).fetchall()]
+    return params
 
 
 def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> list[QueueStats]:
@@ -195,9 +233,24 @@ def supersede(
     replacement job can be enqueued under the original key. Leased (running) jobs are not
     touched. Returns the ids cancelled.
     """
+    prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
+    if prepared is None:
+        return []
+    name, params = prepared
+    return [row[0] for row in conn.execute(query(name), params).fetchall()]
+
+
+def _supersede_params(
+    job_type: str,
+    idempotency_keys: Sequence[str],
+    organization_id: Any,
+    reason: str,
+    suffix: str,
+    now: datetime | None,
+) -> tuple[LiteralString, dict[str, Any]] | None:
     keys = [validate.idempotency_key(k) for k in idempotency_keys]
     if not keys:
-        return []
+        return None
     org = validate.organization_id(organization_id)
     validate.text(suffix, "suffix", MAX_ERROR_CODE)
     params = {
@@ -209,5 +262,98 @@ def supersede(
         "suffix": suffix,
         "now": validate.aware(now, "now"),
     }
-    name = "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
-    return [row[0] for row in conn.execute(query(name), params).fetchall()]
+    name: LiteralString = (
+        "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
+    )
+    return name, params
+
+
+# The same operations on an AsyncConnection (asyncio services): the same validation (the
+# parameter builders above), the same named queries, the same row mappers.
+
+
+async def requeue_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    statuses: Sequence[str] = ("dead",),
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`requeue` on an ``AsyncConnection``."""
+    params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
+    cur = await conn.execute(query("job_requeue"), params)
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    statuses: Sequence[str] = ("pending", "retrying"),
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`cancel` on an ``AsyncConnection``."""
+    params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
+    cur = await conn.execute(query("job_cancel"), params)
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def get_job_async(conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRecord:
+    """:func:`get_job` on an ``AsyncConnection``; raises :class:`jobs.JobNotFound`."""
+    _ids([job_id])
+    cur = await conn.execute(query("job_get"), {"id": job_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    return _record(row)
+
+
+async def list_jobs_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    statuses: Sequence[str] = ("dead",),
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    limit: int = 100,
+) -> list[JobRecord]:
+    """:func:`list_jobs` on an ``AsyncConnection``."""
+    params = _list_params(statuses, queue, job_type, error_code, limit)
+    cur = await conn.execute(query("job_list"), params)
+    return [_record(row) for row in await cur.fetchall()]
+
+
+async def queue_stats_async(
+    conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
+) -> list[QueueStats]:
+    """:func:`queue_stats` on an ``AsyncConnection``."""
+    cur = await conn.execute(query("job_queue_stats"), {"now": validate.aware(now, "now")})
+    return [QueueStats(*row) for row in await cur.fetchall()]
+
+
+async def supersede_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    job_type: str,
+    idempotency_keys: Sequence[str],
+    organization_id: Any = None,
+    reason: str = "superseded",
+    suffix: str,
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
+    prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
+    if prepared is None:
+        return []
+    name, params = prepared
+    cur = await conn.execute(query(name), params)
+    return [row[0] for row in await cur.fetchall()]

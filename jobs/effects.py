@@ -86,6 +86,16 @@ def record_many(
     given twice is recorded once (with the first job id). Runs in the caller's transaction: if
     that transaction rolls back, the records go too.
     """
+    params = _record_many_params(keys, job_ids, now)
+    if params is None:
+        return set()
+    rows = conn.execute(query("job_effect_record_many"), params).fetchall()
+    return {row[0] for row in rows}
+
+
+def _record_many_params(
+    keys: Sequence[str], job_ids: Sequence[int | None] | None, now: datetime | None
+) -> dict[str, Any] | None:
     if job_ids is not None and len(job_ids) != len(keys):
         raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
     ids = list(job_ids) if job_ids is not None else [None] * len(keys)
@@ -93,17 +103,28 @@ def record_many(
     for key, job_id in zip(keys, ids, strict=True):
         first.setdefault(_checked(key), job_id)
     if not first:
-        return set()
+        return None
     ordered = sorted(first)
-    rows = conn.execute(
-        query("job_effect_record_many"),
-        {
-            "keys": ordered,
-            "job_ids": [first[k] for k in ordered],
-            "now": validate.aware(now, "now"),
-        },
-    ).fetchall()
-    return {row[0] for row in rows}
+    return {
+        "keys": ordered,
+        "job_ids": [first[k] for k in ordered],
+        "now": validate.aware(now, "now"),
+    }
+
+
+async def record_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    keys: Sequence[str],
+    *,
+    job_ids: Sequence[int | None] | None = None,
+    now: datetime | None = None,
+) -> set[str]:
+    """:func:`record_many` on an ``AsyncConnection`` (for async handlers)."""
+    params = _record_many_params(keys, job_ids, now)
+    if params is None:
+        return set()
+    cur = await conn.execute(query("job_effect_record_many"), params)
+    return {row[0] for row in await cur.fetchall()}
 
 
 def record_once(

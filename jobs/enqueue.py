@@ -179,6 +179,13 @@ def enqueue_many(
     :func:`enqueue` (a key repeated inside the batch names one job). Every spec is validated
     before anything is written; an error names the spec's index and the field.
     """
+    columns = _build_columns(specs)
+    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+
+
+def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Validate ``specs`` into the parallel columns of :func:`enqueue_columns` (pure; shared by
+    :func:`enqueue_many` and :func:`enqueue_many_async`)."""
     # The checks of jobs.validate, in its order, with a fast path for the common values: a
     # queue or job type is checked once per call, not once per spec, and a value that fails
     # the fast test goes to the validator, which accepts it or raises its own message.
@@ -246,7 +253,7 @@ def enqueue_many(
         priorities.append(priority)
         run_ats.append(run_at)
         attempts.append(max_attempts)
-    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+    return columns
 
 
 def enqueue_columns(
@@ -451,5 +458,154 @@ def _insert(
     if len(found) != len(results):
         # The job holding a key was deleted between the two statements (retention or a
         # person, at this very moment): nothing is guessed; the caller retries the batch.
+        raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
+    return found
+
+
+# On an AsyncConnection: the same validation (_build_columns), the same decisions
+# (_all_defaults, _repeats_a_key), the same named queries and COPY formats; only the I/O awaits.
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    specs: Iterable[JobSpec | Mapping[str, Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """:func:`enqueue_many` on an ``AsyncConnection``, in the caller's transaction.
+
+    The same idempotency rules and the same path: one binary COPY (through
+    ``AsyncCursor.copy``), inside a savepoint when the batch has idempotency keys, falling back
+    to ``INSERT ... ON CONFLICT DO NOTHING`` when a key is taken.
+    """
+    columns = _build_columns(specs)
+    return await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
+
+
+async def enqueue_columns_async(
+    conn: psycopg.AsyncConnection[Any],
+    columns: Mapping[str, list[Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """:func:`enqueue_columns` on an ``AsyncConnection`` (input validated already)."""
+    n = len(columns["queues"])
+    if not n:
+        return []
+    async with conn.cursor() as cur:
+        # First, so that the caller's transaction is open before the savepoint (see
+        # enqueue_columns).
+        await cur.execute(query("job_allocate_ids"), {"now": now, "n": n})
+        row = await cur.fetchone()
+        assert row is not None
+        db_now: datetime = row[0]
+        ids: list[int] = row[1]
+        run_ats = [db_now if at is None else at for at in columns["run_ats"]]
+        keys = columns["idempotency_keys"]
+        defaults = _all_defaults(columns, n, now)
+        if keys.count(None) == n:
+            await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            await _wake_async(cur, columns["queues"], run_ats, db_now)
+            return [Enqueued(job_id, True) for job_id in ids]
+        if not _repeats_a_key(columns):
+            try:
+                async with conn.transaction():
+                    await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != _KEY_CONSTRAINT:
+                    raise
+            else:
+                await _wake_async(cur, columns["queues"], run_ats, db_now)
+                return [Enqueued(job_id, True) for job_id in ids]
+        return await _insert_async(cur, ids, columns, run_ats, db_now)
+
+
+async def _copy_async(
+    cur: psycopg.AsyncCursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+    *,
+    defaults: bool,
+) -> None:
+    """:func:`_copy` on an async cursor: the same two formats."""
+    if defaults:
+        async with cur.copy(query("job_copy_defaults")) as copy:
+            for item in zip(
+                ids,
+                columns["queues"],
+                columns["job_types"],
+                columns["payloads"],
+                columns["idempotency_keys"],
+                strict=True,
+            ):
+                await copy.write_row(item)
+        return
+    cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
+    async with cur.copy(query("job_copy")) as copy:
+        copy.set_types(_COPY_TYPES)
+        for item in zip(
+            ids,
+            columns["organization_ids"],
+            columns["queues"],
+            columns["job_types"],
+            columns["payloads"],
+            columns["idempotency_keys"],
+            columns["priorities"],
+            run_ats,
+            columns["max_attempts"],
+            strict=True,
+        ):
+            await copy.write_row((*item, db_now))
+
+
+def _ready_queues(queues: list[str], run_ats: list[datetime], db_now: datetime) -> list[str]:
+    return sorted({q for q, at in zip(queues, run_ats, strict=True) if at <= db_now})
+
+
+async def _wake_async(
+    cur: psycopg.AsyncCursor[Any], queues: list[str], run_ats: list[datetime], db_now: datetime
+) -> None:
+    ready = _ready_queues(queues, run_ats, db_now)
+    if ready:
+        await cur.execute(query("job_wake_queues"), {"queues": ready})
+
+
+async def _insert_async(
+    cur: psycopg.AsyncCursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+) -> list[Enqueued]:
+    """:func:`_insert` on an async cursor: insert what is free, then look up the holders."""
+    params = {**columns, "ids": ids, "run_ats": run_ats, "created_at": db_now}
+    await cur.execute(query("job_enqueue_many"), params)
+    created = {row[0] for row in await cur.fetchall()}
+    results: list[Enqueued | None] = [
+        Enqueued(job_id, True) if job_id in created else None for job_id in ids
+    ]
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        await cur.execute(
+            query("job_find_many_by_key"),
+            {
+                "organization_ids": [columns["organization_ids"][i] for i in missing],
+                "job_types": [columns["job_types"][i] for i in missing],
+                "idempotency_keys": [columns["idempotency_keys"][i] for i in missing],
+            },
+        )
+        for ordinal, job_id in await cur.fetchall():
+            results[missing[ordinal - 1]] = Enqueued(id=job_id, created=False)
+    queues = columns["queues"]
+    await _wake_async(
+        cur,
+        [queues[i] for i, job_id in enumerate(ids) if job_id in created],
+        [run_ats[i] for i, job_id in enumerate(ids) if job_id in created],
+        db_now,
+    )
+    found = [r for r in results if r is not None]
+    if len(found) != len(results):
         raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
     return found

@@ -113,12 +113,30 @@ def still_due_many(
     caller's transaction, as :func:`record_skipped` does; ``record=False`` only reads, for a
     handler that records them elsewhere (in the worker's completion transaction).
     """
-    metas = {job.id: schedule_meta(job) for job in jobs_}
-    ids = sorted({int(meta["id"]) for meta in metas.values() if meta is not None})
+    metas, ids = _metas(jobs_)
     if not ids:
         return {job.id: Due(True) for job in jobs_}
     at = database_now(conn, now)
     rows = conn.execute(query("schedule_get_many"), {"ids": ids}).fetchall()
+    dues = _decide_all(jobs_, metas, rows, at)
+    if record:
+        record_skipped(conn, jobs_, dues, now=at)
+    return dues
+
+
+def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, Mapping[str, Any] | None], list[int]]:
+    """Each job's schedule metadata, and the ids of the schedules to read."""
+    metas = {job.id: schedule_meta(job) for job in jobs_}
+    ids = sorted({int(meta["id"]) for meta in metas.values() if meta is not None})
+    return metas, ids
+
+
+def _decide_all(
+    jobs_: Sequence[Job],
+    metas: Mapping[int, Mapping[str, Any] | None],
+    rows: Sequence[Any],
+    at: datetime,
+) -> dict[int, Due]:
     schedules = {s.id: s for s in (schedule_from_row(tuple(r)) for r in rows)}
     dues: dict[int, Due] = {}
     for job in jobs_:
@@ -126,8 +144,6 @@ def still_due_many(
         dues[job.id] = (
             Due(True) if meta is None else _decide(schedules.get(int(meta["id"])), meta, at)
         )
-    if record:
-        record_skipped(conn, jobs_, dues, now=at)
     return dues
 
 
@@ -144,32 +160,51 @@ def record_skipped(
     ``jobs.effects.record_many``), then the skips and their schedules' ``skipped_count`` in one
     statement. Runs in the caller's transaction.
     """
-    todo: list[tuple[Job, Mapping[str, Any], str]] = []
+    todo, keys = _skips(jobs_, dues)
+    if not todo:
+        return 0
+    new = effects.record_many(conn, keys, job_ids=[job.id for job, _, _ in todo], now=now)
+    params = _skip_params(todo, keys, new, dues, now)
+    if params is None:
+        return 0
+    conn.execute(query("schedule_skip_record_counted"), params)
+    return len(params["ids"])
+
+
+_Skip = tuple[Job, Mapping[str, Any], str]
+
+
+def _skips(jobs_: Collection[Job], dues: Mapping[int, Due]) -> tuple[list[_Skip], list[str]]:
+    """The skipped jobs among ``jobs_`` with their kind, and their effect-once keys."""
+    todo: list[_Skip] = []
     for job in jobs_:
         due, meta = dues.get(job.id), schedule_meta(job)
         if due is not None and due.skipped and meta is not None:
             todo.append((job, meta, "skipped" if due.reason != "superseded" else "superseded"))
-    if not todo:
-        return 0
-    keys = [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
-    new = effects.record_many(conn, keys, job_ids=[job.id for job, _, _ in todo], now=now)
+    return todo, [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
+
+
+def _skip_params(
+    todo: list[_Skip],
+    keys: list[str],
+    new: Collection[str],
+    dues: Mapping[int, Due],
+    now: datetime,
+) -> dict[str, Any] | None:
+    """The skip records of the jobs whose effect-once key was new, or None if none was."""
     rows = [
         (job, meta, kind) for (job, meta, kind), key in zip(todo, keys, strict=True) if key in new
     ]
     if not rows:
-        return 0
-    conn.execute(
-        query("schedule_skip_record_counted"),
-        {
-            "ids": [int(meta["id"]) for _, meta, _ in rows],
-            "keys": [meta["occurrence"] for _, meta, _ in rows],
-            "ats": [datetime.fromisoformat(meta["at"]) for _, meta, _ in rows],
-            "kinds": [kind for _, _, kind in rows],
-            "reasons": [dues[job.id].reason for job, _, _ in rows],
-            "now": now,
-        },
-    )
-    return len(rows)
+        return None
+    return {
+        "ids": [int(meta["id"]) for _, meta, _ in rows],
+        "keys": [meta["occurrence"] for _, meta, _ in rows],
+        "ats": [datetime.fromisoformat(meta["at"]) for _, meta, _ in rows],
+        "kinds": [kind for _, _, kind in rows],
+        "reasons": [dues[job.id].reason for job, _, _ in rows],
+        "now": now,
+    }
 
 
 def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None = None) -> Due:
@@ -183,6 +218,60 @@ def still_due(conn: psycopg.Connection[Any], job: Job, *, now: datetime | None =
     (:func:`still_due_many` for one job.)
     """
     return still_due_many(conn, [job], now=now)[job.id]
+
+
+async def still_due_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    jobs_: Sequence[Job],
+    *,
+    now: datetime | None = None,
+    record: bool = True,
+) -> dict[int, Due]:
+    """:func:`still_due_many` on an ``AsyncConnection`` (for ``async def`` handlers): the same
+    rules and the same skip records, in the caller's async transaction."""
+    metas, ids = _metas(jobs_)
+    if not ids:
+        return {job.id: Due(True) for job in jobs_}
+    if now is not None:
+        at = now
+    else:
+        cur = await conn.execute(query("pg_now"))
+        row = await cur.fetchone()
+        assert row is not None
+        at = row[0]
+    cur = await conn.execute(query("schedule_get_many"), {"ids": ids})
+    dues = _decide_all(jobs_, metas, await cur.fetchall(), at)
+    if record:
+        await record_skipped_async(conn, jobs_, dues, now=at)
+    return dues
+
+
+async def record_skipped_async(
+    conn: psycopg.AsyncConnection[Any],
+    jobs_: Collection[Job],
+    dues: Mapping[int, Due],
+    *,
+    now: datetime,
+) -> int:
+    """:func:`record_skipped` on an ``AsyncConnection``."""
+    todo, keys = _skips(jobs_, dues)
+    if not todo:
+        return 0
+    new = await effects.record_many_async(
+        conn, keys, job_ids=[job.id for job, _, _ in todo], now=now
+    )
+    params = _skip_params(todo, keys, new, dues, now)
+    if params is None:
+        return 0
+    await conn.execute(query("schedule_skip_record_counted"), params)
+    return len(params["ids"])
+
+
+async def still_due_async(
+    conn: psycopg.AsyncConnection[Any], job: Job, *, now: datetime | None = None
+) -> Due:
+    """:func:`still_due` on an ``AsyncConnection``, for ``async def`` reminder handlers."""
+    return (await still_due_many_async(conn, [job], now=now))[job.id]
 
 
 def reminder_message(job: Job) -> Message:

@@ -147,17 +147,8 @@ def create_schedules(
     :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
     caller rolls back: it runs in the caller's transaction).
     """
-    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
-        raise InvalidSchedule("items", items, "must be a list of schedule mappings")
-    at = _now(conn, now)
-    rows: list[dict[str, Any]] = []
-    tzdb = tzdb_version()
-    for index, item in enumerate(items):
-        try:
-            spec = ScheduleSpec.validated(item)
-            rows.append(_prepare_create(spec, at, tzdb))
-        except InvalidSchedule as exc:
-            raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
+    _check_items(items)
+    rows = _prepare_many(items, _now(conn, now))
     if not rows:
         return []
     with conn.cursor() as cur:
@@ -173,6 +164,23 @@ def create_schedules(
             if not cur.nextset():
                 break
     return ids
+
+
+def _check_items(items: Any) -> None:
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidSchedule("items", items, "must be a list of schedule mappings")
+
+
+def _prepare_many(items: Iterable[Mapping[str, Any]], at: datetime) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    tzdb = tzdb_version()
+    for index, item in enumerate(items):
+        try:
+            spec = ScheduleSpec.validated(item)
+            rows.append(_prepare_create(spec, at, tzdb))
+        except InvalidSchedule as exc:
+            raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
+    return rows
 
 
 def _prepare_create(spec: ScheduleSpec, at: datetime, tzdb: str) -> dict[str, Any]:
@@ -197,24 +205,32 @@ def get_schedule(
     for_update: bool = False,
 ) -> Schedule:
     """One schedule by id, or by ``key`` within an organization."""
+    name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
+    row = conn.execute(query(name), params).fetchone()
+    if row is None:
+        raise ScheduleNotFound(missing)
+    return schedule_from_row(tuple(row))
+
+
+def _get_query(
+    schedule_id: int | None, key: str | None, organization_id: Any, for_update: bool
+) -> tuple[str, dict[str, Any], str]:
+    """get_schedule's query name, parameters, and what to say when no row comes back."""
     name = "schedule_get_for_update" if for_update else "schedule_get"
     if schedule_id is not None:
         _schedule_id(schedule_id)
-        params = {"id": schedule_id, "key": None, "organization_id": None}
-        row = conn.execute(query(name), params).fetchone()
-        if row is None:
-            raise ScheduleNotFound(f"with id {schedule_id}")
-        return schedule_from_row(tuple(row))
+        return (
+            name,
+            {"id": schedule_id, "key": None, "organization_id": None},
+            (f"with id {schedule_id}"),
+        )
     if key is None:
         raise InvalidSchedule("key", None, "give a schedule id or a key")
     check_key(key)
     org = _wrap(
         "organization_id", organization_id, lambda: job_validate.organization_id(organization_id)
     )
-    row = conn.execute(query(name), {"id": None, "key": key, "organization_id": org}).fetchone()
-    if row is None:
-        raise ScheduleNotFound(f"with key {key!r}")
-    return schedule_from_row(tuple(row))
+    return name, {"id": None, "key": key, "organization_id": org}, f"with key {key!r}"
 
 
 def list_schedules(
@@ -226,6 +242,14 @@ def list_schedules(
     limit: int = 1000,
 ) -> list[Schedule]:
     """Schedules, optionally of one organization, one subject or one source; by id."""
+    params = _list_params(organization_id, subject, source, limit)
+    rows = conn.execute(query("schedule_list"), params).fetchall()
+    return [schedule_from_row(tuple(r)) for r in rows]
+
+
+def _list_params(
+    organization_id: Any, subject: str | int | None, source: str | None, limit: int
+) -> dict[str, Any]:
     by_organization = organization_id is not _UNSET
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
         raise InvalidSchedule("limit", limit, f"must be an integer from 1 to {MAX_LIST}")
@@ -244,15 +268,24 @@ def list_schedules(
         "source": source,
         "limit": limit,
     }
-    rows = conn.execute(query("schedule_list"), params).fetchall()
-    return [schedule_from_row(tuple(r)) for r in rows]
+    return params
 
 
 def _supersede(conn: psycopg.Connection[Any], schedule: Schedule, at: datetime, reason: str) -> int:
     """Cancel the jobs enqueued ahead for occurrences after ``at``; record them; return count."""
-    if schedule.last_occurrence_at is None or schedule.last_occurrence_at <= at:
+    ahead = _ahead(schedule, at)
+    if not ahead:
         return 0
-    ahead = list(
+    cancelled = jobs.supersede(conn, **_supersede_args(schedule, ahead, at, reason))
+    conn.execute(query("schedule_skip_record"), _skip_params(schedule, ahead, at, reason))
+    return len(cancelled)
+
+
+def _ahead(schedule: Schedule, at: datetime) -> list[Occurrence]:
+    """The occurrences the schedule has enqueued ahead of ``at`` (pure)."""
+    if schedule.last_occurrence_at is None or schedule.last_occurrence_at <= at:
+        return []
+    return list(
         occurrences(
             schedule.rule,
             schedule.zone,
@@ -262,30 +295,32 @@ def _supersede(conn: psycopg.Connection[Any], schedule: Schedule, at: datetime, 
             fold=schedule.fold,
         )
     )
-    if not ahead:
-        return 0
-    keys = [occurrence_idempotency_key(schedule.id, o.key) for o in ahead]
-    cancelled = jobs.supersede(
-        conn,
-        job_type=schedule.job_type,
-        idempotency_keys=keys,
-        organization_id=schedule.organization_id,
-        reason=reason,
-        suffix=f"~superseded:v{schedule.version}",
-        now=at,
-    )
-    conn.execute(
-        query("schedule_skip_record"),
-        {
-            "ids": [schedule.id] * len(ahead),
-            "keys": [o.key for o in ahead],
-            "ats": [o.at for o in ahead],
-            "kinds": ["superseded"] * len(ahead),
-            "reasons": [reason] * len(ahead),
-            "now": at,
-        },
-    )
-    return len(cancelled)
+
+
+def _supersede_args(
+    schedule: Schedule, ahead: list[Occurrence], at: datetime, reason: str
+) -> dict[str, Any]:
+    return {
+        "job_type": schedule.job_type,
+        "idempotency_keys": [occurrence_idempotency_key(schedule.id, o.key) for o in ahead],
+        "organization_id": schedule.organization_id,
+        "reason": reason,
+        "suffix": f"~superseded:v{schedule.version}",
+        "now": at,
+    }
+
+
+def _skip_params(
+    schedule: Schedule, ahead: list[Occurrence], at: datetime, reason: str
+) -> dict[str, Any]:
+    return {
+        "ids": [schedule.id] * len(ahead),
+        "keys": [o.key for o in ahead],
+        "ats": [o.at for o in ahead],
+        "kinds": ["superseded"] * len(ahead),
+        "reasons": [reason] * len(ahead),
+        "now": at,
+    }
 
 
 def occurrence_idempotency_key(schedule_id: int, occurrence_key: str) -> str:
@@ -307,6 +342,12 @@ def update_schedule(
     supersedes the occurrences enqueued ahead of ``now`` and recomputes the next one from
     ``now`` in the new configuration.
     """
+    _check_changes(schedule_id, changes, now)
+    current = get_schedule(conn, schedule_id, for_update=True)
+    return _apply(conn, current, changes, now, pause=None)
+
+
+def _check_changes(schedule_id: Any, changes: Mapping[str, Any], now: datetime | None) -> None:
     _schedule_id(schedule_id)
     allowed = ScheduleSpec.updatable()
     unknown = set(changes) - allowed
@@ -320,8 +361,6 @@ def update_schedule(
     for name, value in changes.items():
         if not settings[name].with_data:
             settings[name].check(value)
-    current = get_schedule(conn, schedule_id, for_update=True)
-    return _apply(conn, current, changes, now, pause=None)
 
 
 def _apply(
@@ -333,6 +372,19 @@ def _apply(
     pause: bool | None,
 ) -> Schedule:
     at = _now(conn, now)
+    after, recompute, reset, reason = _plan(current, changes, pause)
+    superseded = _supersede(conn, current, at, reason) if reason is not None else 0
+    conn.execute(
+        query("schedule_update"), _update_params(current, after, at, reset, recompute, superseded)
+    )
+    return get_schedule(conn, current.id)
+
+
+def _plan(
+    current: Schedule, changes: Mapping[str, Any], pause: bool | None
+) -> tuple[ScheduleSpec, bool, bool, str | None]:
+    """What a change does (pure): the new spec, whether the next occurrence is recomputed,
+    whether the cursor moves to now, and the reason to supersede the jobs ahead (or None)."""
     before = ScheduleSpec.of(current)
     if "catch_up" in changes and changes["catch_up"] is None:
         # No catch-up policy given: the schedule keeps the one it has.
@@ -341,19 +393,26 @@ def _apply(
         changes = {**changes, "paused": pause}
     after = before.changed(changes)
     timing = any(name in changes and after.differs(before, name) for name in after.timing())
-    superseded = 0
-    cursor_at = current.cursor_at
-    next_occ_at, next_key = current.next_run_at, current.next_occurrence_key
     if pause is True and not current.paused:
-        superseded = _supersede(conn, current, at, "paused")
-        cursor_at = at
-    elif pause is False and current.paused:
-        cursor_at = at  # occurrences during the pause are not caught up
-        timing = True
-    elif timing:
-        superseded = _supersede(conn, current, at, "schedule changed")
-        cursor_at = at
-    if timing or pause is not None:
+        return after, True, True, "paused"
+    if pause is False and current.paused:
+        return after, True, True, None  # occurrences during the pause are not caught up
+    if timing:
+        return after, True, True, "schedule changed"
+    return after, pause is not None, False, None
+
+
+def _update_params(
+    current: Schedule,
+    after: ScheduleSpec,
+    at: datetime,
+    reset: bool,
+    recompute: bool,
+    superseded: int,
+) -> dict[str, Any]:
+    cursor_at = at if reset else current.cursor_at
+    next_occ_at, next_key = current.next_run_at, current.next_occurrence_key
+    if recompute:
         first = _check_policies(after.rule, after.zone, after.gap, after.fold, cursor_at)
         next_occ_at, next_key = (first.at, first.key) if first else (None, None)
     params = after.params()
@@ -367,17 +426,14 @@ def _apply(
         version_step=1,
         now=at,
     )
-    conn.execute(query("schedule_update"), params)
-    return get_schedule(conn, current.id)
+    return params
 
 
 def pause(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Stop enqueueing; occurrences enqueued ahead of now are superseded."""
-    _schedule_id(schedule_id)
-    if now is not None:
-        _aware("now", now)
+    _check_id_now(schedule_id, now)
     return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=True)
 
 
@@ -385,17 +441,13 @@ def resume(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Enqueue again from now on; the occurrences during the pause are not caught up."""
-    _schedule_id(schedule_id)
-    if now is not None:
-        _aware("now", now)
+    _check_id_now(schedule_id, now)
     return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=False)
 
 
 def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None) -> bool:
     """Delete a schedule; its jobs enqueued ahead of now are superseded. False if it was gone."""
-    _schedule_id(schedule_id)
-    if now is not None:
-        _aware("now", now)
+    _check_id_now(schedule_id, now)
     try:
         current = get_schedule(conn, schedule_id, for_update=True)
     except ScheduleNotFound:
@@ -403,6 +455,12 @@ def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | N
     _supersede(conn, current, _now(conn, now), "deleted")
     conn.execute(query("schedule_delete"), {"id": schedule_id})
     return True
+
+
+def _check_id_now(schedule_id: Any, now: datetime | None) -> None:
+    _schedule_id(schedule_id)
+    if now is not None:
+        _aware("now", now)
 
 
 def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurrence]:
@@ -416,3 +474,182 @@ def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurr
         result.append(occ)
         occ = next_occurrence(schedule, occ.at)
     return result
+
+
+# The same API on a psycopg AsyncConnection, in the caller's async transaction (FastAPI and
+# other asyncio services): the same validation and planning (the pure helpers above), the same
+# named queries; only the statements await.
+
+
+async def _now_async(conn: psycopg.AsyncConnection[Any], now: datetime | None) -> datetime:
+    if now is not None:
+        return _aware("now", now)
+    cur = await conn.execute(query("pg_now"))
+    row = await cur.fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+async def create_schedule_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    job_type: str,
+    rule: Rule | str | Mapping[str, Any],
+    zone: str,
+    payload: Mapping[str, Any] | None = None,
+    queue: str = "default",
+    key: str | None = None,
+    subject: str | int | None = None,
+    organization_id: Any = None,
+    jitter: timedelta | float = 0,
+    catch_up: CatchUp | str | None = None,
+    catch_up_grace: timedelta | float | None = None,
+    catch_up_max: int = 100,
+    quiet_hours: QuietHours | Mapping[str, Any] | None = None,
+    gap: GapPolicy | str | None = None,
+    fold: FoldPolicy | str | None = None,
+    paused: bool = False,
+    source: str = "api",
+    now: datetime | None = None,
+) -> Schedule:
+    """:func:`create_schedule` on an ``AsyncConnection``."""
+    fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
+    spec = ScheduleSpec.validated(fields)
+    at = await _now_async(conn, now)
+    params = _prepare_create(spec, at, tzdb_version())
+    cur = await conn.execute(query("schedule_insert"), params)
+    row = await cur.fetchone()
+    if row is None:
+        raise ScheduleExists(params["key"])
+    return await get_schedule_async(conn, row[0])
+
+
+async def create_schedules_async(
+    conn: psycopg.AsyncConnection[Any],
+    items: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`create_schedules` on an ``AsyncConnection``."""
+    _check_items(items)
+    rows = _prepare_many(items, await _now_async(conn, now))
+    if not rows:
+        return []
+    async with conn.cursor() as cur:
+        await cur.executemany(query("schedule_insert"), rows, returning=True)
+        ids: list[int] = []
+        index = 0
+        while True:
+            row = await cur.fetchone()
+            if row is None:
+                raise ScheduleExists(rows[index]["key"])
+            ids.append(row[0])
+            index += 1
+            if not cur.nextset():
+                break
+    return ids
+
+
+async def get_schedule_async(
+    conn: psycopg.AsyncConnection[Any],
+    schedule_id: int | None = None,
+    *,
+    key: str | None = None,
+    organization_id: Any = None,
+    for_update: bool = False,
+) -> Schedule:
+    """:func:`get_schedule` on an ``AsyncConnection``."""
+    name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
+    cur = await conn.execute(query(name), params)
+    row = await cur.fetchone()
+    if row is None:
+        raise ScheduleNotFound(missing)
+    return schedule_from_row(tuple(row))
+
+
+async def list_schedules_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    organization_id: Any = _UNSET,
+    subject: str | int | None = None,
+    source: str | None = None,
+    limit: int = 1000,
+) -> list[Schedule]:
+    """:func:`list_schedules` on an ``AsyncConnection``."""
+    params = _list_params(organization_id, subject, source, limit)
+    cur = await conn.execute(query("schedule_list"), params)
+    return [schedule_from_row(tuple(r)) for r in await cur.fetchall()]
+
+
+async def _supersede_async(
+    conn: psycopg.AsyncConnection[Any], schedule: Schedule, at: datetime, reason: str
+) -> int:
+    ahead = _ahead(schedule, at)
+    if not ahead:
+        return 0
+    cancelled = await jobs.supersede_async(conn, **_supersede_args(schedule, ahead, at, reason))
+    await conn.execute(query("schedule_skip_record"), _skip_params(schedule, ahead, at, reason))
+    return len(cancelled)
+
+
+async def _apply_async(
+    conn: psycopg.AsyncConnection[Any],
+    current: Schedule,
+    changes: Mapping[str, Any],
+    now: datetime | None,
+    *,
+    pause: bool | None,
+) -> Schedule:
+    at = await _now_async(conn, now)
+    after, recompute, reset, reason = _plan(current, changes, pause)
+    superseded = await _supersede_async(conn, current, at, reason) if reason is not None else 0
+    await conn.execute(
+        query("schedule_update"), _update_params(current, after, at, reset, recompute, superseded)
+    )
+    return await get_schedule_async(conn, current.id)
+
+
+async def update_schedule_async(
+    conn: psycopg.AsyncConnection[Any],
+    schedule_id: int,
+    *,
+    now: datetime | None = None,
+    **changes: Any,
+) -> Schedule:
+    """:func:`update_schedule` on an ``AsyncConnection``."""
+    _check_changes(schedule_id, changes, now)
+    current = await get_schedule_async(conn, schedule_id, for_update=True)
+    return await _apply_async(conn, current, changes, now, pause=None)
+
+
+async def pause_async(
+    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
+) -> Schedule:
+    """:func:`pause` on an ``AsyncConnection``."""
+    _check_id_now(schedule_id, now)
+    current = await get_schedule_async(conn, schedule_id, for_update=True)
+    return await _apply_async(conn, current, {}, now, pause=True)
+
+
+async def resume_async(
+    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
+) -> Schedule:
+    """:func:`resume` on an ``AsyncConnection``."""
+    _check_id_now(schedule_id, now)
+    current = await get_schedule_async(conn, schedule_id, for_update=True)
+    return await _apply_async(conn, current, {}, now, pause=False)
+
+
+async def delete_async(
+    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
+) -> bool:
+    """:func:`delete` on an ``AsyncConnection``; False if the schedule was gone."""
+    _check_id_now(schedule_id, now)
+    try:
+        current = await get_schedule_async(conn, schedule_id, for_update=True)
+    except ScheduleNotFound:
+        return False
+    await _supersede_async(conn, current, await _now_async(conn, now), "deleted")
+    await conn.execute(query("schedule_delete"), {"id": schedule_id})
+    return True
