@@ -128,6 +128,7 @@ updated AS (
                       THEN coalesce(%(now)s::timestamptz, now()) + i.delay
                       ELSE j.run_at END,
         attempts = j.attempts + i.attempt_delta,
+        unstarted_expiries = 0,  -- it ran: a run of unstarted expiries ends (job_reap)
         locked_at = NULL,
         locked_by = NULL,
         locked_until = NULL,

@@ -17,7 +17,9 @@ import psycopg
 import pytest
 
 import jobs
-from jobs.store import UNSTARTED_EXPIRY_LIMIT, PgJobStore
+from jobs.model import JobStatus
+from jobs.retry import Decision
+from jobs.store import UNSTARTED_EXPIRY_LIMIT, Finished, PgJobStore
 from tests.integration.jobs.crash_apps import CRASH_EXIT
 from tests.processes import start_tockwork, wait_for
 
@@ -95,8 +97,14 @@ def test_a_mark_ends_a_run_of_unstarted_expiries(auto: psycopg.Connection[Any]) 
     # Released unstarted by the worker afterwards: the count starts again from zero.
     assert store.release_unstarted([(job.id, job.lease_token)]) == [job_id]
     (job,) = store.claim({"default": 1}, "w", LEASE, now)
-    assert store.reap(10, now + LEASE + timedelta(seconds=1)) == [(job_id, "default", "pending")]
+    now += LEASE + timedelta(seconds=1)
+    assert store.reap(10, now) == [(job_id, "default", "pending")]
     assert state(auto, job_id) == ("pending", 0, 1, None)
+    # An outcome (the job ran, within one cycle: never marked) ends the run too.
+    (job,) = store.claim({"default": 1}, "w", LEASE, now)
+    retry = Decision(JobStatus.RETRYING, "retry", timedelta(0), 0, "boom", "boom")
+    assert store.complete([Finished(job, retry, now, 1.0)], "w", now) == {job_id: "retry"}
+    assert state(auto, job_id) == ("retrying", 1, 0, "boom")
 
 
 def test_sigkilled_worker_gives_back_the_jobs_it_claimed_ahead(
