@@ -29,6 +29,11 @@ from jobs.outcomes import TransientError
 from jobs.queries import query
 from jobs.retry import Decision, RetryPolicy, decide, summarize
 
+UNSTARTED_EXPIRY_LIMIT = 5
+"""Expiries in a row of leases never reported started whose attempt the reaper gives back; the
+next one uses its attempt (code 'crash_loop'), so a job that kills its worker before the mark
+is sent cannot loop forever (docs/jobs.md, "Leases")."""
+
 EffectFailed = Callable[[Sequence[Job], Exception], Sequence[Decision]]
 """What becomes of the jobs whose completion effect raised: one decision per job."""
 
@@ -52,6 +57,7 @@ class JobStore(Protocol):
         now: datetime | None,
         *,
         claim: UUID | None = None,
+        started: Sequence[tuple[int, int]] = (),
     ) -> list[Job]:
         """Lease up to ``wanted[queue]`` ready jobs of each queue.
 
@@ -59,6 +65,9 @@ class JobStore(Protocol):
         first), then run_at, then id. Each claimed row becomes leased with attempts + 1,
         locked_by = worker, locked_until = now + lease, a new fencing token and claim_id =
         ``claim`` (the caller's id for this claim, so :meth:`lost_reply` can find its rows).
+
+        ``started`` (``(id, token)`` pairs): leases whose jobs the caller's threads have
+        started, marked so in the same transaction (see :meth:`reap`).
         """
         ...
 
@@ -83,8 +92,10 @@ class JobStore(Protocol):
         effects: Sequence[RunEffects] = (),
         effect_failed: EffectFailed | None = None,
         claim: UUID | None = None,
+        started: Sequence[tuple[int, int]] = (),
     ) -> tuple[dict[int, str], list[Job]]:
-        """:meth:`complete` then :meth:`claim` (under ``claim``), committed together.
+        """:meth:`complete` then :meth:`claim` (under ``claim``, marking ``started``),
+        committed together.
 
         ``effects`` run first, in the same transaction: the rows of their jobs whose decision
         is succeeded are locked where the lease token still matches (one statement), then each
@@ -112,13 +123,26 @@ class JobStore(Protocol):
         ...
 
     def heartbeat(
-        self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
+        self,
+        leases: Sequence[tuple[int, int]],
+        lease: timedelta,
+        now: datetime | None,
+        *,
+        started: Sequence[int] = (),
     ) -> set[int]:
-        """Extend leases still held (``(id, token)`` pairs); returns the ids extended."""
+        """Extend leases still held (``(id, token)`` pairs); returns the ids extended.
+
+        The leases of the ids in ``started`` (among ``leases``) are also marked started.
+        """
         ...
 
     def reap(self, limit: int, now: datetime | None) -> list[tuple[int, str, str]]:
-        """Recover up to ``limit`` expired leases: ``(id, queue, new status)``."""
+        """Recover up to ``limit`` expired leases: ``(id, queue, new status)``.
+
+        A lease never marked started (:meth:`claim`'s ``started``) gets its attempt back: the
+        job is pending (or retrying) again as if never claimed. After
+        :data:`UNSTARTED_EXPIRY_LIMIT` such expiries in a row, one uses its attempt ('crash_loop').
+        """
         ...
 
     def release(
@@ -244,11 +268,27 @@ class PgJobStore:
         now: datetime | None,
         *,
         claim: UUID | None = None,
+        started: Sequence[tuple[int, int]] = (),
     ) -> list[Job]:
         params = self._claim_params(wanted, worker, lease, now, claim)
         if params is None:
+            self._mark_started(started)
             return []
-        return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
+        if not started:
+            return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
+        with self.conn.transaction(), self.conn.pipeline():
+            self.conn.execute(query("job_mark_started"), self._started_params(started))
+            got = self.conn.execute(query("job_claim"), params)
+            rows = got.fetchall()
+        return self._claimed(rows)
+
+    @staticmethod
+    def _started_params(started: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        return {"ids": [i for i, _ in started], "tokens": [t for _, t in started]}
+
+    def _mark_started(self, started: Sequence[tuple[int, int]]) -> None:
+        if started:
+            self.conn.execute(query("job_mark_started"), self._started_params(started))
 
     def complete(
         self, finished: Sequence[Finished], worker: str, now: datetime | None
@@ -270,6 +310,7 @@ class PgJobStore:
         effects: Sequence[RunEffects] = (),
         effect_failed: EffectFailed | None = None,
         claim: UUID | None = None,
+        started: Sequence[tuple[int, int]] = (),
     ) -> tuple[dict[int, str], list[Job]]:
         claim_params = self._claim_params(wanted, worker, lease, now, claim)
         if effects and finished:
@@ -277,19 +318,21 @@ class PgJobStore:
             runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
             if runs:
                 return self._complete_with_effects(
-                    finished, runs, succeeded, claim_params, worker, now, effect_failed
+                    finished, runs, succeeded, claim_params, worker, now, effect_failed, started
                 )
         if not finished:
-            return {}, self.claim(wanted, worker, lease, now, claim=claim)
-        if claim_params is None:
+            return {}, self.claim(wanted, worker, lease, now, claim=claim, started=started)
+        if claim_params is None and not started:
             return self.complete(finished, worker, now), []
         with self.conn.transaction(), self.conn.pipeline():
+            if started:
+                self.conn.execute(query("job_mark_started"), self._started_params(started))
             done = self.conn.execute(
                 query("job_complete"), self._complete_params(finished, worker, now)
             )
-            got = self.conn.execute(query("job_claim"), claim_params)
+            got = self.conn.execute(query("job_claim"), claim_params) if claim_params else None
             written_rows = done.fetchall()
-            claimed_rows = got.fetchall()
+            claimed_rows = got.fetchall() if got is not None else []
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def _complete_with_effects(
@@ -301,6 +344,7 @@ class PgJobStore:
         worker: str,
         now: datetime | None,
         effect_failed: EffectFailed | None,
+        started: Sequence[tuple[int, int]],
     ) -> tuple[dict[int, str], list[Job]]:
         conn = self.conn
         candidates = {j.id: j for e in runs for j in e.jobs if j.id in succeeded}
@@ -339,6 +383,8 @@ class PgJobStore:
                     for f in finished
                 ]
             with conn.pipeline():
+                if started:
+                    conn.execute(query("job_mark_started"), self._started_params(started))
                 done = conn.execute(
                     query("job_complete"), self._complete_params(finished, worker, now)
                 )
@@ -382,7 +428,12 @@ class PgJobStore:
         return None if row is None or row[0] is None else float(row[0])
 
     def heartbeat(
-        self, leases: Sequence[tuple[int, int]], lease: timedelta, now: datetime | None
+        self,
+        leases: Sequence[tuple[int, int]],
+        lease: timedelta,
+        now: datetime | None,
+        *,
+        started: Sequence[int] = (),
     ) -> set[int]:
         if not leases:
             return set()
@@ -393,12 +444,16 @@ class PgJobStore:
                 "tokens": [t for _, t in leases],
                 "lease": lease,
                 "now": now,
+                "started": list(started),
             },
         ).fetchall()
         return {row[0] for row in rows}
 
     def reap(self, limit: int, now: datetime | None) -> list[tuple[int, str, str]]:
-        rows = self.conn.execute(query("job_reap"), {"limit": limit, "now": now}).fetchall()
+        rows = self.conn.execute(
+            query("job_reap"),
+            {"limit": limit, "now": now, "unstarted_limit": UNSTARTED_EXPIRY_LIMIT},
+        ).fetchall()
         return [(job_id, queue, status) for job_id, queue, status in rows]
 
     def release(

@@ -293,6 +293,9 @@ class Worker(Service[WorkerStats]):
         self._waiting: defaultdict[tuple[str, str], deque[Job]] = defaultdict(deque)
         self._busy: dict[str, int] = dict.fromkeys(queues, 0)
         self._unstarted: dict[str, int] = dict.fromkeys(queues, 0)
+        # Leases (id, token) handed to a thread and not yet reported started to the database:
+        # sent with the next claim or heartbeat, so a reaper counts their attempt (job_reap).
+        self._unmarked: set[tuple[int, int]] = set()
         self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
         self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
         self._pools: dict[str, ThreadPoolExecutor] = {}
@@ -462,6 +465,10 @@ class Worker(Service[WorkerStats]):
             return 0
         self._replaced.clear()
         claim_id = uuid4() if wanted else None
+        done = {f.job.id for f in finished}  # their outcomes end the leases: no mark needed
+        with self._pool_lock:
+            marks = [lease for lease in self._unmarked if lease[0] not in done]
+            self._unmarked.clear()
         started = time.perf_counter()
 
         def attempt(s: JobStore) -> tuple[dict[int, str], list[Job]]:
@@ -474,6 +481,7 @@ class Worker(Service[WorkerStats]):
                 effects=effects,
                 effect_failed=self._effect_failed,
                 claim=claim_id,
+                started=marks,
             )
 
         def again(s: JobStore) -> tuple[dict[int, str], list[Job]]:
@@ -557,6 +565,7 @@ class Worker(Service[WorkerStats]):
             n = min(handler.max_batch if isinstance(handler, BatchHandler) else 1, len(waiting))
             started.append((job_type, [waiting.popleft() for _ in range(n)]))
             self._unstarted[queue] -= n
+            self._unmarked.update((j.id, j.lease_token) for j in started[-1][1])
             self._busy[queue] += 1
         return started
 
@@ -880,8 +889,12 @@ class Worker(Service[WorkerStats]):
         leases = [(j.id, j.lease_token) for j in self._inflight.values()]
         if not leases:
             return
+        with self._pool_lock:
+            marks = [i for i, _ in self._unmarked]
+            self._unmarked.clear()
         kept: set[int] = self._db(
-            lambda s: s.heartbeat(leases, self.lease, self.now_or_none()), "heartbeat"
+            lambda s: s.heartbeat(leases, self.lease, self.now_or_none(), started=marks),
+            "heartbeat",
         )
         lost = [i for i, _ in leases if i not in kept and i in self._inflight]
         if lost:

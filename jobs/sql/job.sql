@@ -128,6 +128,7 @@ updated AS (
                       THEN coalesce(%(now)s::timestamptz, now()) + i.delay
                       ELSE j.run_at END,
         attempts = j.attempts + i.attempt_delta,
+        unstarted_expiries = 0,  -- it ran: a run of unstarted expiries ends (job_reap)
         locked_at = NULL,
         locked_by = NULL,
         locked_until = NULL,
@@ -154,12 +155,28 @@ RETURNING job_id, outcome;
 
 -- name: job_heartbeat
 -- Extend the leases the caller still holds (same fencing token); the ids not returned were
--- lost: reaped, released, or taken over by another claim.
+-- lost: reaped, released, or taken over by another claim. The leases of the started ids are
+-- also marked started (as job_mark_started does).
 UPDATE jobs AS j
-SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
+SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    started_token = CASE WHEN j.id = ANY(%(started)b::bigint[]) THEN j.lease_token
+                         ELSE j.started_token END,
+    unstarted_expiries = CASE WHEN j.id = ANY(%(started)b::bigint[]) THEN 0
+                              ELSE j.unstarted_expiries END
 FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
+
+-- name: job_mark_started
+-- The leases (same fencing token) whose jobs a worker's threads have started: a reaper that
+-- finds one expired counts the attempt (job_reap). Sent in the transaction of the worker's next
+-- claim, so it costs no round trip; a job that started and finished within one cycle needs no
+-- mark (its outcome ends the lease). Marking also ends a run of unstarted expiries.
+UPDATE jobs AS j
+SET started_token = j.lease_token,
+    unstarted_expiries = 0
+FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token;
 
 -- name: job_lock_leased
 -- The completion transaction with database effects (jobs/batch.py): lock the rows of the jobs
@@ -174,8 +191,17 @@ FOR UPDATE OF j;
 -- name: job_reap
 -- Return expired leases to the queue (or to dead when attempts are exhausted) and record a
 -- 'lease_expired' attempt. Bounded and SKIP LOCKED: any number of workers may run it at once.
+-- A lease whose job was never reported started under it (started_token, set by
+-- job_mark_started and job_heartbeat) was claimed ahead and its worker died before a thread
+-- took it, or right after: the claim's attempt is given back, as by job_release_unstarted (no
+-- attempt row; the job did not run, or not long enough to be reported), and the expiry is
+-- counted. After unstarted_limit such expiries in a row (a job that kills its worker as it
+-- starts), an unmarked expiry uses its attempt like any other, with the code 'crash_loop'.
 WITH expired AS (
-    SELECT id, locked_by, locked_at, locked_until
+    SELECT id, locked_by, locked_at, locked_until,
+           started_token IS DISTINCT FROM lease_token AS unmarked,
+           started_token IS DISTINCT FROM lease_token
+               AND unstarted_expiries < %(unstarted_limit)s AS unstarted
     FROM jobs
     WHERE status = 'leased' AND locked_until < coalesce(%(now)s::timestamptz, now())
     ORDER BY locked_until
@@ -184,30 +210,44 @@ WITH expired AS (
 ),
 updated AS (
     UPDATE jobs AS j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
+    SET status = CASE WHEN e.unstarted THEN CASE WHEN j.attempts > 1 THEN 'retrying'
+                                                 ELSE 'pending' END
+                      WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
+        attempts = j.attempts - CASE WHEN e.unstarted THEN 1 ELSE 0 END,
+        unstarted_expiries = j.unstarted_expiries + CASE WHEN e.unstarted THEN 1 ELSE 0 END,
         -- Back at the front, not behind the backlog: the job keeps the run_at it was claimed
         -- with (it was at the head of its queue then), never later than now.
         run_at = least(j.run_at, coalesce(%(now)s::timestamptz, now())),
         locked_at = NULL,
         locked_by = NULL,
         locked_until = NULL,
-        last_error_code = 'lease_expired',
-        last_error_summary = left('lease of ' || coalesce(e.locked_by, '?') || ' expired at '
-                                  || e.locked_until::text, 1000),
-        completed_at = CASE WHEN j.attempts >= j.max_attempts
+        last_error_code = CASE WHEN e.unstarted THEN j.last_error_code
+                               WHEN e.unmarked THEN 'crash_loop' ELSE 'lease_expired' END,
+        last_error_summary = CASE
+            WHEN e.unstarted THEN j.last_error_summary
+            WHEN e.unmarked THEN left('lease of ' || coalesce(e.locked_by, '?') || ' expired at '
+                                      || e.locked_until::text || ', the '
+                                      || (j.unstarted_expiries + 1)::text
+                                      || 'th time in a row before the job was reported started:'
+                                      || ' it may kill its worker', 1000)
+            ELSE left('lease of ' || coalesce(e.locked_by, '?') || ' expired at '
+                      || e.locked_until::text, 1000) END,
+        completed_at = CASE WHEN NOT e.unstarted AND j.attempts >= j.max_attempts
                             THEN coalesce(%(now)s::timestamptz, now()) END,
         lease_token = j.lease_token + 1
     FROM expired AS e
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.id = e.id
-    RETURNING j.id, j.attempts, j.queue, j.job_type, j.status
+    RETURNING j.id, j.attempts, j.queue, j.job_type, j.status, e.unstarted,
+              j.last_error_code
 ),
 history AS (
     INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at,
                               finished_at, outcome, error_code, error_summary)
     SELECT u.id, u.attempts, u.queue, u.job_type, e.locked_by, e.locked_at,
-           coalesce(%(now)s::timestamptz, now()), 'lease_expired', 'lease_expired',
+           coalesce(%(now)s::timestamptz, now()), 'lease_expired', u.last_error_code,
            'lease expired at ' || e.locked_until::text
     FROM updated AS u JOIN expired AS e ON e.id = u.id
+    WHERE NOT u.unstarted
 )
 SELECT u.id, u.queue, u.status FROM updated AS u;
 

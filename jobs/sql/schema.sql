@@ -27,6 +27,11 @@ CREATE TABLE jobs (
     -- The claim that leased the row last (migration 0004): a worker that lost the reply to its
     -- claim looks up the rows still leased under the id it chose, and runs them.
     claim_id uuid,
+    -- The lease token under which a worker reported the job started (migration 0006), and the
+    -- expiries in a row of leases never so marked: the reaper gives their attempt back, up to a
+    -- bound (docs/jobs.md, "Leases").
+    started_token bigint,
+    unstarted_expiries smallint NOT NULL DEFAULT 0,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),

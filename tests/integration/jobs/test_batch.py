@@ -264,9 +264,10 @@ def test_a_fenced_batch_commits_none_of_its_effects(
         # While the handler runs, its leases expire and the reaper takes them back (pinned
         # time past the lease; the worker's heartbeats run on the real clock, 10 s apart).
         lost = ids if taken_over == "all" else ids[2:3]
-        auto.execute(
-            "UPDATE jobs SET locked_until = %s WHERE id = ANY(%s)", (T0, lost)
-        )  # only these expire
+        auto.execute(  # only these expire; they started (else the reaper gives them back)
+            "UPDATE jobs SET locked_until = %s, started_token = lease_token WHERE id = ANY(%s)",
+            (T0, lost),
+        )
         assert len(PgJobStore(auto).reap(100, T0 + timedelta(seconds=1))) == len(lost)
         release.set()
         w.stop()

@@ -99,6 +99,7 @@ def test_stale_worker_completion_is_fenced(
     conn.commit()
     a, b = stores(), stores()
     (job_a,) = a.claim({"default": 1}, "worker-a", LEASE, T0)
+    a.heartbeat([(job_id, job_a.lease_token)], LEASE, T0, started=[job_id])  # it started
     # worker-a stalls past its lease; the reaper hands the job back and worker-b takes it.
     later = T0 + LEASE + timedelta(seconds=1)
     assert a.reap(100, later) == [(job_id, "default", "retrying")]
@@ -142,7 +143,8 @@ def test_reaper_sends_exhausted_jobs_to_dead(
     job_id = jobs.enqueue(conn, "t", {}, max_attempts=1, now=T0).id
     conn.commit()
     s = stores()
-    s.claim({"default": 1}, "w", LEASE, T0)
+    (job,) = s.claim({"default": 1}, "w", LEASE, T0)
+    s.heartbeat([(job_id, job.lease_token)], LEASE, T0, started=[job_id])  # it started
     assert s.reap(10, T0 + timedelta(minutes=5)) == [(job_id, "default", "dead")]
     record = jobs.get_job(conn, job_id)
     assert record.status == "dead"

@@ -234,7 +234,11 @@ def test_a_reap_whose_reply_is_lost_recovers_each_lease_once(
     'lease_expired' attempt, and then runs once."""
     ids = enqueue(db_url, 4)
     with psycopg.connect(db_url, autocommit=True) as c:
-        assert len(PgJobStore(c).claim({"default": 4}, "crashed", LEASE, T0)) == 4
+        store = PgJobStore(c)
+        claimed = store.claim({"default": 4}, "crashed", LEASE, T0)
+        assert len(claimed) == 4
+        leases = [(j.id, j.lease_token) for j in claimed]
+        store.heartbeat(leases, LEASE, T0, started=[j.id for j in claimed])  # they started
     proxy.drop_reply(REAP)
     ran = Ran()
     later = FrozenClock(T0 + timedelta(minutes=5))

@@ -74,7 +74,11 @@ def test_recover_leases_returns_every_expired_lease(
     ids = [jobs.enqueue(conn, "t", {}, now=NOW).id for _ in range(3)]
     conn.commit()
     with psycopg.connect(db_url, autocommit=True) as c:
-        PgJobStore(c).claim({"default": 3}, "crashed", timedelta(seconds=30), NOW)
+        store = PgJobStore(c)
+        claimed = store.claim({"default": 3}, "crashed", timedelta(seconds=30), NOW)
+        leases = [(j.id, j.lease_token) for j in claimed]
+        # They started (an unstarted lease would go back to 'pending').
+        store.heartbeat(leases, timedelta(seconds=30), NOW, started=[j.id for j in claimed])
     batches: list[int] = []
     later = NOW + timedelta(minutes=1)
     config = RescueConfig(batch_size=2)

@@ -39,6 +39,9 @@ def test_sigkill_mid_job_runs_again_after_lease_expiry(
     proc = start_worker(db_url, "--lease", "30", "--no-listen")
     try:
         wait_for(auto, "SELECT count(*) FROM runs")
+        # ... and for the worker to report it started (its next claim does): a job killed
+        # before that gets its attempt back instead (test_crash_unstarted.py).
+        wait_for(auto, f"SELECT started_token = lease_token FROM jobs WHERE id = {job_id}")  # noqa: S608
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

@@ -20,7 +20,9 @@ def backlog(conn: psycopg.Connection[Any]) -> tuple[int, list[int]]:
     orphan = jobs.enqueue(conn, "t", {"orphan": True}, now=T0).id
     conn.commit()
     with psycopg.connect(conn.info.dsn, autocommit=True) as c:
-        (job,) = PgJobStore(c).claim({"default": 1}, "crashed", LEASE, T0)
+        store = PgJobStore(c)
+        (job,) = store.claim({"default": 1}, "crashed", LEASE, T0)
+        store.heartbeat([(job.id, job.lease_token)], LEASE, T0, started=[job.id])  # it started
     assert job.id == orphan
     later = [jobs.enqueue(conn, "t", {"i": i}, now=T0 + timedelta(seconds=1)).id for i in range(5)]
     conn.commit()

@@ -58,7 +58,10 @@ def test_lease_recovery_job(conn: psycopg.Connection[Any], db_url: str) -> None:
     job_id = jobs.enqueue(conn, "t", {}, now=NOW).id
     conn.commit()
     with psycopg.connect(db_url, autocommit=True) as c:
-        PgJobStore(c).claim({"default": 1}, "crashed", timedelta(seconds=30), NOW)
+        store = PgJobStore(c)
+        (job,) = store.claim({"default": 1}, "crashed", timedelta(seconds=30), NOW)
+        # It started (a lease never marked started would go back to 'pending').
+        store.heartbeat([(job_id, job.lease_token)], timedelta(seconds=30), NOW, started=[job_id])
     assert maintenance.lease_recovery(conn, now=NOW + timedelta(minutes=1)) == 1
     assert jobs.get_job(conn, job_id).status == "retrying"
     assert maintenance.lease_recovery(conn, now=NOW + timedelta(minutes=1)) == 0

@@ -33,7 +33,8 @@ class ExpiredLeases:
 
     # The rest of the protocol is not used by the rescuer.
     def claim(self, wanted: Mapping[str, int], worker: str, lease: timedelta,
-              now: datetime | None, *, claim: UUID | None = None) -> list[Job]:  # fmt: skip
+              now: datetime | None, *, claim: UUID | None = None,
+              started: Sequence[tuple[int, int]] = ()) -> list[Job]:  # fmt: skip
         raise NotImplementedError
 
     def complete(self, finished: Sequence[Finished], worker: str,
@@ -45,6 +46,7 @@ class ExpiredLeases:
                            effects: Sequence[RunEffects] = (),
                            effect_failed: EffectFailed | None = None,
                            claim: UUID | None = None,
+                           started: Sequence[tuple[int, int]] = (),
                            ) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
         raise NotImplementedError
 
@@ -56,7 +58,7 @@ class ExpiredLeases:
         raise NotImplementedError
 
     def heartbeat(self, leases: Sequence[tuple[int, int]], lease: timedelta,
-                  now: datetime | None) -> set[int]:  # fmt: skip
+                  now: datetime | None, *, started: Sequence[int] = ()) -> set[int]:  # fmt: skip
         raise NotImplementedError
 
     def release(self, leases: Sequence[tuple[int, int]], worker: str,
