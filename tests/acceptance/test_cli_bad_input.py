@@ -62,6 +62,7 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork dev-db url": [],
     "tockwork dev-db status": [],
     "tockwork dev-db stop": [],
+    "tockwork dashboard": ["--no-auth", "--port", "0"],
 }
 
 BAD_URLS = [
