@@ -120,7 +120,7 @@ def test_the_dashboard_in_a_real_browser(
     driver.find_element(By.ID, "name").clear()
     driver.find_element(By.ID, "name").send_keys("alice")
     driver.find_element(By.ID, "token").send_keys(TOKEN)
-    driver.find_element(By.ID, "sign-in").click()
+    _submit(driver, "sign-in")
     queues = driver.find_element(By.ID, "queues")
     assert "mail" in queues.text and "push" in queues.text
     _shot(driver, tmp_path, "dashboard-overview")
@@ -128,16 +128,16 @@ def test_the_dashboard_in_a_real_browser(
     # Filter the dead jobs of one queue.
     driver.get(f"{served}/dead")
     driver.find_element(By.ID, "f-queue").send_keys("mail")
-    driver.find_element(By.ID, "filter").click()
+    _submit(driver, "filter")
     assert driver.find_element(By.ID, "dead-count").text == "3 dead"
     _shot(driver, tmp_path, "dead-letters")
 
     # Requeue one by clicking and confirming.
     driver.find_element(By.ID, f"select-{plain[0]}").click()
-    driver.find_element(By.ID, "requeue-selected").click()
+    _submit(driver, "requeue-selected")
     assert driver.find_element(By.ID, "confirm-text").text == "This will requeue 1 dead job."
     _shot(driver, tmp_path, "confirm")
-    driver.find_element(By.ID, "confirm").click()
+    _submit(driver, "confirm")
     assert driver.find_element(By.ID, "done").text == "requeue: 1 job"
     assert "alice" in driver.find_element(By.ID, "audit").text
 
@@ -160,3 +160,23 @@ def test_the_dashboard_in_a_real_browser(
         assert driver.find_element(By.TAG_NAME, "h1").text
         _shot(driver, tmp_path, page)
     print(f"screenshots in {tmp_path}")
+
+
+def _submit(driver: Any, button: str) -> None:
+    """Click a button that submits a form and wait until the browser has left the page (the old
+    document is gone), so the next lookup reads the new page, not the one being replaced."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.ID, button).click()
+
+    def left(_: Any) -> bool:
+        try:
+            page.is_enabled()
+        except WebDriverException:  # stale, or "does not belong to the document"
+            return True
+        return False
+
+    WebDriverWait(driver, 30).until(left)
