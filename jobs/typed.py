@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -67,6 +68,17 @@ class _Options:
     organization_id: Any = None
     run_at: datetime | None = None
     now: datetime | None = None
+
+    def job_fields(self) -> dict[str, Any]:
+        """The options a job row takes (:class:`jobs.JobSpec`'s and ``enqueue``'s names)."""
+        return {
+            "queue": self.queue,
+            "idempotency_key": self.idempotency_key,
+            "organization_id": self.organization_id,
+            "run_at": self.run_at,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+        }
 
 
 def _first_error(exc: pydantic.ValidationError) -> tuple[str, Any, str]:
@@ -164,52 +176,34 @@ class JobDefinition(Generic[P, R]):
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """A :class:`jobs.JobSpec` for :func:`jobs.enqueue_many`, with this definition's options."""
-        o = self.options
         return JobSpec(
             job_type=self.job_type,
             payload=self.payload(*args, **kwargs),
-            queue=o.queue,
-            idempotency_key=o.idempotency_key,
-            organization_id=o.organization_id,
-            run_at=o.run_at,
-            priority=o.priority,
-            max_attempts=o.max_attempts,
+            **self.options.job_fields(),
         )
 
     def enqueue(
         self, conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs
     ) -> Enqueued:
         """:func:`jobs.enqueue` with validated arguments, in the caller's transaction."""
-        o = self.options
         return enqueue(
             conn,
             self.job_type,
             self.payload(*args, **kwargs),
-            queue=o.queue,
-            idempotency_key=o.idempotency_key,
-            organization_id=o.organization_id,
-            run_at=o.run_at,
-            priority=o.priority,
-            max_attempts=o.max_attempts,
-            now=o.now,
+            now=self.options.now,
+            **self.options.job_fields(),
         )
 
     async def enqueue_async(
         self, conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs
     ) -> Enqueued:
         """:func:`jobs.enqueue_async` with validated arguments."""
-        o = self.options
         return await enqueue_async(
             conn,
             self.job_type,
             self.payload(*args, **kwargs),
-            queue=o.queue,
-            idempotency_key=o.idempotency_key,
-            organization_id=o.organization_id,
-            run_at=o.run_at,
-            priority=o.priority,
-            max_attempts=o.max_attempts,
-            now=o.now,
+            now=self.options.now,
+            **self.options.job_fields(),
         )
 
     def with_options(
@@ -254,8 +248,6 @@ class JobDefinition(Generic[P, R]):
 
 def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
-        import typing
-
         return typing.get_type_hints(fn)
     except Exception as exc:  # a name the annotations use is not importable at definition time
         raise InvalidJob("fn", fn, f"its annotations cannot be resolved: {exc}") from None
