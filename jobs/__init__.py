@@ -2,7 +2,17 @@
 
 import logging
 
-from jobs import connection, effects, logs, maintenance, metrics, outbox, queries, validate
+from jobs import (
+    connection,
+    effects,
+    logs,
+    maintenance,
+    metrics,
+    outbox,
+    queries,
+    tracing,
+    validate,
+)
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -118,8 +128,8 @@ __all__ = [
 # idempotency keys, and the modules hold the maintenance tasks over the queue's tables
 # (maintenance), the service shape every long-running loop shares (Service, Reconnect), the
 # Prometheus instruments and collector (metrics, Metrics), the pooler settings (connection,
-# pooler_mode), the one SQL query loader (queries), the input validators (validate) and the
-# logging set-up (logs).
+# pooler_mode), the one SQL query loader (queries), the input validators (validate), the
+# logging set-up (logs) and the optional OpenTelemetry tracing (tracing: configure()).
 __all__ += [
     "DEFAULT_MAX_ATTEMPTS",
     "JOBS_CHANNEL",
@@ -142,5 +152,6 @@ __all__ += [
     "stop_on_signals",
     "supersede",
     "supersede_async",
+    "tracing",
     "validate",
 ]

@@ -23,7 +23,7 @@ from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
 from psycopg.pq import Format
 
-from jobs import validate
+from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec
 from jobs.queries import query
@@ -45,6 +45,7 @@ def _params(
     max_attempts: Any,
     now: Any,
 ) -> dict[str, Any]:
+    trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
     return {
         "job_type": validate.job_type(job_type),
         "payload": validate.payload(payload),
@@ -55,6 +56,8 @@ def _params(
         "priority": validate.priority(priority),
         "max_attempts": validate.max_attempts(max_attempts),
         "now": validate.aware(now, "now"),
+        "trace_parent": trace_parent,
+        "trace_state": trace_state,
     }
 
 
@@ -289,22 +292,23 @@ def enqueue_columns(
         ids: list[int] = row[1]
         run_ats = [db_now if at is None else at for at in columns["run_ats"]]
         keys = columns["idempotency_keys"]
-        defaults = _all_defaults(columns, n, now)
+        trace = tracing.capture()  # one context for the batch: the span it was enqueued in
+        defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
-            _copy(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
             _wake(cur, columns["queues"], run_ats, db_now)
             return [Enqueued(job_id, True) for job_id in ids]
         if not _repeats_a_key(columns):
             try:
                 with conn.transaction():
-                    _copy(cur, ids, columns, run_ats, db_now, defaults=defaults)
+                    _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name != _KEY_CONSTRAINT:
                     raise
             else:
                 _wake(cur, columns["queues"], run_ats, db_now)
                 return [Enqueued(job_id, True) for job_id in ids]
-        return _insert(cur, ids, columns, run_ats, db_now)
+        return _insert(cur, ids, columns, run_ats, db_now, trace)
 
 
 _KEY_CONSTRAINT = "jobs_idempotency_uq"
@@ -322,6 +326,7 @@ _COPY_TYPES = (
     "int4",
     "timestamptz",
 )
+_COPY_TYPES_TRACED = (*_COPY_TYPES, "text", "text")  # job_copy_traced: trace_parent, trace_state
 
 
 class _JsonbTextBinaryDumper(Dumper):
@@ -359,10 +364,11 @@ def _copy(
     db_now: datetime,
     *,
     defaults: bool,
+    trace: tuple[str | None, str | None] = (None, None),
 ) -> None:
     """COPY the batch: only the columns that differ from the table's defaults when every spec
     leaves the others at them (the cheapest rows to format and to parse), else all of them in
-    binary format (no text formatting of timestamps)."""
+    binary format (no text formatting of timestamps), with the trace context when traced."""
     if defaults:
         with cur.copy(query("job_copy_defaults")) as copy:
             write_row = copy.write_row
@@ -377,8 +383,9 @@ def _copy(
                 write_row(item)
         return
     cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
-    with cur.copy(query("job_copy")) as copy:
-        copy.set_types(_COPY_TYPES)
+    tail = (db_now,) if trace[0] is None else (db_now, *trace)
+    with cur.copy(query("job_copy" if trace[0] is None else "job_copy_traced")) as copy:
+        copy.set_types(_COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED)
         write_row = copy.write_row
         for item in zip(
             ids,
@@ -392,7 +399,7 @@ def _copy(
             columns["max_attempts"],
             strict=True,
         ):
-            write_row((*item, db_now))
+            write_row((*item, *tail))
 
 
 def _all_defaults(columns: Mapping[str, list[Any]], n: int, now: datetime | None) -> bool:
@@ -423,12 +430,15 @@ def _insert(
     columns: Mapping[str, list[Any]],
     run_ats: list[datetime],
     db_now: datetime,
+    trace: tuple[str | None, str | None],
 ) -> list[Enqueued]:
     params = {
         **columns,
         "ids": ids,
         "run_ats": run_ats,
         "created_at": db_now,
+        "trace_parent": trace[0],
+        "trace_state": trace[1],
     }
     cur.execute(query("job_enqueue_many"), params)
     created = {row[0] for row in cur.fetchall()}
@@ -502,22 +512,25 @@ async def enqueue_columns_async(
         ids: list[int] = row[1]
         run_ats = [db_now if at is None else at for at in columns["run_ats"]]
         keys = columns["idempotency_keys"]
-        defaults = _all_defaults(columns, n, now)
+        trace = tracing.capture()
+        defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
-            await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults)
+            await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
             await _wake_async(cur, columns["queues"], run_ats, db_now)
             return [Enqueued(job_id, True) for job_id in ids]
         if not _repeats_a_key(columns):
             try:
                 async with conn.transaction():
-                    await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults)
+                    await _copy_async(
+                        cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace
+                    )
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name != _KEY_CONSTRAINT:
                     raise
             else:
                 await _wake_async(cur, columns["queues"], run_ats, db_now)
                 return [Enqueued(job_id, True) for job_id in ids]
-        return await _insert_async(cur, ids, columns, run_ats, db_now)
+        return await _insert_async(cur, ids, columns, run_ats, db_now, trace)
 
 
 async def _copy_async(
@@ -528,8 +541,9 @@ async def _copy_async(
     db_now: datetime,
     *,
     defaults: bool,
+    trace: tuple[str | None, str | None] = (None, None),
 ) -> None:
-    """:func:`_copy` on an async cursor: the same two formats."""
+    """:func:`_copy` on an async cursor: the same formats."""
     if defaults:
         async with cur.copy(query("job_copy_defaults")) as copy:
             for item in zip(
@@ -543,8 +557,9 @@ async def _copy_async(
                 await copy.write_row(item)
         return
     cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
-    async with cur.copy(query("job_copy")) as copy:
-        copy.set_types(_COPY_TYPES)
+    tail = (db_now,) if trace[0] is None else (db_now, *trace)
+    async with cur.copy(query("job_copy" if trace[0] is None else "job_copy_traced")) as copy:
+        copy.set_types(_COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED)
         for item in zip(
             ids,
             columns["organization_ids"],
@@ -557,7 +572,7 @@ async def _copy_async(
             columns["max_attempts"],
             strict=True,
         ):
-            await copy.write_row((*item, db_now))
+            await copy.write_row((*item, *tail))
 
 
 def _ready_queues(queues: list[str], run_ats: list[datetime], db_now: datetime) -> list[str]:
@@ -578,9 +593,11 @@ async def _insert_async(
     columns: Mapping[str, list[Any]],
     run_ats: list[datetime],
     db_now: datetime,
+    trace: tuple[str | None, str | None],
 ) -> list[Enqueued]:
     """:func:`_insert` on an async cursor: insert what is free, then look up the holders."""
     params = {**columns, "ids": ids, "run_ats": run_ats, "created_at": db_now}
+    params.update(trace_parent=trace[0], trace_state=trace[1])
     await cur.execute(query("job_enqueue_many"), params)
     created = {row[0] for row in await cur.fetchall()}
     results: list[Enqueued | None] = [

@@ -67,6 +67,10 @@ class Job:
     run_at: datetime
     created_at: datetime
     lease_token: int
+    # The W3C trace context of the enqueue, when it ran inside a recording OpenTelemetry span
+    # (jobs/tracing.py): every attempt's execution span links to it.
+    trace_parent: str | None = None
+    trace_state: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

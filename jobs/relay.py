@@ -57,6 +57,7 @@ from jobs.outbox import CHANNEL, Event, Projection, Projections
 from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
 from jobs.service import Reconnect, Service, default_name
+from jobs.tracing import Span, service_span
 from timezones.clock import Clock
 
 log = logging.getLogger("tockwork.relay")
@@ -279,6 +280,19 @@ class Relay(Service[RelayStats]):
         if not rows:
             self._unsettled = False
             return 0
+        # One span per batch (jobs/tracing.py); the jobs it enqueues carry its context.
+        with service_span(
+            "tockwork.relay batch",
+            {"tockwork.relay": self.name, "tockwork.relay.claimed": len(rows)},
+        ) as span:
+            self._project(conn, rows, now, span)
+        return len(rows)
+
+    def _project(
+        self, conn: psycopg.Connection[Any], rows: list[Any], now: datetime | None, span: Span
+    ) -> None:
+        """Build, settle and fail the events of one claimed batch."""
+        before = dataclasses.replace(self.stats)
         self.stats.batches += 1
         self.stats.claimed += len(rows)
         events = [Event(*row[:9]) for row in rows]
@@ -310,7 +324,14 @@ class Relay(Service[RelayStats]):
                     failures[event.id] = (event, one)
         self._fail(conn, list(failures.values()), now)
         self._unsettled = False
-        return len(rows)
+        span.end(
+            {
+                "tockwork.relay.processed": self.stats.processed - before.processed,
+                "tockwork.relay.jobs_created": self.stats.jobs_created - before.jobs_created,
+                "tockwork.relay.failed": len(failures),
+                "tockwork.relay.fenced": self.stats.fenced - before.fenced,
+            }
+        )
 
     def _general_due(self, holding: bool) -> bool:
         """Whether this round runs a general claim besides the events it already holds.

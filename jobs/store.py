@@ -188,6 +188,8 @@ def _job(row: tuple[Any, ...]) -> Job:
         lease_token,
         _locked_at,
         created_at,
+        trace_parent,
+        trace_state,
     ) = row
     return Job(
         id=job_id,
@@ -202,6 +204,8 @@ def _job(row: tuple[Any, ...]) -> Job:
         run_at=run_at,
         created_at=created_at,
         lease_token=lease_token,
+        trace_parent=trace_parent,
+        trace_state=trace_state,
     )
 
 

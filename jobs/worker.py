@@ -81,7 +81,7 @@ from uuid import uuid4
 
 import psycopg
 
-from jobs import validate
+from jobs import tracing, validate
 from jobs.batch import (
     BatchHandler,
     BatchResult,
@@ -632,18 +632,23 @@ class Worker(Service[WorkerStats]):
         handler: Any = self.handlers[job_type]
         if isinstance(handler, BatchHandler):
             started_at = self.now()
-            result = await run_batch_async(handler, taken, self.retry, time.perf_counter)
-            return self._batch_run(handler, taken, started_at, result)
+            with tracing.batch_span(taken, self.name, started_at) as span:
+                result = await run_batch_async(handler, taken, self.retry, time.perf_counter)
+            batch_run = self._batch_run(handler, taken, started_at, result)
+            span.finish(batch_run.finished, next(iter(result.errors), None), runs=result.runs)
+            return batch_run
         job = taken[0]
         started_at = self.now()
         t0 = time.perf_counter()
         error: BaseException | None = None
-        with collecting_effects() as fns:
+        with collecting_effects() as fns, tracing.job_span(job, self.name, started_at) as span:
             try:
                 await handler(job)
             except Exception as exc:
                 error = exc
-        return self._single_run(job, error, fns, started_at, t0)
+        run = self._single_run(job, error, fns, started_at, t0)
+        span.finish(run.finished, error)
+        return run
 
     def _async_done(self, queue: str, n: int, t0: float, future: asyncio.Task[_Run]) -> None:
         self._tasks.discard(future)
@@ -701,7 +706,9 @@ class Worker(Service[WorkerStats]):
         started_at = self.now()
         t0 = time.perf_counter()
         error: BaseException | None = None
-        with collecting_effects() as fns:
+        # The execution span (jobs/tracing.py; OFF when tracing is off) is current while the
+        # handler runs, and ends once the outcome is classified.
+        with collecting_effects() as fns, tracing.job_span(job, self.name, started_at) as span:
             try:
                 if handler is None:
                     raise TransientError(
@@ -711,7 +718,9 @@ class Worker(Service[WorkerStats]):
                 handler(job)
             except Exception as exc:
                 error = exc
-        return self._single_run(job, error, fns, started_at, t0)
+        run = self._single_run(job, error, fns, started_at, t0)
+        span.finish(run.finished, error)
+        return run
 
     def _single_run(
         self,
@@ -732,8 +741,11 @@ class Worker(Service[WorkerStats]):
 
     def _execute_batch(self, handler: BatchHandler, batch: list[Job]) -> _Run:
         started_at = self.now()
-        result = run_batch(handler, batch, self.retry, time.perf_counter)
-        return self._batch_run(handler, batch, started_at, result)
+        with tracing.batch_span(batch, self.name, started_at) as span:
+            result = run_batch(handler, batch, self.retry, time.perf_counter)
+        run = self._batch_run(handler, batch, started_at, result)
+        span.finish(run.finished, next(iter(result.errors), None), runs=result.runs)
+        return run
 
     def _batch_run(
         self, handler: BatchHandler, batch: list[Job], started_at: Any, result: BatchResult

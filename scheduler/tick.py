@@ -45,6 +45,7 @@ import psycopg
 from psycopg.types.string import TextLoader
 
 from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, Reconnect, Service, default_name, enqueue_columns
+from jobs.tracing import service_span
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import (
@@ -206,7 +207,26 @@ class Scheduler(Service[TickResult]):
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> TickResult:
-        """One pass over the due schedules, in batches; returns what it did."""
+        """One pass over the due schedules, in batches; returns what it did.
+
+        Traced (jobs/tracing.py) as one ``tockwork.scheduler tick`` span with the tick's counts;
+        the jobs it enqueues carry the span's context."""
+        with service_span("tockwork.scheduler tick", {"tockwork.scheduler": self.name}) as span:
+            result = self._tick(now)
+            span.end(
+                {
+                    "tockwork.tick.enqueued": result.enqueued,
+                    "tockwork.tick.duplicates": result.duplicates,
+                    "tockwork.tick.missed": result.missed,
+                    "tockwork.tick.skipped": result.skipped,
+                    "tockwork.tick.locked_elsewhere": result.locked_elsewhere,
+                    "tockwork.tick.schedules": result.schedules,
+                    "tockwork.tick.batches": result.batches,
+                }
+            )
+        return result
+
+    def _tick(self, now: datetime | None) -> TickResult:
         conn = self._connection()
         at = now or self._tick_now(conn)
         horizon = self._horizon(conn, at)

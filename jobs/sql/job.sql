@@ -10,11 +10,11 @@
 -- many jobs on one queue sends one notification.
 WITH ins AS (
     INSERT INTO jobs (organization_id, queue, job_type, payload, idempotency_key, priority,
-                      run_at, max_attempts, created_at)
+                      run_at, max_attempts, created_at, trace_parent, trace_state)
     VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
             %(idempotency_key)s::text, %(priority)s,
             coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
-            coalesce(%(now)s::timestamptz, now()))
+            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text)
     ON CONFLICT (organization_id, job_type, idempotency_key)
         WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at
@@ -40,9 +40,9 @@ WHERE organization_id IS NULL
 -- matched to its job: a row whose id comes back was created, the others hit a key and are looked
 -- up by the caller. Rows go in input order, so the first spec of a repeated key wins.
 INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
-                  run_at, max_attempts, created_at)
+                  run_at, max_attempts, created_at, trace_parent, trace_state)
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-       max_attempts, %(created_at)s::timestamptz
+       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text
 FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
             %(job_types)b::text[], %(payloads)b::jsonb[], %(idempotency_keys)b::text[],
             %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
@@ -96,14 +96,14 @@ SET status = 'leased',
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at;
+          j.created_at, j.trace_parent, j.trace_state;
 
 -- name: job_claim_lookup
 -- After a lost reply (jobs/worker.py): the rows a claim leased that are still leased under it.
 -- Every end of a lease changes the status and every new claim its id, so these are exactly the
 -- leases the claim holds. Only leased rows are read (the partial jobs_leased_idx).
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-       attempts, max_attempts, lease_token, locked_at, created_at
+       attempts, max_attempts, lease_token, locked_at, created_at, trace_parent, trace_state
 FROM jobs
 WHERE status = 'leased' AND claim_id = %(claim)s::uuid;
 
@@ -422,6 +422,13 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 -- the caller falls back to job_enqueue_many.
 COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
            max_attempts, created_at)
+FROM STDIN (FORMAT BINARY);
+
+-- name: job_copy_traced
+-- job_copy with the W3C trace context of a traced enqueue (jobs/tracing.py), the same for every
+-- row of the batch; an untraced batch keeps job_copy or job_copy_defaults.
+COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+           max_attempts, created_at, trace_parent, trace_state)
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_copy_defaults

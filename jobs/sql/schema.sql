@@ -32,6 +32,10 @@ CREATE TABLE jobs (
     -- bound (docs/jobs.md, "Leases").
     started_token bigint,
     unstarted_expiries smallint NOT NULL DEFAULT 0,
+    -- The W3C trace context of a traced enqueue (migration 0010; jobs/tracing.py): the
+    -- execution spans of its attempts link to it. NULL when no span was recording.
+    trace_parent text,
+    trace_state text,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),
