@@ -96,6 +96,7 @@ class _State:
     provider: Any = None  # an explicit tracer provider; None: the global one
     tracer: Any = None
     tracer_of: Any = None  # the provider the cached tracer came from
+    global_provider: Any = None  # the global provider, once one is set
 
 
 _state = _State()
@@ -121,7 +122,7 @@ def configure(
     _state.provider = tracer_provider
     _state.organization_id = organization_id
     _state.enabled = enabled
-    _state.tracer = _state.tracer_of = None
+    _state.tracer = _state.tracer_of = _state.global_provider = None
 
 
 def _tracer() -> Any:
@@ -131,13 +132,24 @@ def _tracer() -> Any:
         return None
     provider = _state.provider
     if provider is None:
-        provider = _api.get_tracer_provider()
-        if isinstance(provider, (_api.ProxyTracerProvider, _api.NoOpTracerProvider)):
+        provider = _global_provider()
+        if provider is None:
             return None
     if _state.tracer_of is not provider:
         _state.tracer = provider.get_tracer(INSTRUMENTATION, _version())
         _state.tracer_of = provider
     return _state.tracer
+
+
+def _global_provider() -> Any:
+    """The global tracer provider once the application has set one, else None (kept for good
+    once found: the API lets it be set only once)."""
+    if _state.global_provider is None:
+        provider = _api.get_tracer_provider()
+        if isinstance(provider, (_api.ProxyTracerProvider, _api.NoOpTracerProvider)):
+            return None
+        _state.global_provider = provider
+    return _state.global_provider
 
 
 def _version() -> str | None:

@@ -460,3 +460,44 @@ def test_tockwork_runs_without_the_opentelemetry_api(db_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3 [('succeeded', None)]"
+
+
+GLOBAL_PROVIDER = textwrap.dedent(
+    """
+    import os
+    import psycopg
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    import jobs
+    url = os.environ["DATABASE_URL"]
+    with psycopg.connect(url) as conn:
+        jobs.enqueue(conn, "a", {})
+        conn.commit()
+        jobs.Worker(url, {"a": lambda job: None}, listen=False).run_until_idle()  # before: none
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)  # as an application does at start-up
+        with trace.get_tracer("app").start_as_current_span("request"):
+            jobs.enqueue(conn, "b", {})
+        conn.commit()
+        jobs.Worker(url, {"b": lambda job: None}, listen=False).run_until_idle()
+        print(sorted(s.name for s in exporter.get_finished_spans()))
+    """
+)
+
+
+def test_the_global_tracer_provider_is_used_once_set(db_url: str) -> None:
+    """In a process of its own: the global provider can be set only once per process."""
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_PROVIDER],
+        env={**os.environ, "DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['request', 'tockwork.job b']"
