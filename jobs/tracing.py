@@ -38,6 +38,7 @@ installed.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import types
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -143,13 +144,25 @@ def _tracer() -> Any:
 
 def _global_provider() -> Any:
     """The global tracer provider once the application has set one, else None (kept for good
-    once found: the API lets it be set only once)."""
+    once found: the API lets it be set only once).
+
+    ``get_tracer_provider()`` looks the environment up at every call until a provider is set
+    (3-10 us, paid per job by a worker of an application that does not trace), so the API's
+    module global is read first; where the environment names a provider, or a future API has
+    no such global, the public call decides."""
     if _state.global_provider is None:
+        if getattr(_api, "_TRACER_PROVIDER", _UNKNOWN) is None and not _ENV_PROVIDER:
+            return None  # the common case: none set yet
         provider = _api.get_tracer_provider()
         if isinstance(provider, (_api.ProxyTracerProvider, _api.NoOpTracerProvider)):
             return None
         _state.global_provider = provider
     return _state.global_provider
+
+
+_UNKNOWN = object()
+# A provider named by the environment is loaded by the API's first lookup.
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def _version() -> str | None:
