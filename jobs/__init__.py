@@ -2,7 +2,17 @@
 
 import logging
 
-from jobs import connection, effects, logs, maintenance, metrics, outbox, queries, validate
+from jobs import (
+    connection,
+    effects,
+    limits,
+    logs,
+    maintenance,
+    metrics,
+    outbox,
+    queries,
+    validate,
+)
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -29,6 +39,7 @@ from jobs.enqueue import (
     enqueue_many_async,
 )
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
+from jobs.limits import RateLimit
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.metrics import Metrics
 from jobs.migrate import migrate
@@ -76,6 +87,7 @@ __all__ = [
     "MigrationError",
     "PermanentError",
     "QueueStats",
+    "RateLimit",
     "RateLimited",
     "Relay",
     "Retry",
@@ -102,6 +114,7 @@ __all__ = [
     "in_completion",
     "job",
     "job_attempts",
+    "limits",
     "list_jobs",
     "list_jobs_async",
     "migrate",
