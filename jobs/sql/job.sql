@@ -94,8 +94,11 @@ buckets AS MATERIALIZED (
                                                       - l.refilled_at))::float8 AS seconds) AS e,
          LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
                                l.second_tokens + l.per_second * e.seconds) AS second,
-                         least(greatest(1, l.per_minute * 0.05),
-                               l.minute_tokens + l.per_minute / 60.0 * e.seconds) AS minute) AS b
+                         -- NULL without a per-minute limit (least and greatest skip NULLs)
+                         CASE WHEN l.per_minute IS NOT NULL
+                              THEN least(greatest(1, l.per_minute * 0.05),
+                                         l.minute_tokens + l.per_minute / 60.0 * e.seconds)
+                         END AS minute) AS b
 ),
 held_back AS (
     -- Job types that may not start in this claim: out of tokens or paused, or not handled.

@@ -12,7 +12,8 @@ WITH upserted AS (
                                       updated_at)
     VALUES (%(scope)s, %(name)s, %(per_second)s, %(per_minute)s::int,
             greatest(1, %(per_second)s * 0.05),
-            greatest(1, %(per_minute)s::int * 0.05),
+            CASE WHEN %(per_minute)s::int IS NOT NULL
+                 THEN greatest(1, %(per_minute)s::int * 0.05) END,
             coalesce(%(now)s::timestamptz, now()), %(pause_on_rate_limited)s, %(source)s,
             coalesce(%(now)s::timestamptz, now()))
     ON CONFLICT (scope, name) DO UPDATE
@@ -36,8 +37,9 @@ SELECT scope, name, per_second, per_minute, pause_on_rate_limited, source,
        CASE WHEN paused_until > coalesce(%(now)s::timestamptz, now()) THEN paused_until END,
        least(greatest(1, per_second * 0.05),
              second_tokens + per_second * e.seconds),
-       least(greatest(1, per_minute * 0.05),
-             minute_tokens + per_minute / 60.0 * e.seconds),
+       CASE WHEN per_minute IS NOT NULL
+            THEN least(greatest(1, per_minute * 0.05),
+                       minute_tokens + per_minute / 60.0 * e.seconds) END,
        updated_at
 FROM job_rate_limits,
      LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
@@ -90,7 +92,7 @@ RETURNING l.scope, l.name, l.paused_until;
 
 -- name: job_rate_limit_next_token
 -- An idle worker's wake-up: seconds until the limits that hold back ready jobs of these queues
--- (paused, or short of a whole token) have refilled half their bucket (or are unpaused), the
+-- (paused, or below half their bucket) have refilled half their bucket (and are unpaused), the
 -- soonest first; NULL when no limit holds anything back. Half a bucket rather than one token:
 -- claimers wake at the same refill time, and a claim then takes several tokens at once.
 SELECT min(greatest(
@@ -103,13 +105,16 @@ FROM job_rate_limits AS l,
                                                   - l.refilled_at))::float8 AS seconds) AS e,
      LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
                            l.second_tokens + l.per_second * e.seconds) AS second,
-                     least(greatest(1, l.per_minute * 0.05),
-                           l.minute_tokens + l.per_minute / 60.0 * e.seconds) AS minute) AS b
+                     CASE WHEN l.per_minute IS NOT NULL
+                          THEN least(greatest(1, l.per_minute * 0.05),
+                                     l.minute_tokens + l.per_minute / 60.0 * e.seconds)
+                     END AS minute) AS b
 WHERE ((l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
        OR (l.scope = 'job_type' AND (%(job_types)b::text[] IS NULL
                                      OR l.name = ANY(%(job_types)b::text[]))))
   AND (l.paused_until > coalesce(%(now)s::timestamptz, now())
-       OR b.second < 1 OR b.minute < 1)
+       OR b.second < greatest(1, floor(l.per_second * 0.025))
+       OR b.minute < greatest(1, floor(l.per_minute * 0.025)))
   AND CASE WHEN l.scope = 'queue'
            THEN EXISTS (SELECT 1 FROM jobs AS j
                         WHERE j.queue = l.name AND j.status IN ('pending', 'retrying')
