@@ -203,15 +203,17 @@ def sync_limits(
         (s.limit.scope, s.limit.name): s for s in list_limits(conn, now=now)
     }
     result = LimitSync()
-    for key, limit in wanted.items():
-        have = existing.get(key)
-        if have is not None and have.limit == limit and have.source == "definitions":
+    # In (scope, name) order, the order in which claims lock the rows: a sync never holds one
+    # row a claim needs while waiting for another that claim holds (no deadlock).
+    for key in sorted(wanted.keys() | existing.keys()):
+        declared, have = wanted.get(key), existing.get(key)
+        if declared is None:
+            if have is not None and have.source == "definitions":
+                clear_limit(conn, **{key[0]: key[1]})
+                result.cleared.append(":".join(key))
+        elif have is not None and have.limit == declared and have.source == "definitions":
             result.unchanged.append(":".join(key))
-            continue
-        set_limit(conn, limit, now=now, source="definitions")
-        result.set.append(":".join(key))
-    for key, state in existing.items():
-        if key not in wanted and state.source == "definitions":
-            clear_limit(conn, **{key[0]: key[1]})
-            result.cleared.append(":".join(key))
+        else:
+            set_limit(conn, declared, now=now, source="definitions")
+            result.set.append(":".join(key))
     return result

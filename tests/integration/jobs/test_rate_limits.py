@@ -294,7 +294,7 @@ def test_sync_limits_sets_changes_and_clears_only_its_own(conn: psycopg.Connecti
             RateLimit(job_type="push", per_second=3, per_minute=100),
         ]
         first = sync_limits(conn, declared)
-    assert first.set == ["queue:q", "job_type:push"]
+    assert first.set == ["job_type:push", "queue:q"]  # in lock order
     with conn.transaction():
         again = sync_limits(conn, [RateLimit(queue="q", per_second=10),
                                    RateLimit(job_type="push", per_second=4)])  # fmt: skip
