@@ -5,6 +5,7 @@ import logging
 from jobs import (
     connection,
     effects,
+    limits,
     logs,
     maintenance,
     metrics,
@@ -39,6 +40,7 @@ from jobs.enqueue import (
     enqueue_many_async,
 )
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
+from jobs.limits import RateLimit
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.metrics import Metrics
 from jobs.migrate import migrate
@@ -86,6 +88,7 @@ __all__ = [
     "MigrationError",
     "PermanentError",
     "QueueStats",
+    "RateLimit",
     "RateLimited",
     "Relay",
     "Retry",
@@ -112,6 +115,7 @@ __all__ = [
     "in_completion",
     "job",
     "job_attempts",
+    "limits",
     "list_jobs",
     "list_jobs_async",
     "migrate",

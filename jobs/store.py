@@ -29,6 +29,9 @@ from jobs.outcomes import TransientError
 from jobs.queries import query
 from jobs.retry import Decision, RetryPolicy, decide, summarize
 
+RATE_LIMITED = "rate_limited"
+"""The outcome of an attempt whose handler raised :class:`jobs.RateLimited`."""
+
 UNSTARTED_EXPIRY_LIMIT = 5
 """Expiries in a row of leases never reported started whose attempt the reaper gives back; the
 next one uses its attempt (code 'crash_loop'), so a job that kills its worker before the mark
@@ -58,6 +61,7 @@ class JobStore(Protocol):
         *,
         claim: UUID | None = None,
         started: Sequence[tuple[int, int]] = (),
+        job_types: Sequence[str] | None = None,
     ) -> list[Job]:
         """Lease up to ``wanted[queue]`` ready jobs of each queue.
 
@@ -68,6 +72,12 @@ class JobStore(Protocol):
 
         ``started`` (``(id, token)`` pairs): leases whose jobs the caller's threads have
         started, marked so in the same transaction (see :meth:`reap`).
+
+        Rate limits (:mod:`jobs.limits`) hold jobs back in the same statement: at most the
+        whole tokens of a queue's limit start from it, at most those of a job type's limit
+        across the queues, and the tokens are spent as the rows are leased. ``job_types``:
+        the job types the caller handles (its limits are read; a limited job type outside
+        them is not claimed); None: every job type.
         """
         ...
 
@@ -77,7 +87,9 @@ class JobStore(Protocol):
         """Write outcomes; returns ``{job id: outcome}`` with 'fenced' for lost leases.
 
         A job changes only while it is still leased under the same token. Every attempt gets a
-        job_attempts row either way.
+        job_attempts row either way. An attempt whose outcome is 'rate_limited' pauses the
+        rate limits of its queue and job type that opt in (:mod:`jobs.limits`) until now + its
+        retry delay, in the same transaction.
         """
         ...
 
@@ -93,9 +105,10 @@ class JobStore(Protocol):
         effect_failed: EffectFailed | None = None,
         claim: UUID | None = None,
         started: Sequence[tuple[int, int]] = (),
+        job_types: Sequence[str] | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
-        """:meth:`complete` then :meth:`claim` (under ``claim``, marking ``started``),
-        committed together.
+        """:meth:`complete` then :meth:`claim` (under ``claim``, marking ``started``, for
+        ``job_types``), committed together.
 
         ``effects`` run first, in the same transaction: the rows of their jobs whose decision
         is succeeded are locked where the lease token still matches (one statement), then each
@@ -118,8 +131,16 @@ class JobStore(Protocol):
         """
         ...
 
-    def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
-        """Seconds until the earliest waiting (future) job of ``queues`` is ready; None if none."""
+    def next_due(
+        self,
+        queues: Sequence[str],
+        now: datetime | None,
+        *,
+        job_types: Sequence[str] | None = None,
+    ) -> float | None:
+        """Seconds until the earliest waiting (future) job of ``queues`` is ready, or until a
+        rate limit that holds back ready jobs of theirs (of ``job_types``'s limits, None:
+        all) has refilled enough for a claim; None if nothing waits."""
         ...
 
     def heartbeat(
@@ -222,6 +243,7 @@ class PgJobStore:
         lease: timedelta,
         now: datetime | None,
         claim: UUID | None,
+        job_types: Sequence[str] | None = None,
     ) -> dict[str, Any] | None:
         queues = [q for q, n in wanted.items() if n > 0]
         if not queues:
@@ -233,6 +255,24 @@ class PgJobStore:
             "lease": lease,
             "now": now,
             "claim": claim,
+            "job_types": None if job_types is None else list(job_types),
+        }
+
+    @staticmethod
+    def _pause_params(
+        finished: Sequence[Finished], claim_params: Mapping[str, Any] | None, now: datetime | None
+    ) -> dict[str, Any] | None:
+        """The rate limits a RateLimited outcome pauses (job_rate_limit_pause), or None."""
+        limited = [f for f in finished if f.decision.outcome == RATE_LIMITED]
+        if not limited:
+            return None
+        return {
+            "pause_queues": [f.job.queue for f in limited],
+            "pause_types": [f.job.job_type for f in limited],
+            "delays": [f.decision.delay for f in limited],
+            "queues": list(claim_params["queues"]) if claim_params else [],
+            "job_types": claim_params["job_types"] if claim_params else [],
+            "now": now,
         }
 
     @staticmethod
@@ -273,8 +313,9 @@ class PgJobStore:
         *,
         claim: UUID | None = None,
         started: Sequence[tuple[int, int]] = (),
+        job_types: Sequence[str] | None = None,
     ) -> list[Job]:
-        params = self._claim_params(wanted, worker, lease, now, claim)
+        params = self._claim_params(wanted, worker, lease, now, claim, job_types)
         if params is None:
             self._mark_started(started)
             return []
@@ -300,7 +341,13 @@ class PgJobStore:
         if not finished:
             return {}
         params = self._complete_params(finished, worker, now)
-        rows = self.conn.execute(query("job_complete"), params).fetchall()
+        pause = self._pause_params(finished, None, now)
+        if pause is None:
+            rows = self.conn.execute(query("job_complete"), params).fetchall()
+        else:
+            with self.conn.transaction(), self.conn.pipeline():
+                self.conn.execute(query("job_rate_limit_pause"), pause)
+                rows = self.conn.execute(query("job_complete"), params).fetchall()
         return {job_id: outcome for job_id, outcome in rows}
 
     def complete_and_claim(
@@ -315,8 +362,9 @@ class PgJobStore:
         effect_failed: EffectFailed | None = None,
         claim: UUID | None = None,
         started: Sequence[tuple[int, int]] = (),
+        job_types: Sequence[str] | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
-        claim_params = self._claim_params(wanted, worker, lease, now, claim)
+        claim_params = self._claim_params(wanted, worker, lease, now, claim, job_types)
         if effects and finished:
             succeeded = {f.job.id for f in finished if f.decision.status is JobStatus.SUCCEEDED}
             runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
@@ -325,12 +373,17 @@ class PgJobStore:
                     finished, runs, succeeded, claim_params, worker, now, effect_failed, started
                 )
         if not finished:
-            return {}, self.claim(wanted, worker, lease, now, claim=claim, started=started)
+            return {}, self.claim(
+                wanted, worker, lease, now, claim=claim, started=started, job_types=job_types
+            )
         if claim_params is None and not started:
             return self.complete(finished, worker, now), []
+        pause = self._pause_params(finished, claim_params, now)
         with self.conn.transaction(), self.conn.pipeline():
             if started:
                 self.conn.execute(query("job_mark_started"), self._started_params(started))
+            if pause is not None:  # before the claim: it takes the claim's locks first
+                self.conn.execute(query("job_rate_limit_pause"), pause)
             done = self.conn.execute(
                 query("job_complete"), self._complete_params(finished, worker, now)
             )
@@ -386,9 +439,12 @@ class PgJobStore:
                     replace(f, decision=replaced[f.job.id]) if f.job.id in replaced else f
                     for f in finished
                 ]
+            pause = self._pause_params(finished, claim_params, now)
             with conn.pipeline():
                 if started:
                     conn.execute(query("job_mark_started"), self._started_params(started))
+                if pause is not None:
+                    conn.execute(query("job_rate_limit_pause"), pause)
                 done = conn.execute(
                     query("job_complete"), self._complete_params(finished, worker, now)
                 )
@@ -425,11 +481,24 @@ class PgJobStore:
             leased_rows = leased.fetchall() if leased is not None else []
         return {i: o for i, o in written_rows}, self._claimed(leased_rows)
 
-    def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
-        row = self.conn.execute(
-            query("job_next_due"), {"queues": list(queues), "now": now}
-        ).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+    def next_due(
+        self,
+        queues: Sequence[str],
+        now: datetime | None,
+        *,
+        job_types: Sequence[str] | None = None,
+    ) -> float | None:
+        params = {
+            "queues": list(queues),
+            "now": now,
+            "job_types": None if job_types is None else list(job_types),
+        }
+        with self.conn.pipeline():
+            due = self.conn.execute(query("job_next_due"), params)
+            refill = self.conn.execute(query("job_rate_limit_next_token"), params)
+            rows = [due.fetchone(), refill.fetchone()]
+        waits = [float(r[0]) for r in rows if r is not None and r[0] is not None]
+        return min(waits) if waits else None
 
     def heartbeat(
         self,

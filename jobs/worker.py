@@ -408,7 +408,13 @@ class Worker(Service[WorkerStats]):
         wait = min(self.poll_interval.total_seconds(), deadline)
         if self._has_free_slot() and wait > _MIN_WAIT:
             # Sleep until the next scheduled job falls due, if that comes first.
-            due = self._db(lambda s: s.next_due(list(self.queues), self.now_or_none()), "next_due")
+            # or until a rate limit holding back ready jobs has refilled (jobs.limits).
+            due = self._db(
+                lambda s: s.next_due(
+                    list(self.queues), self.now_or_none(), job_types=list(self.handlers)
+                ),
+                "next_due",
+            )
             if due is not None:
                 wait = min(wait, max(due, _MIN_WAIT))
         return max(0.0, wait)
@@ -482,6 +488,7 @@ class Worker(Service[WorkerStats]):
                 effect_failed=self._effect_failed,
                 claim=claim_id,
                 started=marks,
+                job_types=list(self.handlers),  # their rate limits (jobs.limits)
             )
 
         def again(s: JobStore) -> tuple[dict[int, str], list[Job]]:

@@ -14,6 +14,18 @@ changed, and deletes definitions that a previous sync created and the file no lo
 (schedules created through the API are never touched). It is idempotent: syncing the same file
 twice changes nothing the second time.
 
+The same file may declare global rate limits (:mod:`jobs.limits`) in ``[[limit]]`` tables::
+
+    [[limit]]
+    job_type = "send_push"   # or queue = "notifications"
+    per_second = 500
+    per_minute = 30000       # optional
+    pause_on_rate_limited = true   # optional, the default
+
+:func:`load_limits` reads them (:func:`load_file` checks them too, so a bad limit fails the
+file before anything is written) and ``sync(..., limits=...)`` syncs them the same way: set
+when new or changed, cleared when a previous sync set them and the file no longer does.
+
 A table is a :class:`Definition`: a :class:`scheduler.spec.ScheduleSpec` (the fields and checks
 of the API, declared once) restricted to what a definition may set. Loading checks everything,
 so a bad file fails before anything is written. An error names the entry by position when its
@@ -33,6 +45,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import psycopg
 from pydantic import ValidationError, model_validator
 
+from jobs import InvalidInput, RateLimit
+from jobs.limits import LimitSync, sync_limits
 from scheduler.errors import InvalidSchedule
 from scheduler.schedules import (
     create_schedule,
@@ -92,6 +106,7 @@ class SyncResult:
     updated: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    limits: LimitSync | None = None  # when sync was given limits
 
 
 # A definitions file larger than this is refused before it is read.
@@ -99,7 +114,52 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
 def load_file(path: str | Path) -> list[Definition]:
-    """Read and validate a TOML file of ``[[schedule]]`` tables."""
+    """Read and validate a TOML file of ``[[schedule]]`` tables (and its ``[[limit]]`` ones)."""
+    data = _read(path)
+    tables = data.get("schedule", [])
+    if not isinstance(tables, list):
+        raise InvalidSchedule(
+            "schedule", tables, "must be an array of tables ([[schedule]] entries)"
+        )
+    parse_limits(data.get("limit", []))
+    return parse_definitions(tables)
+
+
+def load_limits(path: str | Path) -> list[RateLimit]:
+    """Read and validate the ``[[limit]]`` tables of a definitions file (none: ``[]``)."""
+    return parse_limits(_read(path).get("limit", []))
+
+
+LIMIT_FIELDS = frozenset({"queue", "job_type", "per_second", "per_minute", "pause_on_rate_limited"})
+
+
+def parse_limits(items: Any) -> list[RateLimit]:
+    """Validate ``[[limit]]`` tables; an error names ``limit[i].field``."""
+    if not isinstance(items, list):
+        raise InvalidSchedule("limit", items, "must be an array of tables ([[limit]] entries)")
+    result: list[RateLimit] = []
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidSchedule(f"limit[{index}]", item, "must be a table")
+        unknown = sorted(set(item) - LIMIT_FIELDS)
+        if unknown:
+            raise InvalidSchedule(f"limit[{index}].{unknown[0]}", item[unknown[0]],
+                                  "Extra inputs are not permitted")  # fmt: skip
+        if "per_second" not in item:
+            raise InvalidSchedule(f"limit[{index}].per_second", item, "Field required")
+        try:
+            limit = RateLimit(**item)
+        except InvalidInput as exc:
+            raise InvalidSchedule(f"limit[{index}].{exc.field}", exc.value, exc.reason) from None
+        if (limit.scope, limit.name) in seen:
+            raise InvalidSchedule(f"limit[{index}].{limit.scope}", limit.name, "appears twice")
+        seen.add((limit.scope, limit.name))
+        result.append(limit)
+    return result
+
+
+def _read(path: str | Path) -> dict[str, Any]:
     try:
         file = Path(path)
         size = file.stat().st_size
@@ -116,15 +176,10 @@ def load_file(path: str | Path) -> list[Definition]:
         raise InvalidSchedule("file", str(path), f"is not valid TOML: {exc}") from None
     except (OSError, ValueError) as exc:  # a directory, no permission, a NUL in the path
         raise InvalidSchedule("file", str(path), f"cannot be read: {exc}") from None
-    unknown = set(data) - {"schedule"}
+    unknown = set(data) - {"schedule", "limit"}
     if unknown:
         raise InvalidSchedule("file", str(path), f"unknown top-level keys {sorted(unknown)}")
-    tables = data.get("schedule", [])
-    if not isinstance(tables, list):
-        raise InvalidSchedule(
-            "schedule", tables, "must be an array of tables ([[schedule]] entries)"
-        )
-    return parse_definitions(tables)
+    return data
 
 
 def parse_definitions(items: Iterable[Mapping[str, Any]]) -> list[Definition]:
@@ -175,12 +230,16 @@ def sync(
     organization_id: Any = None,
     now: datetime | None = None,
     scope: str = "user",
+    limits: Iterable[RateLimit] | None = None,
 ) -> SyncResult:
     """Make the organization's synced definitions match ``definitions`` (caller's transaction).
 
     ``scope="user"`` (the default) manages every key except the built-in ``tockwork.`` ones;
     ``scope="builtin"`` manages only those (:mod:`scheduler.maintenance`), so a user's file never
     removes the built-in maintenance and the other way round.
+
+    ``limits`` (a file's ``[[limit]]`` tables, :func:`load_limits`): synced too, by
+    :func:`jobs.limits.sync_limits`, when given (``[]`` clears the file's earlier ones).
     """
     if scope not in ("user", "builtin"):
         raise InvalidSchedule("scope", scope, "must be 'user' or 'builtin'")
@@ -217,4 +276,6 @@ def sync(
         if key not in wanted and s.source == "definitions":
             delete(conn, s.id, now=now)
             result.deleted.append(key)
+    if limits is not None:
+        result.limits = sync_limits(conn, limits, now=now)
     return result

@@ -67,21 +67,99 @@ JOIN jobs AS j
 -- each other; every claim bumps the fencing token, so only the current holder can write the
 -- outcome. The rows carry the caller's claim id, so a caller that lost the reply can find them
 -- (job_claim_lookup).
-WITH wanted AS (
-    SELECT * FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
+-- Rate limits (job_rate_limits, jobs/limits.py): the bucket rows of the claimed queues and of
+-- the caller's job types (job_types; NULL: every job type) are locked in (scope, name)
+-- order, so concurrent claimers take turns on them, and only on them: with no limit row the
+-- claim locks nothing more than before. Each bucket is refilled by the time elapsed; a queue
+-- starts at most the whole tokens of its limit, a limited job type at most its own across all
+-- the claimed queues, and what starts is taken from the buckets in the same statement. A job
+-- held back waits in the queue as it was (no attempt used). A job type limited but not among
+-- the caller's job types is left to a worker that handles it.
+WITH limits AS MATERIALIZED (
+    SELECT scope, name, per_second, per_minute, second_tokens, minute_tokens, refilled_at,
+           paused_until
+    FROM job_rate_limits
+    WHERE (scope = 'queue' AND name = ANY(%(queues)b::text[]))
+       OR (scope = 'job_type' AND (%(job_types)b::text[] IS NULL
+                                   OR name = ANY(%(job_types)b::text[])))
+    ORDER BY scope, name
+    FOR UPDATE
+),
+buckets AS MATERIALIZED (
+    SELECT l.scope, l.name, b.second, b.minute,
+           CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
+                ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
+    FROM limits AS l,
+         LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                                                      - l.refilled_at))::float8 AS seconds) AS e,
+         LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
+                               l.second_tokens + l.per_second * e.seconds) AS second,
+                         -- NULL without a per-minute limit (least and greatest skip NULLs)
+                         CASE WHEN l.per_minute IS NOT NULL
+                              THEN least(greatest(1, l.per_minute * 0.05),
+                                         l.minute_tokens + l.per_minute / 60.0 * e.seconds)
+                         END AS minute) AS b
+),
+held_back AS (
+    -- Job types that may not start in this claim: out of tokens or paused, or not handled.
+    SELECT coalesce(array_agg(name), '{}') AS job_types
+    FROM (SELECT name FROM buckets WHERE scope = 'job_type' AND allow < 1
+          UNION ALL
+          SELECT name FROM job_rate_limits
+          WHERE scope = 'job_type' AND %(job_types)b::text[] IS NOT NULL
+            AND name <> ALL(%(job_types)b::text[])) AS t
+),
+wanted AS (
+    SELECT w.queue, least(w.n, coalesce(b.allow, w.n)) AS n
+    FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
+    LEFT JOIN buckets AS b ON b.scope = 'queue' AND b.name = w.queue
 ),
 candidates AS (
-    SELECT c.id
+    SELECT c.id, c.job_type, c.priority, c.run_at, w.queue
     FROM wanted AS w
     CROSS JOIN LATERAL (
-        SELECT id FROM jobs
+        SELECT id, job_type, priority, run_at FROM jobs
         WHERE queue = w.queue
           AND status IN ('pending', 'retrying')
           AND run_at <= coalesce(%(now)s::timestamptz, now())
+          -- Not "job_type <> ALL(...)": from its statistics (one job type in most queues) the
+          -- planner would expect no row to pass and sort the whole queue instead of reading
+          -- the ready index in order.
+          AND array_position((SELECT job_types FROM held_back)::text[], job_type) IS NULL
         ORDER BY priority DESC, run_at, id
         LIMIT w.n
         FOR UPDATE SKIP LOCKED
     ) AS c
+),
+admitted AS (
+    -- Without job type limits, every candidate (the one-time filter skips the ranking).
+    SELECT id, job_type, queue FROM candidates
+    WHERE NOT EXISTS (SELECT 1 FROM buckets WHERE scope = 'job_type')
+    UNION ALL
+    -- A limited job type starts at most its tokens across the queues, in claim order.
+    SELECT r.id, r.job_type, r.queue
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.job_type
+                                         ORDER BY c.priority DESC, c.run_at, c.id) AS k
+          FROM candidates AS c) AS r
+    LEFT JOIN buckets AS b ON b.scope = 'job_type' AND b.name = r.job_type
+    WHERE EXISTS (SELECT 1 FROM buckets WHERE scope = 'job_type')
+      AND (b.allow IS NULL OR r.k <= b.allow)
+),
+spent AS (
+    -- Every admitted row is locked by this claim and leased below, so the tokens taken are
+    -- the admitted counts. A bucket nothing was taken from is left alone: refilling later from
+    -- the old refilled_at gives the same tokens.
+    UPDATE job_rate_limits AS l
+    SET second_tokens = b.second - u.n,
+        minute_tokens = b.minute - u.n,
+        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now()))
+    FROM buckets AS b,
+         (SELECT 'queue' AS scope, queue AS name, count(*) AS n FROM admitted GROUP BY queue
+          UNION ALL
+          SELECT 'job_type', job_type, count(*) FROM admitted GROUP BY job_type) AS u
+    WHERE EXISTS (SELECT 1 FROM buckets)
+      AND b.scope = u.scope AND b.name = u.name
+      AND l.scope = b.scope AND l.name = b.name
 )
 UPDATE jobs AS j
 SET status = 'leased',
@@ -93,7 +171,7 @@ SET status = 'leased',
     claim_id = %(claim)s::uuid
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
-WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
+WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
           j.created_at, j.trace_parent, j.trace_state;

@@ -4,6 +4,7 @@
 - ``jobs.py``: ``jobs dead|list|show|requeue|cancel``, ``stats``
 - ``schedules.py``: ``scheduler``, ``schedules sync|list|show|preview``
 - ``outbox.py``: ``relay``, ``outbox dead|retry``
+- ``limits.py``: ``limits set|list|clear`` (global rate limits)
 - ``ops.py``: ``healthz``, ``metrics-server``
 - ``preview.py``: ``preview``, ``zones`` (no database)
 - ``dev.py``: ``dev-db url|status|stop`` (the embedded development server)
@@ -36,7 +37,7 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dashboard as dashboard_command
-from scheduler.cli import dev, ops, outbox, preview, schedules, worker
+from scheduler.cli import dev, limits, ops, outbox, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv
 from timezones.errors import InvalidInput, TockworkError
@@ -47,6 +48,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     jobs_commands.register,
     schedules.register,
     outbox.register,
+    limits.register,
     ops.register,
     preview.register,
     dev.register,

@@ -28,7 +28,7 @@ from scheduler.cli.common import (
     seconds,
     text,
 )
-from scheduler.definitions import load_file, sync
+from scheduler.definitions import load_file, load_limits, sync
 from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
@@ -56,7 +56,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             )
         if definitions is not None:
             with conn.transaction():
-                result = sync(conn, definitions)
+                result = sync(conn, definitions, limits=load_limits(args.definitions))
             print(
                 f"definitions: created {len(result.created)}, updated {len(result.updated)}, "
                 f"deleted {len(result.deleted)}, unchanged {len(result.unchanged)}"
@@ -121,7 +121,7 @@ def _load(path: str, field: str) -> list[Any]:
 def cmd_sync(args: argparse.Namespace) -> int:
     definitions = _load(args.file, "FILE")
     with connect(args) as conn:
-        result = sync(conn, definitions)
+        result = sync(conn, definitions, limits=load_limits(args.file))
         if args.dry_run:
             conn.rollback()
     verb = "would " if args.dry_run else ""
@@ -132,6 +132,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     ):
         print(f"{verb}{name}: {', '.join(keys) if keys else '-'}")
     print(f"unchanged: {len(result.unchanged)}")
+    if result.limits is not None and (result.limits.set or result.limits.cleared):
+        print(f"{verb}set limits: {', '.join(result.limits.set) or '-'}; "
+              f"{verb}clear limits: {', '.join(result.limits.cleared) or '-'}")  # fmt: skip
     return 0
 
 

@@ -34,7 +34,8 @@ class ExpiredLeases:
     # The rest of the protocol is not used by the rescuer.
     def claim(self, wanted: Mapping[str, int], worker: str, lease: timedelta,
               now: datetime | None, *, claim: UUID | None = None,
-              started: Sequence[tuple[int, int]] = ()) -> list[Job]:  # fmt: skip
+              started: Sequence[tuple[int, int]] = (),
+              job_types: Sequence[str] | None = None) -> list[Job]:  # fmt: skip
         raise NotImplementedError
 
     def complete(self, finished: Sequence[Finished], worker: str,
@@ -47,6 +48,7 @@ class ExpiredLeases:
                            effect_failed: EffectFailed | None = None,
                            claim: UUID | None = None,
                            started: Sequence[tuple[int, int]] = (),
+                           job_types: Sequence[str] | None = None,
                            ) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
         raise NotImplementedError
 
@@ -54,7 +56,8 @@ class ExpiredLeases:
                    worker: str) -> tuple[dict[int, str], list[Job]]:  # fmt: skip
         raise NotImplementedError
 
-    def next_due(self, queues: Sequence[str], now: datetime | None) -> float | None:
+    def next_due(self, queues: Sequence[str], now: datetime | None, *,
+                 job_types: Sequence[str] | None = None) -> float | None:  # fmt: skip
         raise NotImplementedError
 
     def heartbeat(self, leases: Sequence[tuple[int, int]], lease: timedelta,

@@ -1,0 +1,125 @@
+-- Named queries on the job_rate_limits table (global rate limits, jobs/limits.py), loaded by
+-- jobs/queries.py. The claim itself (job_claim in job.sql) reads and spends the buckets.
+-- A window's bucket holds at most 5% of its limit, at least one token: greatest(1, rate * 0.05).
+
+-- name: job_rate_limit_set
+-- Create or replace a limit; its buckets start full. A pause in force stays. Wakes the workers
+-- of a limited queue, so a raised limit is used at once (a lowered one applies at the next
+-- claim either way).
+WITH upserted AS (
+    INSERT INTO job_rate_limits AS l (scope, name, per_second, per_minute, second_tokens,
+                                      minute_tokens, refilled_at, pause_on_rate_limited, source,
+                                      updated_at)
+    VALUES (%(scope)s, %(name)s, %(per_second)s, %(per_minute)s::int,
+            greatest(1, %(per_second)s * 0.05),
+            CASE WHEN %(per_minute)s::int IS NOT NULL
+                 THEN greatest(1, %(per_minute)s::int * 0.05) END,
+            coalesce(%(now)s::timestamptz, now()), %(pause_on_rate_limited)s, %(source)s,
+            coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (scope, name) DO UPDATE
+    SET per_second = excluded.per_second,
+        per_minute = excluded.per_minute,
+        second_tokens = excluded.second_tokens,
+        minute_tokens = excluded.minute_tokens,
+        refilled_at = excluded.refilled_at,
+        pause_on_rate_limited = excluded.pause_on_rate_limited,
+        source = excluded.source,
+        updated_at = excluded.updated_at
+    RETURNING scope, name
+)
+SELECT scope, name,
+       CASE WHEN scope = 'queue' THEN pg_notify('tockwork_jobs', name) END IS NOT NULL
+FROM upserted;
+
+-- name: job_rate_limit_list
+-- Every limit (or those of one source), with its buckets as of now.
+SELECT scope, name, per_second, per_minute, pause_on_rate_limited, source,
+       CASE WHEN paused_until > coalesce(%(now)s::timestamptz, now()) THEN paused_until END,
+       least(greatest(1, per_second * 0.05),
+             second_tokens + per_second * e.seconds),
+       CASE WHEN per_minute IS NOT NULL
+            THEN least(greatest(1, per_minute * 0.05),
+                       minute_tokens + per_minute / 60.0 * e.seconds) END,
+       updated_at
+FROM job_rate_limits,
+     LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                                                  - refilled_at))::float8 AS seconds) AS e
+WHERE (%(source)s::text IS NULL OR source = %(source)s::text)
+ORDER BY scope, name;
+
+-- name: job_rate_limit_clear
+-- Remove a limit: its jobs start as fast as the workers take them, from the next claim on.
+DELETE FROM job_rate_limits
+WHERE scope = %(scope)s AND name = %(name)s
+RETURNING scope, name,
+          CASE WHEN scope = 'queue' THEN pg_notify('tockwork_jobs', name) END IS NOT NULL;
+
+-- name: job_rate_limit_pause
+-- In the completion transaction of attempts whose handler raised RateLimited: pause the limits
+-- of their queues and job types that opt in, until now + the retry delay (a longer pause in
+-- force is kept). Before pausing, the statement locks, in the claim's order (scope, name), the
+-- rows the claim of the same transaction will lock too (queues, job_types; job_claim),
+-- so both statements together take their row locks in one global order: no deadlock between
+-- workers, whatever limits they pause.
+WITH locked AS MATERIALIZED (
+    SELECT scope, name
+    FROM job_rate_limits
+    WHERE (scope = 'queue' AND (name = ANY(%(pause_queues)b::text[])
+                                OR name = ANY(%(queues)b::text[])))
+       OR (scope = 'job_type' AND (name = ANY(%(pause_types)b::text[])
+                                   OR %(job_types)b::text[] IS NULL
+                                   OR name = ANY(%(job_types)b::text[])))
+    ORDER BY scope, name
+    FOR UPDATE
+),
+pauses AS (
+    SELECT scope, name, max(coalesce(%(now)s::timestamptz, now()) + delay) AS until
+    FROM (SELECT 'queue', q, d FROM unnest(%(pause_queues)b::text[], %(delays)b::interval[])
+                                    AS p(q, d)
+          UNION ALL
+          SELECT 'job_type', t, d FROM unnest(%(pause_types)b::text[], %(delays)b::interval[])
+                                       AS p(t, d)) AS p(scope, name, delay)
+    GROUP BY scope, name
+)
+UPDATE job_rate_limits AS l
+SET paused_until = greatest(l.paused_until, p.until),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+FROM pauses AS p
+-- The uncorrelated count runs first (an InitPlan), so every lock is taken before any update.
+WHERE (SELECT count(*) FROM locked) >= 0
+  AND l.scope = p.scope AND l.name = p.name AND l.pause_on_rate_limited
+RETURNING l.scope, l.name, l.paused_until;
+
+-- name: job_rate_limit_next_token
+-- An idle worker's wake-up: seconds until the limits that hold back ready jobs of these queues
+-- (paused, or below half their bucket) have refilled half their bucket (and are unpaused), the
+-- soonest first; NULL when no limit holds anything back. Half a bucket rather than one token:
+-- claimers wake at the same refill time, and a claim then takes several tokens at once.
+SELECT min(greatest(
+           extract(epoch FROM l.paused_until - coalesce(%(now)s::timestamptz, now()))::float8,
+           (greatest(1, floor(l.per_second * 0.025)) - b.second) / l.per_second,
+           (greatest(1, floor(l.per_minute * 0.025)) - b.minute) / (l.per_minute / 60.0),
+           0))
+FROM job_rate_limits AS l,
+     LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                                                  - l.refilled_at))::float8 AS seconds) AS e,
+     LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
+                           l.second_tokens + l.per_second * e.seconds) AS second,
+                     CASE WHEN l.per_minute IS NOT NULL
+                          THEN least(greatest(1, l.per_minute * 0.05),
+                                     l.minute_tokens + l.per_minute / 60.0 * e.seconds)
+                     END AS minute) AS b
+WHERE ((l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
+       OR (l.scope = 'job_type' AND (%(job_types)b::text[] IS NULL
+                                     OR l.name = ANY(%(job_types)b::text[]))))
+  AND (l.paused_until > coalesce(%(now)s::timestamptz, now())
+       OR b.second < greatest(1, floor(l.per_second * 0.025))
+       OR b.minute < greatest(1, floor(l.per_minute * 0.025)))
+  AND CASE WHEN l.scope = 'queue'
+           THEN EXISTS (SELECT 1 FROM jobs AS j
+                        WHERE j.queue = l.name AND j.status IN ('pending', 'retrying')
+                          AND j.run_at <= coalesce(%(now)s::timestamptz, now()))
+           ELSE EXISTS (SELECT 1 FROM jobs AS j
+                        WHERE j.queue = ANY(%(queues)b::text[]) AND j.job_type = l.name
+                          AND j.status IN ('pending', 'retrying')
+                          AND j.run_at <= coalesce(%(now)s::timestamptz, now())) END;
