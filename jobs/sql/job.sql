@@ -24,6 +24,16 @@ SELECT id,
             THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
 FROM ins;
 
+-- name: job_set_concurrency_keys
+-- The concurrency keys (jobs.set_queue_policy's per-key limits) of jobs this transaction has
+-- just inserted (jobs/enqueue.py): a second statement, sent only when a key is given, so the
+-- insert paths stay as they are. No other transaction sees the rows before this commits, so no
+-- claim leases one without its key; the column is not indexed, so the update is HOT.
+UPDATE jobs AS j
+SET concurrency_key = t.key
+FROM unnest(%(ids)b::bigint[], %(keys)b::text[]) AS t(id, key)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id;
+
 -- name: job_find_by_key
 SELECT id FROM jobs
 WHERE organization_id = %(organization_id)s::uuid
@@ -93,6 +103,159 @@ SET status = 'leased',
     claim_id = %(claim)s::uuid
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
+WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
+          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
+          j.created_at;
+
+-- name: job_claim_fair
+-- job_claim for the queues that have a policy (job_queue_policies), same parameters plus
+-- %(start)s (a random UUID: where this claim starts its round of organizations). The policy is
+-- read here, so a queue whose policy was just cleared is claimed in plain order.
+-- Fair queue: the organizations with ready work are found by a loose index scan over
+-- jobs_ready_org_idx (a missing organization is the nil UUID, one organization), at most
+-- greatest(n, 8) of them, starting after %(start)s and wrapping around, so a claim costs the
+-- same with one organization of a million jobs or ten thousand organizations, and every
+-- organization is reached in turn; each found one gives up to ceil(n / found) of its first jobs,
+-- handed out round robin; the plain order fills the rest (jobs of an organization past the
+-- round, or left over).
+-- Per-key limit K: keys with K leased jobs in the queue are skipped, and one claim takes at most
+-- K minus the leased count of a key. Race-free only after job_queue_policy_lock in an earlier
+-- statement of the same transaction (jobs/store.py). A candidate that loses to the limit is
+-- locked until commit but not leased.
+WITH wanted AS (
+    SELECT w.queue, w.n, coalesce(p.fair, false) AS fair, p.concurrency_per_key AS k
+    FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
+    LEFT JOIN job_queue_policies AS p ON p.queue = w.queue
+),
+leased_keys AS (
+    SELECT j.queue, j.concurrency_key AS key, count(*)::int AS leased
+    FROM jobs AS j
+    WHERE j.status = 'leased' AND j.concurrency_key IS NOT NULL
+      AND j.queue = ANY(ARRAY(SELECT queue FROM wanted WHERE k IS NOT NULL))
+    GROUP BY j.queue, j.concurrency_key
+),
+queues AS (
+    SELECT w.*,
+           ARRAY(SELECT l.key FROM leased_keys AS l
+                 WHERE l.queue = w.queue AND l.leased >= w.k) AS full_keys
+    FROM wanted AS w
+),
+orgs AS (
+    SELECT q.queue, o.org, o.pos
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE walk(org, pos, wrapped) AS (
+            SELECT coalesce(after.org, first.org), 1, after.org IS NULL
+            FROM (SELECT (SELECT coalesce(organization_id,
+                                          '00000000-0000-0000-0000-000000000000'::uuid)
+                          FROM jobs
+                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                            AND coalesce(organization_id,
+                                         '00000000-0000-0000-0000-000000000000'::uuid)
+                                > %(start)s::uuid
+                          ORDER BY 1 LIMIT 1) AS org) AS after,
+                 (SELECT (SELECT coalesce(organization_id,
+                                          '00000000-0000-0000-0000-000000000000'::uuid)
+                          FROM jobs
+                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                          ORDER BY 1 LIMIT 1) AS org) AS first
+            WHERE q.fair
+          UNION ALL
+            SELECT nx.org, walk.pos + 1, nx.wrapped
+            FROM walk
+            CROSS JOIN LATERAL (
+                SELECT coalesce(nxt.org, CASE WHEN NOT walk.wrapped THEN low.org END) AS org,
+                       walk.wrapped OR nxt.org IS NULL AS wrapped
+                FROM (SELECT (SELECT coalesce(organization_id,
+                                              '00000000-0000-0000-0000-000000000000'::uuid)
+                              FROM jobs
+                              WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                                AND coalesce(organization_id,
+                                             '00000000-0000-0000-0000-000000000000'::uuid)
+                                    > walk.org
+                              ORDER BY 1 LIMIT 1) AS org) AS nxt,
+                     (SELECT (SELECT coalesce(organization_id,
+                                              '00000000-0000-0000-0000-000000000000'::uuid)
+                              FROM jobs
+                              WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                              ORDER BY 1 LIMIT 1) AS org) AS low
+            ) AS nx
+            WHERE walk.pos < greatest(q.n, 8) AND nx.org IS NOT NULL
+              AND NOT (nx.wrapped AND nx.org > %(start)s::uuid)
+        )
+        SELECT walk.org, walk.pos FROM walk WHERE walk.org IS NOT NULL
+    ) AS o
+),
+rounds AS (
+    SELECT o.queue, o.org, o.pos,
+           ceil(q.n::numeric / count(*) OVER (PARTITION BY o.queue))::int AS quota
+    FROM orgs AS o JOIN queues AS q ON q.queue = o.queue
+),
+picked AS (
+    SELECT r.queue, c.id, c.key, c.rn AS r1, r.pos::bigint AS r2
+    FROM rounds AS r
+    JOIN queues AS q ON q.queue = r.queue
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, concurrency_key AS key, priority, run_at FROM jobs
+            WHERE queue = q.queue
+              AND status IN ('pending', 'retrying')
+              AND coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                  = r.org
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (q.k IS NULL OR concurrency_key IS NULL
+                   OR concurrency_key <> ALL(q.full_keys))
+            ORDER BY priority DESC, run_at, id
+            LIMIT r.quota
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+),
+refill AS (
+    SELECT q.queue, c.id, c.key, 1000000 + c.rn AS r1, 0::bigint AS r2
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, concurrency_key AS key, priority, run_at FROM jobs
+            WHERE queue = q.queue
+              AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+              AND (q.k IS NULL OR concurrency_key IS NULL
+                   OR concurrency_key <> ALL(q.full_keys))
+              AND id <> ALL(ARRAY(SELECT p.id FROM picked AS p WHERE p.queue = q.queue))
+            ORDER BY priority DESC, run_at, id
+            LIMIT greatest(q.n - (SELECT count(*) FROM picked AS p WHERE p.queue = q.queue), 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+),
+ranked AS (
+    SELECT a.queue, a.id, a.key, a.r1, a.r2,
+           row_number() OVER (PARTITION BY a.queue, a.key ORDER BY a.r1, a.r2) AS of_key
+    FROM (SELECT * FROM picked UNION ALL SELECT * FROM refill) AS a
+),
+allowed AS (
+    SELECT r.queue, r.id,
+           row_number() OVER (PARTITION BY r.queue ORDER BY r.r1, r.r2) AS nth
+    FROM ranked AS r
+    JOIN queues AS q ON q.queue = r.queue
+    LEFT JOIN leased_keys AS l ON l.queue = r.queue AND l.key = r.key
+    WHERE q.k IS NULL OR r.key IS NULL OR r.of_key <= q.k - coalesce(l.leased, 0)
+),
+candidates AS (
+    SELECT a.id FROM allowed AS a JOIN queues AS q ON q.queue = a.queue WHERE a.nth <= q.n
+)
+UPDATE jobs AS j
+SET status = 'leased',
+    attempts = j.attempts + 1,
+    locked_at = coalesce(%(now)s::timestamptz, now()),
+    locked_by = %(worker)s,
+    locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    lease_token = j.lease_token + 1,
+    claim_id = %(claim)s::uuid
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
