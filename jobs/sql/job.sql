@@ -145,8 +145,8 @@ orgs AS (
     SELECT q.queue, o.org, o.pos
     FROM queues AS q
     CROSS JOIN LATERAL (
-        WITH RECURSIVE walk(org, pos, wrapped) AS (
-            SELECT coalesce(after.org, first.org), 1, after.org IS NULL
+        WITH RECURSIVE walk AS (
+            SELECT coalesce(after.org, first.org) AS org, 1 AS pos, after.org IS NULL AS wrapped
             FROM (SELECT (SELECT coalesce(organization_id,
                                           '00000000-0000-0000-0000-000000000000'::uuid)
                           FROM jobs

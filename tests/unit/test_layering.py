@@ -127,8 +127,14 @@ def test_the_api_check_sees_private_uses() -> None:
 
 OWNERS: dict[str, frozenset[str]] = {
     "jobs": frozenset(
-        {"jobs", "job_attempts", "job_effects", "job_queue_policies", "outbox_events",
-         "tockwork_migrations"}
+        {
+            "jobs",
+            "job_attempts",
+            "job_effects",
+            "job_queue_policies",
+            "outbox_events",
+            "tockwork_migrations",
+        }
     ),
     "scheduler": frozenset({"schedules", "schedule_skips", "dashboard_audit"}),
     # The simulated push provider's opt-in migration component (its own package and sql/).
