@@ -146,40 +146,49 @@ orgs AS (
     FROM queues AS q
     CROSS JOIN LATERAL (
         WITH RECURSIVE walk AS (
-            SELECT coalesce(after.org, first.org) AS org, 1 AS pos, after.org IS NULL AS wrapped
-            FROM (SELECT (SELECT coalesce(organization_id,
-                                          '00000000-0000-0000-0000-000000000000'::uuid)
-                          FROM jobs
-                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                            AND coalesce(organization_id,
-                                         '00000000-0000-0000-0000-000000000000'::uuid)
-                                > %(start)s::uuid
-                          ORDER BY 1 LIMIT 1) AS org) AS after,
-                 (SELECT (SELECT coalesce(organization_id,
-                                          '00000000-0000-0000-0000-000000000000'::uuid)
-                          FROM jobs
-                          WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                          ORDER BY 1 LIMIT 1) AS org) AS first
+            SELECT coalesce(after.org, low.org) AS org, 1 AS pos, after.org IS NULL AS wrapped
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                SELECT coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                       AS org
+                FROM jobs
+                WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                  AND coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                      > %(start)s::uuid
+                ORDER BY 1 LIMIT 1
+            ) AS after ON true
+            LEFT JOIN LATERAL (
+                SELECT coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                       AS org
+                FROM jobs
+                WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                ORDER BY 1 LIMIT 1
+            ) AS low ON after.org IS NULL
             WHERE q.fair
           UNION ALL
+            -- The next organization after walk.org; past the last one, wrap around to the
+            -- lowest (once), and stop on reaching the start again.
             SELECT nx.org, walk.pos + 1, nx.wrapped
             FROM walk
             CROSS JOIN LATERAL (
-                SELECT coalesce(nxt.org, CASE WHEN NOT walk.wrapped THEN low.org END) AS org,
-                       walk.wrapped OR nxt.org IS NULL AS wrapped
-                FROM (SELECT (SELECT coalesce(organization_id,
-                                              '00000000-0000-0000-0000-000000000000'::uuid)
-                              FROM jobs
-                              WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                                AND coalesce(organization_id,
-                                             '00000000-0000-0000-0000-000000000000'::uuid)
-                                    > walk.org
-                              ORDER BY 1 LIMIT 1) AS org) AS nxt,
-                     (SELECT (SELECT coalesce(organization_id,
-                                              '00000000-0000-0000-0000-000000000000'::uuid)
-                              FROM jobs
-                              WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                              ORDER BY 1 LIMIT 1) AS org) AS low
+                SELECT coalesce(nxt.org, low.org) AS org, walk.wrapped OR nxt.org IS NULL AS wrapped
+                FROM (SELECT 1) AS one
+                LEFT JOIN LATERAL (
+                    SELECT coalesce(organization_id,
+                                    '00000000-0000-0000-0000-000000000000'::uuid) AS org
+                    FROM jobs
+                    WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                      AND coalesce(organization_id,
+                                   '00000000-0000-0000-0000-000000000000'::uuid) > walk.org
+                    ORDER BY 1 LIMIT 1
+                ) AS nxt ON true
+                LEFT JOIN LATERAL (
+                    SELECT coalesce(organization_id,
+                                    '00000000-0000-0000-0000-000000000000'::uuid) AS org
+                    FROM jobs
+                    WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                    ORDER BY 1 LIMIT 1
+                ) AS low ON nxt.org IS NULL AND NOT walk.wrapped
             ) AS nx
             WHERE walk.pos < greatest(q.n, 8) AND nx.org IS NOT NULL
               AND NOT (nx.wrapped AND nx.org > %(start)s::uuid)
@@ -213,9 +222,13 @@ picked AS (
         ) AS s
     ) AS c
 ),
+taken AS (
+    SELECT q.*, ARRAY(SELECT p.id FROM picked AS p WHERE p.queue = q.queue) AS ids
+    FROM queues AS q
+),
 refill AS (
     SELECT q.queue, c.id, c.key, 1000000 + c.rn AS r1, 0::bigint AS r2
-    FROM queues AS q
+    FROM taken AS q
     CROSS JOIN LATERAL (
         SELECT s.id, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
         FROM (
@@ -225,9 +238,9 @@ refill AS (
               AND run_at <= coalesce(%(now)s::timestamptz, now())
               AND (q.k IS NULL OR concurrency_key IS NULL
                    OR concurrency_key <> ALL(q.full_keys))
-              AND id <> ALL(ARRAY(SELECT p.id FROM picked AS p WHERE p.queue = q.queue))
+              AND id <> ALL(q.ids)
             ORDER BY priority DESC, run_at, id
-            LIMIT greatest(q.n - (SELECT count(*) FROM picked AS p WHERE p.queue = q.queue), 0)
+            LIMIT greatest(q.n - cardinality(q.ids), 0)
             FOR UPDATE SKIP LOCKED
         ) AS s
     ) AS c
