@@ -230,8 +230,8 @@ class PgJobStore:
     ) -> None:
         self.conn = conn
         self.policy_refresh = policy_refresh
-        # queue -> (fair, has a per-key limit), for the queues whose claim is job_claim_fair.
-        self._policies: dict[str, tuple[bool, bool]] = {}
+        # The queues whose claim is job_claim_fair (those with a policy).
+        self._policies: set[str] = set()
         self._policies_read = -float("inf")
         # queue -> where this store's next fair claim starts its round of organizations: after
         # the last one it served, so one store's claims go round every organization in turn
@@ -244,7 +244,7 @@ class PgJobStore:
         if time.monotonic() - self._policies_read < self.policy_refresh:
             return
         rows = self.conn.execute(query("job_queue_policy_list")).fetchall()
-        self._policies = {q: (fair, k is not None) for q, fair, k in rows if fair or k is not None}
+        self._policies = {q for q, fair, k in rows if fair or k is not None}
         self._policies_read = time.monotonic()
 
     def _policy_queues(self, params: Mapping[str, Any] | None) -> bool:
@@ -271,9 +271,9 @@ class PgJobStore:
                     {**params, "queues": [q for q, _ in plain], "limits": [n for _, n in plain]},
                 )
             )
-        fair_queues = [q for q, _ in fair]
-        if any(policies[q][1] for q in fair_queues):
-            self.conn.execute(query("job_queue_policy_lock"), {"queues": fair_queues})
+        # Always, not only for the queues this store knows to be limited: a limit set since
+        # the last refresh is then held from this claim on (the lock reads the table).
+        self.conn.execute(query("job_queue_policy_lock"), {"queues": [q for q, _ in fair]})
         # One statement per queue with a policy: each starts its round at its own place.
         for queue, n in fair:
             start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())
