@@ -109,9 +109,11 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
           j.created_at;
 
 -- name: job_claim_fair
--- job_claim for the queues that have a policy (job_queue_policies), same parameters plus
--- %(start)s (a random UUID: where this claim starts its round of organizations). The policy is
--- read here, so a queue whose policy was just cleared is claimed in plain order.
+-- job_claim for the queues that have a policy (job_queue_policies): the same parameters and
+-- the same rows returned, plus %(start)s, where this claim starts its round of organizations
+-- (the caller passes the last one it served; a random UUID at first). The policy is read here,
+-- so a queue whose policy was just cleared is claimed in plain order. jobs/store.py sends one
+-- statement per queue.
 -- Fair queue: the organizations with ready work are found by a loose index scan over
 -- jobs_ready_org_idx (a missing organization is the nil UUID, one organization), at most
 -- greatest(n, 8) of them, starting after %(start)s and wrapping around, so a claim costs the
