@@ -4,6 +4,7 @@ lease frees its slot."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -280,3 +281,19 @@ def test_a_worker_runs_one_job_per_key_at_a_time(db_url: str) -> None:
     assert most == {"user-1": 1, "user-2": 1}
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM jobs WHERE status = 'succeeded'").fetchone() == (12,)
+
+
+def test_the_async_enqueues_store_the_key(db_url: str) -> None:
+    async def enqueue() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            one = await jobs.enqueue_async(aconn, "noop", concurrency_key="user-5")
+            many = await jobs.enqueue_many_async(
+                aconn, [JobSpec("noop", concurrency_key="user-6"), JobSpec("noop")]
+            )
+            await aconn.commit()
+        return [one.id, *(e.id for e in many)]
+
+    ids = asyncio.run(enqueue())
+    with psycopg.connect(db_url) as c:
+        rows = c.execute("SELECT id, concurrency_key FROM jobs ORDER BY id").fetchall()
+    assert rows == [(ids[0], "user-5"), (ids[1], "user-6"), (ids[2], None)]
