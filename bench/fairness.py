@@ -11,7 +11,8 @@ enqueue ``--rate`` jobs a second, one per transaction. When the flood is drained
 ``--seconds``) the trickle stops and the rest is drained. Printed, off beside on: the
 trickling organizations' wait (the attempt's start minus the job's run_at) p50/p99/max, and the
 flood's drain rate (flood jobs done per second while the flood lasted). ``--flood 20000`` is
-a quick run.
+a quick run. First, the claim statement's cost, plain against fair, by the shape of a 200,000-job
+backlog (one organization; 10,000 organizations), one statement rolled back per round.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from multiprocessing.synchronize import Event as MpEvent
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 
 import jobs
+from jobs.queries import query
 from scheduler.devdb import database_url, throwaway_database
 
 CTX = multiprocessing.get_context("spawn")
@@ -160,6 +163,54 @@ def _line(result: Result) -> str:
     )
 
 
+# The claim's cost by the shape of the backlog: one statement, rolled back, so every round
+# sees the same rows.
+SHAPES = {
+    "1 organization x 200,000 jobs": "SELECT %(org)s::uuid FROM generate_series(1, 200000)",
+    "10,000 organizations x 20 jobs": (
+        "SELECT md5(mod(g, 10000)::text)::uuid FROM generate_series(1, 200000) AS g"
+    ),
+}
+
+
+def _claim_cost(url: str, rounds: int) -> None:
+    lease = timedelta(seconds=30)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for shape, rows in SHAPES.items():
+            conn.execute("TRUNCATE jobs")
+            conn.execute(
+                "INSERT INTO jobs (organization_id, job_type) SELECT o, 'noop' FROM ("  # noqa: S608
+                + rows
+                + ") AS t(o)",
+                {"org": FLOOD},
+            )
+            conn.execute("VACUUM ANALYZE jobs")
+            for n in (10, 100):
+                best: dict[str, list[float]] = {"job_claim": [], "job_claim_fair": []}
+                for _ in range(rounds):
+                    for name, times in best.items():
+                        params = {
+                            "queues": ["default"], "limits": [n], "worker": "bench",
+                            "lease": lease, "now": None, "claim": None, "start": uuid4(),
+                        }  # fmt: skip
+                        try:
+                            with conn.transaction():
+                                began = time.perf_counter()
+                                got = conn.execute(query(name), params, prepare=True).fetchall()
+                                times.append(time.perf_counter() - began)
+                                assert len(got) == n
+                                raise psycopg.Rollback
+                        except psycopg.Rollback:
+                            pass
+                plain = statistics.median(best["job_claim"]) * 1000
+                fair = statistics.median(best["job_claim_fair"]) * 1000
+                print(
+                    f"claim of {n:3d}, {shape}: plain {plain:6.2f} ms  fair {fair:6.2f} ms  "
+                    f"fair/plain {fair / plain:.2f}",
+                    flush=True,
+                )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flood", type=int, default=200_000, help="the flooding org's jobs")
@@ -170,7 +221,14 @@ def main() -> int:
         "--prefetch", type=int, default=None, help="workers' prefetch (default: theirs)"
     )
     parser.add_argument("--seconds", type=float, default=300.0, help="cap on a mode's flood")
+    parser.add_argument(
+        "--claim-rounds", type=int, default=30, help="claim cost: rounds (0: skip the phase)"
+    )
     args = parser.parse_args()
+    if args.claim_rounds:
+        name = f"tockwork_bench_fair_{os.getpid()}_cost"
+        with throwaway_database(database_url(), name, components=("jobs",)) as url:
+            _claim_cost(url, args.claim_rounds)
     results: dict[bool, Result] = {}
     for fair in (False, True):
         name = f"tockwork_bench_fair_{os.getpid()}_{int(fair)}"
