@@ -45,7 +45,16 @@ from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.metrics import Metrics
 from jobs.migrate import migrate
 from jobs.migrate import pending as pending_migrations
-from jobs.model import Attempt, Enqueued, Job, JobRecord, JobSpec, JobStatus, QueueStats
+from jobs.model import (
+    Attempt,
+    Enqueued,
+    Job,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    QueuePolicy,
+    QueueStats,
+)
 from jobs.outcomes import (
     Cancel,
     HandlerOutcome,
@@ -55,6 +64,7 @@ from jobs.outcomes import (
     Snooze,
     TransientError,
 )
+from jobs.policy import clear_queue_policy, queue_policies, set_queue_policy
 from jobs.relay import MAX_BATCH as RELAY_MAX_BATCH
 from jobs.relay import Relay
 from jobs.retry import RetryPolicies, RetryPolicy
@@ -87,6 +97,7 @@ __all__ = [
     "JobsError",
     "MigrationError",
     "PermanentError",
+    "QueuePolicy",
     "QueueStats",
     "RateLimit",
     "RateLimited",
@@ -102,6 +113,7 @@ __all__ = [
     "batch_handler",
     "cancel",
     "cancel_async",
+    "clear_queue_policy",
     "connect",
     "connect_kwargs",
     "effects",
@@ -120,10 +132,12 @@ __all__ = [
     "list_jobs_async",
     "migrate",
     "outbox",
+    "queue_policies",
     "queue_stats",
     "queue_stats_async",
     "requeue",
     "requeue_async",
+    "set_queue_policy",
 ]
 
 # Advanced: the building blocks the scheduler (the composition root) is made of, public so that

@@ -77,12 +77,14 @@ def enqueue(
     priority: int = 0,
     max_attempts: int | None = None,
     now: datetime | None = None,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """Insert a job in the caller's transaction and return its id.
 
     ``payload`` is any JSON-serialisable value (``None`` means ``{}``). ``run_at`` (aware) delays
-    the job; ``now`` pins the clock (tests), else the database clock is used. Raises
-    :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
+    the job; ``now`` pins the clock (tests), else the database clock is used.
+    ``concurrency_key`` is what a queue's per-key limit counts (:func:`jobs.set_queue_policy`).
+    Raises :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
     """
     params = _params(
         job_type,
@@ -95,11 +97,14 @@ def enqueue(
         max_attempts,
         now,
     )
+    ckey = validate.concurrency_key(concurrency_key)
     with conn.cursor() as cur:
         for _ in range(_CONFLICT_ROUNDS):
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
             if row is not None:
+                if ckey is not None:
+                    cur.execute(query("job_set_concurrency_keys"), _key_params([row[0]], [ckey]))
                 return Enqueued(id=row[0], created=True)
             cur.execute(_lookup_query(params), params)
             row = cur.fetchone()
@@ -120,6 +125,7 @@ async def enqueue_async(
     priority: int = 0,
     max_attempts: int | None = None,
     now: datetime | None = None,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """:func:`enqueue` on an ``AsyncConnection``; the same rules apply."""
     params = _params(
@@ -133,17 +139,41 @@ async def enqueue_async(
         max_attempts,
         now,
     )
+    ckey = validate.concurrency_key(concurrency_key)
     async with conn.cursor() as cur:
         for _ in range(_CONFLICT_ROUNDS):
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()
             if row is not None:
+                if ckey is not None:
+                    await cur.execute(
+                        query("job_set_concurrency_keys"), _key_params([row[0]], [ckey])
+                    )
                 return Enqueued(id=row[0], created=True)
             await cur.execute(_lookup_query(params), params)
             row = await cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=False)
     raise RuntimeError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
+
+
+def _key_params(ids: list[int], keys: list[str]) -> dict[str, Any]:
+    """job_set_concurrency_keys' parameters."""
+    return {"ids": ids, "keys": keys}
+
+
+def _created_key_params(
+    results: list[Enqueued], columns: Mapping[str, list[Any]]
+) -> dict[str, Any] | None:
+    """The concurrency keys of the jobs this batch created (None: none has one). A spec that
+    hit an idempotency key created nothing: the existing job keeps its own key."""
+    keys: list[str | None] = columns["concurrency_keys"]
+    if keys.count(None) == len(keys):
+        return None
+    pairs = [(r.id, k) for r, k in zip(results, keys, strict=True) if r.created and k is not None]
+    if not pairs:
+        return None
+    return _key_params([i for i, _ in pairs], [k for _, k in pairs])
 
 
 def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
@@ -166,6 +196,7 @@ _COLUMNS = (
     "priorities",
     "run_ats",
     "max_attempts",
+    "concurrency_keys",  # set after the insert (job_set_concurrency_keys), not copied
 )
 _PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
 
@@ -183,7 +214,11 @@ def enqueue_many(
     before anything is written; an error names the spec's index and the field.
     """
     columns = _build_columns(specs)
-    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+    results = enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+    key_params = _created_key_params(results, columns)
+    if key_params is not None:
+        conn.execute(query("job_set_concurrency_keys"), key_params)
+    return results
 
 
 def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -201,6 +236,7 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
     priorities = columns["priorities"]
     run_ats = columns["run_ats"]
     attempts = columns["max_attempts"]
+    concurrency_keys = columns["concurrency_keys"]
     known_types: set[str] = set()
     known_queues: set[str] = set()
     known_orgs: dict[str, UUID] = {}
@@ -245,6 +281,9 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
                 max_attempts = DEFAULT_MAX_ATTEMPTS
             elif type(max_attempts) is not int or not 1 <= max_attempts <= max_limit:
                 max_attempts = validate.max_attempts(max_attempts)
+            ckey = spec.concurrency_key
+            if ckey is not None:
+                ckey = validate.concurrency_key(ckey)
         except InvalidJob as exc:
             field = f"specs[{index}].{exc.field}"
             raise InvalidJob(field, exc.value, exc.reason) from None
@@ -256,6 +295,7 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
         priorities.append(priority)
         run_ats.append(run_at)
         attempts.append(max_attempts)
+        concurrency_keys.append(ckey)
     return columns
 
 
@@ -489,7 +529,11 @@ async def enqueue_many_async(
     to ``INSERT ... ON CONFLICT DO NOTHING`` when a key is taken.
     """
     columns = _build_columns(specs)
-    return await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
+    results = await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
+    key_params = _created_key_params(results, columns)
+    if key_params is not None:
+        await conn.execute(query("job_set_concurrency_keys"), key_params)
+    return results
 
 
 async def enqueue_columns_async(

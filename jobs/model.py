@@ -49,6 +49,18 @@ class JobSpec:
     run_at: datetime | None = None
     priority: int = 0
     max_attempts: int | None = None
+    concurrency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """How a queue is claimed (:func:`jobs.set_queue_policy`): round robin across
+    organizations (``fair``) and at most ``concurrency_per_key`` leased jobs per
+    ``concurrency_key`` (None: no limit)."""
+
+    queue: str
+    fair: bool = False
+    concurrency_per_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,15 +9,27 @@ under savepoints, write the outcomes, claim, commit, all in one transaction.
 Each write is atomic, so when its reply is lost with the connection it committed whole or not
 at all, and :meth:`JobStore.lost_reply` tells which: a claim stamps its rows with the caller's
 claim id, and an outcome leaves its attempt row.
+
+Queue policies (:mod:`jobs.policy`, the job_queue_policies table every worker reads): a queue
+with one is claimed by ``job_claim_fair`` instead of ``job_claim``, in the same transaction as
+the plain queues' claim. Which queues have one is cached for ``policy_refresh`` seconds (a
+policy takes effect on running workers within that time); the claim reads the policy itself,
+so the cache only picks the statement. Per-key limits: the claim first locks the queue's policy
+row in a statement of its own (``job_queue_policy_lock``), so under READ COMMITTED the claim's
+snapshot is taken after every other claimer of that queue committed and the leases it counts
+per key are all there: two workers claiming at the same instant cannot lease K + 1 jobs of one
+key. The count is of leased rows, so every end of a lease (complete, retry, reap, release)
+frees the slot with no bookkeeping of its own.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 from psycopg import pq
@@ -36,6 +48,11 @@ UNSTARTED_EXPIRY_LIMIT = 5
 """Expiries in a row of leases never reported started whose attempt the reaper gives back; the
 next one uses its attempt (code 'crash_loop'), so a job that kills its worker before the mark
 is sent cannot loop forever (docs/jobs.md, "Leases")."""
+
+_NIL = UUID(int=0)  # the organization of jobs without one, in job_claim_fair
+
+POLICY_REFRESH = 1.0
+"""Seconds a store trusts its list of the queues that have a policy (job_queue_policies)."""
 
 EffectFailed = Callable[[Sequence[Job], Exception], Sequence[Decision]]
 """What becomes of the jobs whose completion effect raised: one decision per job."""
@@ -233,8 +250,95 @@ def _job(row: tuple[Any, ...]) -> Job:
 class PgJobStore:
     """:class:`JobStore` on one psycopg connection in autocommit mode."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], *, policy_refresh: float = POLICY_REFRESH
+    ) -> None:
         self.conn = conn
+        self.policy_refresh = policy_refresh
+        # The queues whose claim is job_claim_fair (those with a policy).
+        self._policies: set[str] = set()
+        self._policies_read = -float("inf")
+        # queue -> where this store's next fair claim starts its round of organizations: after
+        # the last one it served, so one store's claims go round every organization in turn
+        # (and stores start at random places, so they do not all serve the same ones).
+        self._fair_start: dict[str, UUID] = {}
+
+    def _refresh_policies(self) -> None:
+        """Re-read which queues have a policy when the list is older than policy_refresh (a
+        statement of its own, outside any claim transaction: never inside a pipeline)."""
+        if time.monotonic() - self._policies_read < self.policy_refresh:
+            return
+        rows = self.conn.execute(query("job_queue_policy_list")).fetchall()
+        self._policies = {q for q, fair, k in rows if fair or k is not None}
+        self._policies_read = time.monotonic()
+
+    def _policy_queues(self, params: Mapping[str, Any] | None) -> bool:
+        """Whether a claim with these parameters goes (in part) through job_claim_fair."""
+        if params is None:
+            return False
+        self._refresh_policies()
+        return any(q in self._policies for q in params["queues"])
+
+    def _execute_claims(self, params: dict[str, Any]) -> list[psycopg.Cursor[Any]]:
+        """Send the claim statements for ``params`` (inside the caller's transaction and
+        pipeline when there are several); fetch every returned cursor for the claimed rows."""
+        policies = self._policies
+        wanted = list(zip(params["queues"], params["limits"], strict=True))
+        fair = [(q, n) for q, n in wanted if q in policies]
+        if not fair:
+            return [self.conn.execute(query("job_claim"), params)]
+        plain = [(q, n) for q, n in wanted if q not in policies]
+        cursors = []
+        # Always, not only for the queues this store knows to be limited: a limit set since
+        # the last refresh is then held from this claim on (the lock reads the table). First,
+        # before any rate-limit bucket is locked (by the plain claim or a pause): every claimer
+        # takes the policy rows, then the buckets, so a worker with plain and fair queues and
+        # one with fair queues only never wait on each other in a cycle.
+        self._lock_policies(params)
+        if plain:
+            cursors.append(
+                self.conn.execute(
+                    query("job_claim"),
+                    {**params, "queues": [q for q, _ in plain], "limits": [n for _, n in plain]},
+                )
+            )
+        # One statement per queue with a policy: each starts its round at its own place.
+        for queue, n in fair:
+            start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())
+            cursors.append(
+                self.conn.execute(
+                    query("job_claim_fair"),
+                    {**params, "queues": [queue], "limits": [n], "start": start},
+                )
+            )
+        return cursors
+
+    def _lock_policies(self, params: Mapping[str, Any] | None) -> None:
+        """Take the per-key limit rows of the claim's queues that have a policy (a statement of
+        its own: see job_queue_policy_lock). Repeating it in one transaction is harmless."""
+        if params is None:
+            return
+        fair = [q for q in params["queues"] if q in self._policies]
+        if fair:
+            self.conn.execute(query("job_queue_policy_lock"), {"queues": fair})
+
+    def _advance(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Move each fair queue's start past the last organization these claimed rows served,
+        in the order of the round (after the start, then wrapping around)."""
+        if not self._fair_start:
+            return
+        last: dict[str, tuple[bool, UUID]] = {}
+        for row in rows:
+            queue = row[2]
+            start = self._fair_start.get(queue)
+            if start is None:
+                continue
+            org: UUID = row[1] or _NIL
+            place = (org <= start, org)
+            if queue not in last or place > last[queue]:
+                last[queue] = place
+        for queue, (_, org) in last.items():
+            self._fair_start[queue] = org
 
     @staticmethod
     def _claim_params(
@@ -319,12 +423,15 @@ class PgJobStore:
         if params is None:
             self._mark_started(started)
             return []
-        if not started:
+        with_policy = self._policy_queues(params)
+        if not started and not with_policy:
             return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
         with self.conn.transaction(), self.conn.pipeline():
-            self.conn.execute(query("job_mark_started"), self._started_params(started))
-            got = self.conn.execute(query("job_claim"), params)
-            rows = got.fetchall()
+            if started:
+                self.conn.execute(query("job_mark_started"), self._started_params(started))
+            got = self._execute_claims(params)
+            rows = [row for cur in got for row in cur.fetchall()]
+        self._advance(rows)
         return self._claimed(rows)
 
     @staticmethod
@@ -365,6 +472,7 @@ class PgJobStore:
         job_types: Sequence[str] | None = None,
     ) -> tuple[dict[int, str], list[Job]]:
         claim_params = self._claim_params(wanted, worker, lease, now, claim, job_types)
+        self._policy_queues(claim_params)  # refreshed here: never inside the pipeline
         if effects and finished:
             succeeded = {f.job.id for f in finished if f.decision.status is JobStatus.SUCCEEDED}
             runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
@@ -383,13 +491,15 @@ class PgJobStore:
             if started:
                 self.conn.execute(query("job_mark_started"), self._started_params(started))
             if pause is not None:  # before the claim: it takes the claim's locks first
+                self._lock_policies(claim_params)  # policy rows before buckets
                 self.conn.execute(query("job_rate_limit_pause"), pause)
             done = self.conn.execute(
                 query("job_complete"), self._complete_params(finished, worker, now)
             )
-            got = self.conn.execute(query("job_claim"), claim_params) if claim_params else None
+            got = self._execute_claims(claim_params) if claim_params else []
             written_rows = done.fetchall()
-            claimed_rows = got.fetchall() if got is not None else []
+            claimed_rows = [row for cur in got for row in cur.fetchall()]
+        self._advance(claimed_rows)
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def _complete_with_effects(
@@ -444,13 +554,15 @@ class PgJobStore:
                 if started:
                     conn.execute(query("job_mark_started"), self._started_params(started))
                 if pause is not None:
+                    self._lock_policies(claim_params)  # policy rows before buckets
                     conn.execute(query("job_rate_limit_pause"), pause)
                 done = conn.execute(
                     query("job_complete"), self._complete_params(finished, worker, now)
                 )
-                got = conn.execute(query("job_claim"), claim_params) if claim_params else None
+                got = self._execute_claims(claim_params) if claim_params else []
                 written_rows = done.fetchall()
-                claimed_rows = got.fetchall() if got is not None else []
+                claimed_rows = [row for cur in got for row in cur.fetchall()]
+        self._advance(claimed_rows)
         return {i: o for i, o in written_rows}, self._claimed(claimed_rows)
 
     def lost_reply(

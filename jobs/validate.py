@@ -170,6 +170,19 @@ def idempotency_key(value: Any) -> str | None:
     return text(value, "idempotency_key", MAX_IDEMPOTENCY_KEY)
 
 
+def concurrency_key(value: Any) -> str | None:
+    """The key a queue's per-key limit counts (jobs.set_queue_policy): None or 1-512 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidJob(
+            "concurrency_key",
+            value,
+            f"must be None or a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
+        )
+    return text(value, "concurrency_key", MAX_IDEMPOTENCY_KEY)
+
+
 def key_is_plain(value: str) -> bool:
     """A cheap test that a key of the right length needs no further check (the fast path of
     ``enqueue_many``): ASCII without NUL."""

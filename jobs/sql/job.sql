@@ -24,6 +24,16 @@ SELECT id,
             THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
 FROM ins;
 
+-- name: job_set_concurrency_keys
+-- The concurrency keys (jobs.set_queue_policy's per-key limits) of jobs this transaction has
+-- just inserted (jobs/enqueue.py): a second statement, sent only when a key is given, so the
+-- insert paths stay as they are. No other transaction sees the rows before this commits, so no
+-- claim leases one without its key; the column is not indexed, so the update is HOT.
+UPDATE jobs AS j
+SET concurrency_key = t.key
+FROM unnest(%(ids)b::bigint[], %(keys)b::text[]) AS t(id, key)
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id;
+
 -- name: job_find_by_key
 SELECT id FROM jobs
 WHERE organization_id = %(organization_id)s::uuid
@@ -171,6 +181,238 @@ SET status = 'leased',
     claim_id = %(claim)s::uuid
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
+WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
+RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
+          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
+          j.created_at, j.trace_parent, j.trace_state;
+
+-- name: job_claim_fair
+-- job_claim for the queues that have a policy (job_queue_policies): the same parameters and
+-- the same rows returned, plus %(start)s, where this claim starts its round of organizations
+-- (the caller passes the last one it served; a random UUID at first). The policy is read here,
+-- so a queue whose policy was just cleared is claimed in plain order. jobs/store.py sends one
+-- statement per queue.
+-- Fair queue: the organizations with ready work are found by a loose index scan over
+-- jobs_ready_org_idx (a missing organization is the nil UUID, one organization), at most
+-- greatest(n, 8) of them, starting after %(start)s and wrapping around, so a claim costs the
+-- same with one organization of a million jobs or ten thousand organizations, and every
+-- organization is reached in turn; each found one gives up to ceil(n / found) of its first jobs,
+-- handed out round robin; the plain order fills the rest (jobs of an organization past the
+-- round, or left over).
+-- Per-key limit K: keys with K leased jobs in the queue are skipped, and one claim takes at most
+-- K minus the leased count of a key. Race-free only after job_queue_policy_lock in an earlier
+-- statement of the same transaction (jobs/store.py). A candidate that loses to the limit is
+-- locked until commit but not leased.
+-- Rate limits (job_rate_limits) are read, held and spent as in job_claim.
+WITH limits AS MATERIALIZED (
+    SELECT scope, name, per_second, per_minute, second_tokens, minute_tokens, refilled_at,
+           paused_until
+    FROM job_rate_limits
+    WHERE (scope = 'queue' AND name = ANY(%(queues)b::text[]))
+       OR (scope = 'job_type' AND (%(job_types)b::text[] IS NULL
+                                   OR name = ANY(%(job_types)b::text[])))
+    ORDER BY scope, name
+    FOR UPDATE
+),
+buckets AS MATERIALIZED (
+    SELECT l.scope, l.name, b.second, b.minute,
+           CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
+                ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
+    FROM limits AS l,
+         LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                                                      - l.refilled_at))::float8 AS seconds) AS e,
+         LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
+                               l.second_tokens + l.per_second * e.seconds) AS second,
+                         -- NULL without a per-minute limit (least and greatest skip NULLs)
+                         CASE WHEN l.per_minute IS NOT NULL
+                              THEN least(greatest(1, l.per_minute * 0.05),
+                                         l.minute_tokens + l.per_minute / 60.0 * e.seconds)
+                         END AS minute) AS b
+),
+held_back AS (
+    -- Job types that may not start in this claim: out of tokens or paused, or not handled.
+    SELECT coalesce(array_agg(name), '{}') AS job_types
+    FROM (SELECT name FROM buckets WHERE scope = 'job_type' AND allow < 1
+          UNION ALL
+          SELECT name FROM job_rate_limits
+          WHERE scope = 'job_type' AND %(job_types)b::text[] IS NOT NULL
+            AND name <> ALL(%(job_types)b::text[])) AS t
+),
+wanted AS (
+    SELECT w.queue, least(w.n, coalesce(b.allow, w.n)) AS n, coalesce(p.fair, false) AS fair,
+           p.concurrency_per_key AS k
+    FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
+    LEFT JOIN job_queue_policies AS p ON p.queue = w.queue
+    LEFT JOIN buckets AS b ON b.scope = 'queue' AND b.name = w.queue
+),
+leased_keys AS (
+    SELECT j.queue, j.concurrency_key AS key, count(*)::int AS leased
+    FROM jobs AS j
+    WHERE j.status = 'leased' AND j.concurrency_key IS NOT NULL
+      AND j.queue = ANY(ARRAY(SELECT queue FROM wanted WHERE k IS NOT NULL))
+    GROUP BY j.queue, j.concurrency_key
+),
+queues AS (
+    SELECT w.*,
+           ARRAY(SELECT l.key FROM leased_keys AS l
+                 WHERE l.queue = w.queue AND l.leased >= w.k) AS full_keys
+    FROM wanted AS w
+),
+orgs AS (
+    SELECT q.queue, o.org, o.pos
+    FROM queues AS q
+    CROSS JOIN LATERAL (
+        WITH RECURSIVE walk AS (
+            SELECT coalesce(after.org, low.org) AS org, 1 AS pos, after.org IS NULL AS wrapped
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                SELECT coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                       AS org
+                FROM jobs
+                WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                  AND coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                      > %(start)s::uuid
+                ORDER BY 1 LIMIT 1
+            ) AS after ON true
+            LEFT JOIN LATERAL (
+                SELECT coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                       AS org
+                FROM jobs
+                WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                ORDER BY 1 LIMIT 1
+            ) AS low ON after.org IS NULL
+            WHERE q.fair
+          UNION ALL
+            -- The next organization after walk.org; past the last one, wrap around to the
+            -- lowest (once), and stop on reaching the start again.
+            SELECT nx.org, walk.pos + 1, nx.wrapped
+            FROM walk
+            CROSS JOIN LATERAL (
+                SELECT coalesce(nxt.org, low.org) AS org, walk.wrapped OR nxt.org IS NULL AS wrapped
+                FROM (SELECT 1) AS one
+                LEFT JOIN LATERAL (
+                    SELECT coalesce(organization_id,
+                                    '00000000-0000-0000-0000-000000000000'::uuid) AS org
+                    FROM jobs
+                    WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                      AND coalesce(organization_id,
+                                   '00000000-0000-0000-0000-000000000000'::uuid) > walk.org
+                    ORDER BY 1 LIMIT 1
+                ) AS nxt ON true
+                LEFT JOIN LATERAL (
+                    SELECT coalesce(organization_id,
+                                    '00000000-0000-0000-0000-000000000000'::uuid) AS org
+                    FROM jobs
+                    WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                    ORDER BY 1 LIMIT 1
+                ) AS low ON nxt.org IS NULL AND NOT walk.wrapped
+            ) AS nx
+            WHERE walk.pos < greatest(q.n, 8) AND nx.org IS NOT NULL
+              AND NOT (nx.wrapped AND nx.org > %(start)s::uuid)
+        )
+        SELECT walk.org, walk.pos FROM walk WHERE walk.org IS NOT NULL
+    ) AS o
+),
+rounds AS (
+    SELECT o.queue, o.org, o.pos,
+           ceil(q.n::numeric / count(*) OVER (PARTITION BY o.queue))::int AS quota
+    FROM orgs AS o JOIN queues AS q ON q.queue = o.queue
+),
+picked AS (
+    SELECT r.queue, c.id, c.job_type, c.key, c.rn AS r1, r.pos::bigint AS r2
+    FROM rounds AS r
+    JOIN queues AS q ON q.queue = r.queue
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.job_type, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, job_type, concurrency_key AS key, priority, run_at FROM jobs
+            WHERE queue = q.queue
+              AND status IN ('pending', 'retrying')
+              AND coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)
+                  = r.org
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+              AND array_position((SELECT job_types FROM held_back)::text[], job_type) IS NULL
+              AND (q.k IS NULL OR concurrency_key IS NULL
+                   OR concurrency_key <> ALL(q.full_keys))
+            ORDER BY priority DESC, run_at, id
+            LIMIT r.quota
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+),
+taken AS (
+    SELECT q.*, ARRAY(SELECT p.id FROM picked AS p WHERE p.queue = q.queue) AS ids
+    FROM queues AS q
+),
+refill AS (
+    SELECT q.queue, c.id, c.job_type, c.key, 1000000 + c.rn AS r1, 0::bigint AS r2
+    FROM taken AS q
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.job_type, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, job_type, concurrency_key AS key, priority, run_at FROM jobs
+            WHERE queue = q.queue
+              AND status IN ('pending', 'retrying')
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+              AND array_position((SELECT job_types FROM held_back)::text[], job_type) IS NULL
+              AND (q.k IS NULL OR concurrency_key IS NULL
+                   OR concurrency_key <> ALL(q.full_keys))
+              AND id <> ALL(q.ids)
+            ORDER BY priority DESC, run_at, id
+            LIMIT greatest(q.n - cardinality(q.ids), 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+),
+ranked AS (
+    SELECT a.queue, a.id, a.job_type, a.key, a.r1, a.r2,
+           row_number() OVER (PARTITION BY a.queue, a.key ORDER BY a.r1, a.r2) AS of_key
+    FROM (SELECT * FROM picked UNION ALL SELECT * FROM refill) AS a
+),
+allowed AS (
+    SELECT r.queue, r.id, r.job_type,
+           row_number() OVER (PARTITION BY r.queue ORDER BY r.r1, r.r2) AS nth
+    FROM ranked AS r
+    JOIN queues AS q ON q.queue = r.queue
+    LEFT JOIN leased_keys AS l ON l.queue = r.queue AND l.key = r.key
+    WHERE q.k IS NULL OR r.key IS NULL OR r.of_key <= q.k - coalesce(l.leased, 0)
+),
+candidates AS (
+    SELECT a.id, a.job_type, a.queue, a.nth
+    FROM allowed AS a JOIN queues AS q ON q.queue = a.queue WHERE a.nth <= q.n
+),
+admitted AS (
+    -- A limited job type starts at most its tokens (as in job_claim).
+    SELECT r.id, r.job_type, r.queue
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.job_type ORDER BY c.queue, c.nth) AS k
+          FROM candidates AS c) AS r
+    LEFT JOIN buckets AS b ON b.scope = 'job_type' AND b.name = r.job_type
+    WHERE b.allow IS NULL OR r.k <= b.allow
+),
+spent AS (
+    -- Every admitted row is locked by this claim and leased below, so the tokens taken are
+    -- the admitted counts. A bucket nothing was taken from is left alone: refilling later from
+    -- the old refilled_at gives the same tokens.
+    UPDATE job_rate_limits AS l
+    SET second_tokens = b.second - u.n,
+        minute_tokens = b.minute - u.n,
+        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now()))
+    FROM buckets AS b,
+         (SELECT 'queue' AS scope, queue AS name, count(*) AS n FROM admitted GROUP BY queue
+          UNION ALL
+          SELECT 'job_type', job_type, count(*) FROM admitted GROUP BY job_type) AS u
+    WHERE EXISTS (SELECT 1 FROM buckets)
+      AND b.scope = u.scope AND b.name = u.name
+      AND l.scope = b.scope AND l.name = b.name
+)
+UPDATE jobs AS j
+SET status = 'leased',
+    attempts = j.attempts + 1,
+    locked_at = coalesce(%(now)s::timestamptz, now()),
+    locked_by = %(worker)s,
+    locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    lease_token = j.lease_token + 1,
+    claim_id = %(claim)s::uuid
 WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
 RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
           j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,

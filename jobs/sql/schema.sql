@@ -32,6 +32,9 @@ CREATE TABLE jobs (
     -- bound (docs/jobs.md, "Leases").
     started_token bigint,
     unstarted_expiries smallint NOT NULL DEFAULT 0,
+    -- The key a queue's per-key limit counts, e.g. a user id (migration 0008); not indexed: the
+    -- leased rows it is counted over are few (jobs_leased_idx), and updates stay HOT.
+    concurrency_key text,
     -- The W3C trace context of a traced enqueue (migration 0010; jobs/tracing.py): the
     -- execution spans of its attempts link to it. NULL when no span was recording.
     trace_parent text,
@@ -45,7 +48,8 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_priority_check CHECK (priority BETWEEN -1000 AND 1000),
     CONSTRAINT jobs_attempts_check CHECK (attempts >= 0 AND max_attempts >= 1),
     CONSTRAINT jobs_error_summary_check CHECK (octet_length(last_error_summary) <= 1024),
-    CONSTRAINT jobs_lease_check CHECK (status <> 'leased' OR locked_until IS NOT NULL)
+    CONSTRAINT jobs_lease_check CHECK (status <> 'leased' OR locked_until IS NOT NULL),
+    CONSTRAINT jobs_concurrency_key_check CHECK (length(concurrency_key) BETWEEN 1 AND 512)
 ) WITH (
     fillfactor = 70,
     autovacuum_vacuum_scale_factor = 0.01,
@@ -57,6 +61,15 @@ CREATE TABLE jobs (
 -- Ready work, in claim order. Only waiting rows are indexed, so the index stays small however
 -- many finished jobs the table keeps.
 CREATE INDEX jobs_ready_idx ON jobs (queue, priority DESC, run_at, id)
+    WHERE status IN ('pending', 'retrying');
+
+-- Ready work by organization (a missing organization as the nil UUID: one organization), in
+-- claim order within each (migration 0008): the fair claim's loose index scan over the
+-- organizations of a queue and its pick of each one's first jobs. status is already in every
+-- partial predicate, so this index makes no update un-HOT that was HOT before.
+CREATE INDEX jobs_ready_org_idx
+    ON jobs (queue, (coalesce(organization_id, '00000000-0000-0000-0000-000000000000'::uuid)),
+             priority DESC, run_at, id)
     WHERE status IN ('pending', 'retrying');
 
 -- Leases to recover: the reaper scans only leased rows.
@@ -73,6 +86,20 @@ CREATE INDEX jobs_finished_idx ON jobs USING brin (completed_at)
 -- One job per (organization, type, key); a missing organization counts as one organization.
 CREATE UNIQUE INDEX jobs_idempotency_uq ON jobs (organization_id, job_type, idempotency_key)
     NULLS NOT DISTINCT WHERE idempotency_key IS NOT NULL;
+
+-- A queue's claim policy (migration 0008), read by every worker so that all of them agree:
+-- fair = round robin across the organizations with ready work; concurrency_per_key = at most
+-- that many leased jobs per jobs.concurrency_key in the queue. A queue without a row is claimed
+-- in plain order. The rows are also the claim's mutex for per-key limits: a claim of a limited
+-- queue locks its row in a statement of its own before choosing jobs (jobs/store.py).
+CREATE TABLE job_queue_policies (
+    queue text PRIMARY KEY,
+    fair boolean NOT NULL DEFAULT false,
+    concurrency_per_key integer,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_queue_policies_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
+    CONSTRAINT job_queue_policies_concurrency_check CHECK (concurrency_per_key >= 1)
+);
 
 -- Execution history: one row per attempt, read after an incident. No foreign key to jobs, so
 -- that history outlives the retention of finished jobs and inserts stay cheap.

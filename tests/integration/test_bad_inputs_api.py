@@ -120,6 +120,7 @@ ENQUEUE_BAD: dict[str, list[tuple[str, Any]]] = {
     "run_at": BAD_INSTANTS,
     "priority": [("high", 1001), ("low", -1001), *BAD_INT4[:6], ("nan", float("nan"))],
     "max_attempts": [("zero", 0), ("over", 1001), *BAD_INT4[:6]],
+    "concurrency_key": [("empty", ""), ("long", "k" * 513), ("nul", NUL), ("surrogate", SURROGATE), ("int", 5), ("list", ["k"])],
     "now": BAD_INSTANTS,
 }  # fmt: skip
 

@@ -132,6 +132,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "job_attempts",
             "job_effects",
             "job_rate_limits",
+            "job_queue_policies",
             "outbox_events",
             "tockwork_migrations",
         }
