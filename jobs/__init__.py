@@ -33,7 +33,17 @@ from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.metrics import Metrics
 from jobs.migrate import migrate
 from jobs.migrate import pending as pending_migrations
-from jobs.model import Attempt, Enqueued, Job, JobRecord, JobSpec, JobStatus, QueueStats
+from jobs.model import (
+    Attempt,
+    Enqueued,
+    Job,
+    JobRecord,
+    JobSpec,
+    JobStatus,
+    OnActive,
+    QueueStats,
+    Requeued,
+)
 from jobs.outcomes import (
     Cancel,
     HandlerOutcome,
@@ -74,10 +84,12 @@ __all__ = [
     "JobStatus",
     "JobsError",
     "MigrationError",
+    "OnActive",
     "PermanentError",
     "QueueStats",
     "RateLimited",
     "Relay",
+    "Requeued",
     "Retry",
     "RetryPolicies",
     "RetryPolicy",

@@ -32,6 +32,9 @@ CREATE TABLE jobs (
     -- bound (docs/jobs.md, "Leases").
     started_token bigint,
     unstarted_expiries smallint NOT NULL DEFAULT 0,
+    -- Unique while active (migration 0009): at most one pending, retrying or leased job per
+    -- (job type, unique key, organization); see jobs_unique_active_uq.
+    unique_key text,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),
@@ -41,7 +44,8 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_priority_check CHECK (priority BETWEEN -1000 AND 1000),
     CONSTRAINT jobs_attempts_check CHECK (attempts >= 0 AND max_attempts >= 1),
     CONSTRAINT jobs_error_summary_check CHECK (octet_length(last_error_summary) <= 1024),
-    CONSTRAINT jobs_lease_check CHECK (status <> 'leased' OR locked_until IS NOT NULL)
+    CONSTRAINT jobs_lease_check CHECK (status <> 'leased' OR locked_until IS NOT NULL),
+    CONSTRAINT jobs_unique_key_check CHECK (length(unique_key) BETWEEN 1 AND 512)
 ) WITH (
     fillfactor = 70,
     autovacuum_vacuum_scale_factor = 0.01,
@@ -69,6 +73,14 @@ CREATE INDEX jobs_finished_idx ON jobs USING brin (completed_at)
 -- One job per (organization, type, key); a missing organization counts as one organization.
 CREATE UNIQUE INDEX jobs_idempotency_uq ON jobs (organization_id, job_type, idempotency_key)
     NULLS NOT DISTINCT WHERE idempotency_key IS NOT NULL;
+
+-- Unique while active (0009): one waiting or running job per (type, unique key, organization);
+-- the key is free again once the job succeeds, goes dead or is cancelled. Enqueue inserts with
+-- ON CONFLICT on this index; the type and key lead so that lookups comparing the organization
+-- with IS NOT DISTINCT FROM still probe it by prefix. Rows without a key are not indexed.
+CREATE UNIQUE INDEX jobs_unique_active_uq ON jobs (job_type, unique_key, organization_id)
+    NULLS NOT DISTINCT
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased');
 
 -- Execution history: one row per attempt, read after an incident. No foreign key to jobs, so
 -- that history outlives the retention of finished jobs and inserts stay cheap.
