@@ -574,8 +574,8 @@ def _split_unique(
     columns: Mapping[str, list[Any]],
 ) -> tuple[list[int], list[int], dict[int, int]]:
     """The rows without a unique key; the first row of each (organization, type, key), which
-    goes to the database; and every later row of a key, mapped to that first one (it gets the
-    first one's job, as a repeated idempotency key does)."""
+    goes to the database, sorted by key; and every later row of a key, mapped to that first
+    one (it gets the first one's job, as a repeated idempotency key does)."""
     plain: list[int] = []
     leaders: list[int] = []
     follows: dict[int, int] = {}
@@ -592,6 +592,14 @@ def _split_unique(
         else:
             first[scoped] = i
             leaders.append(i)
+    # In one order of keys in every process: concurrent batches then wait on each other's
+    # keys in that order and cannot deadlock (which one wins within a batch is decided above).
+    orgs, job_types, uniques = (
+        columns["organization_ids"],
+        columns["job_types"],
+        columns["unique_keys"],
+    )
+    leaders.sort(key=lambda i: (job_types[i], uniques[i], "" if orgs[i] is None else str(orgs[i])))
     return plain, leaders, follows
 
 

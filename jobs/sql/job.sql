@@ -110,7 +110,9 @@ WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
 
 -- name: job_enqueue_many_unique
 -- The rows of a batch that carry a unique key (the caller sends only the first spec of each
--- key): as job_enqueue_unique, one statement; an id that does not come back hit an active job.
+-- key, sorted by key): as job_enqueue_unique, one statement; an id that does not come back hit
+-- an active job. Rows go in input order, so two batches inserting the same keys wait on each
+-- other's keys in one order and never deadlock.
 INSERT INTO jobs (id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
                   max_attempts, created_at)
 SELECT id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
@@ -129,21 +131,37 @@ RETURNING id;
 
 -- name: job_replace_many_by_unique_key
 -- job_replace_by_unique_key for a batch (keys distinct within it): returns the ordinal of each
--- input row that replaced a waiting job, that job's id, queue and new run_at.
+-- input row that replaced a waiting job, that job's id, queue and new run_at. The rows are
+-- locked in input order (the caller sorts it by key), so concurrent batches replacing the same
+-- keys wait on each other in one order instead of deadlocking; a row claimed meanwhile is
+-- rechecked after the wait and left alone.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[],
+                %(payloads)b::jsonb[], %(priorities)b::int[], %(run_ats)b::timestamptz[],
+                %(max_attempts)b::int[])
+         WITH ORDINALITY
+         AS t(organization_id, job_type, unique_key, payload, priority, run_at, max_attempts,
+              ord)
+),
+locked AS (
+    SELECT j.id, i.ord
+    FROM input AS i
+    JOIN jobs AS j
+      ON j.job_type = i.job_type AND j.unique_key = i.unique_key
+     AND j.organization_id IS NOT DISTINCT FROM i.organization_id
+    WHERE j.status IN ('pending', 'retrying')
+    ORDER BY i.ord
+    FOR UPDATE OF j
+)
 UPDATE jobs AS j
-SET payload = t.payload,
-    run_at = t.run_at,
-    priority = t.priority,
-    max_attempts = t.max_attempts
-FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[],
-            %(payloads)b::jsonb[], %(priorities)b::int[], %(run_ats)b::timestamptz[],
-            %(max_attempts)b::int[])
-     WITH ORDINALITY
-     AS t(organization_id, job_type, unique_key, payload, priority, run_at, max_attempts, ord)
-WHERE j.job_type = t.job_type AND j.unique_key = t.unique_key
-  AND j.organization_id IS NOT DISTINCT FROM t.organization_id
-  AND j.status IN ('pending', 'retrying')
-RETURNING t.ord, j.id, j.queue, j.run_at;
+SET payload = i.payload,
+    run_at = i.run_at,
+    priority = i.priority,
+    max_attempts = i.max_attempts
+FROM locked AS l JOIN input AS i ON i.ord = l.ord
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
+RETURNING i.ord, j.id, j.queue, j.run_at;
 
 -- name: job_find_many_active_by_unique_key
 SELECT k.ord, j.id
