@@ -145,7 +145,7 @@ WITH input AS (
               ord)
 ),
 locked AS (
-    SELECT j.id, i.ord
+    SELECT j.id
     FROM input AS i
     JOIN jobs AS j
       ON j.job_type = i.job_type AND j.unique_key = i.unique_key
@@ -154,13 +154,17 @@ locked AS (
     ORDER BY i.ord
     FOR UPDATE OF j
 )
+-- The rows by primary key (ANY(ARRAY(...)): the planner guesses one row for a locking CTE,
+-- and a join on it became a nested loop over both sides), matched to their input by key.
 UPDATE jobs AS j
 SET payload = i.payload,
     run_at = i.run_at,
     priority = i.priority,
     max_attempts = i.max_attempts
-FROM locked AS l JOIN input AS i ON i.ord = l.ord
-WHERE j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
+FROM input AS i
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+  AND j.job_type = i.job_type AND j.unique_key = i.unique_key
+  AND j.organization_id IS NOT DISTINCT FROM i.organization_id
 RETURNING i.ord, j.id, j.queue, j.run_at;
 
 -- name: job_find_many_active_by_unique_key
