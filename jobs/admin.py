@@ -1,23 +1,35 @@
 """What an operator does with jobs: inspect, requeue the dead, cancel, read queue figures.
 
 Every function runs in the caller's transaction and validates its filters first.
+
+Requeue moves jobs back into an active status, so it must respect unique keys (at most one
+pending, retrying or leased job per key, jobs_unique_active_uq): a job whose key an active job
+holds is skipped and reported (:class:`jobs.Requeued`), never a unique violation. The check is
+in the statement; a holder committed by a concurrent transaction after the statement's snapshot
+makes the index refuse it instead, so the statement runs in a savepoint and is tried again,
+with a fresh snapshot that sees the holder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, LiteralString
 
 import psycopg
 
 from jobs import validate
-from jobs.errors import InvalidJob, JobNotFound
-from jobs.model import Attempt, JobRecord, JobStatus, QueueStats
+from jobs.errors import InvalidJob, JobNotFound, JobsError
+from jobs.model import Attempt, JobRecord, JobStatus, QueueStats, Requeued
 from jobs.queries import query
 from jobs.validate import INT8_MAX, MAX_ERROR_CODE
 
 MAX_IDS = 1_000_000
+# The index a requeue can collide with, and how often a collision is retried (each retry sees
+# the holder that caused it, so a second round is rare and a sixth one impossible short of a
+# stream of concurrent holders finishing and being replaced).
+_UNIQUE_ACTIVE_INDEX = "jobs_unique_active_uq"
+_REQUEUE_ROUNDS = 5
 
 
 def _ids(ids: Iterable[int] | None) -> list[int] | None:
@@ -93,15 +105,41 @@ def requeue(
     until: datetime | None = None,
     statuses: Sequence[str] = ("dead",),
     now: datetime | None = None,
-) -> list[int]:
+) -> Requeued:
     """Put dead (or cancelled) jobs back to pending with a fresh set of attempts.
 
     Select them by ``ids`` or by a filter (queue, job type, last error code, and the time they
-    died in ``[since, until)``). Their payload and history are kept. Returns the requeued ids.
+    died in ``[since, until)``). Their payload and history are kept. Returns the requeued ids
+    (a list); its ``skipped`` holds the selected jobs left as they were because their unique
+    key is held by an active job, or by an older job of the same selection (which is requeued).
     """
     params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
-    rows = conn.execute(query("job_requeue"), params).fetchall()
-    return [row[0] for row in rows]
+    # First, so that the caller's transaction is open before the savepoint (on an idle
+    # connection, conn.transaction() would begin and commit a transaction of its own).
+    locked = [row[0] for row in conn.execute(query("job_requeue_lock"), params).fetchall()]
+    if not locked:
+        return Requeued()
+    update = _requeue_update(locked, params)
+    for _ in range(_REQUEUE_ROUNDS):
+        try:
+            with conn.transaction():
+                rows = conn.execute(query("job_requeue"), update).fetchall()
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != _UNIQUE_ACTIVE_INDEX:
+                raise
+            continue
+        return _requeued(rows)
+    raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
+
+
+def _requeue_update(locked: list[int], params: Mapping[str, Any]) -> dict[str, Any]:
+    return {"ids": locked, "statuses": params["statuses"], "now": params["now"]}
+
+
+def _requeued(rows: Sequence[tuple[Any, ...]]) -> Requeued:
+    return Requeued(
+        [row[0] for row in rows if not row[1]], skipped=[row[0] for row in rows if row[1]]
+    )
 
 
 def _requeue_params(
@@ -283,11 +321,25 @@ async def requeue_async(
     until: datetime | None = None,
     statuses: Sequence[str] = ("dead",),
     now: datetime | None = None,
-) -> list[int]:
-    """:func:`requeue` on an ``AsyncConnection``."""
+) -> Requeued:
+    """:func:`requeue` on an ``AsyncConnection``: the same statements and the same skips."""
     params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
-    cur = await conn.execute(query("job_requeue"), params)
-    return [row[0] for row in await cur.fetchall()]
+    cur = await conn.execute(query("job_requeue_lock"), params)
+    locked = [row[0] for row in await cur.fetchall()]
+    if not locked:
+        return Requeued()
+    update = _requeue_update(locked, params)
+    for _ in range(_REQUEUE_ROUNDS):
+        try:
+            async with conn.transaction():
+                cur = await conn.execute(query("job_requeue"), update)
+                rows = await cur.fetchall()
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != _UNIQUE_ACTIVE_INDEX:
+                raise
+            continue
+        return _requeued(rows)
+    raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
 
 
 async def cancel_async(

@@ -9,13 +9,25 @@ organization counts as one organization. The insert uses ``ON CONFLICT DO NOTHIN
 inserts nothing, a second statement (with a fresh snapshot under READ COMMITTED) returns the job
 that holds the key, including one committed by a concurrent transaction a moment ago, so
 concurrent enqueuers of one key all get the same id and none sees an error.
+
+Unique while active: (organization_id, job_type, unique_key) names at most one job that is
+pending, retrying or leased (the partial unique index jobs_unique_active_uq); once that job
+succeeds, goes dead or is cancelled, the key is free again. The insert uses ``ON CONFLICT DO
+NOTHING`` on that index (never a lookup then an insert, so 16 concurrent enqueuers of one key
+make one job); on a conflict, ``on_active="keep"`` returns the active job, and
+``on_active="replace"`` gives the waiting job this call's payload, run_at, priority and
+max_attempts. A leased job is running: it is kept as it is (its handler has read its payload
+already; a second active job would break what the key promises), and the result says
+``replaced=False``. One algorithm (``_unique_steps``, ``_many_unique_steps``: generators of
+statements) serves the sync and async functions. A job has either an idempotency key or a
+unique key (an insert names one arbiter index).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 from uuid import UUID
 
 import psycopg
@@ -25,7 +37,7 @@ from psycopg.pq import Format
 
 from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
-from jobs.model import Enqueued, JobSpec
+from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
@@ -44,9 +56,11 @@ def _params(
     priority: Any,
     max_attempts: Any,
     now: Any,
+    unique_key: Any = None,
+    on_active: Any = "keep",
 ) -> dict[str, Any]:
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
-    return {
+    params: dict[str, Any] = {
         "job_type": validate.job_type(job_type),
         "payload": validate.payload(payload),
         "queue": validate.queue_name(queue),
@@ -58,7 +72,60 @@ def _params(
         "now": validate.aware(now, "now"),
         "trace_parent": trace_parent,
         "trace_state": trace_state,
+        "unique_key": validate.unique_key(unique_key),
     }
+    params["on_active"] = validate.on_active(on_active, params["unique_key"])
+    validate.keys(params["idempotency_key"], params["unique_key"])
+    return params
+
+
+R = TypeVar("R")
+
+# A statement to run (named query text, parameters); the generator is sent its rows.
+_Statement = tuple[LiteralString, Mapping[str, Any]]
+_Rows = list[Any]
+
+
+def _drive(cur: psycopg.Cursor[Any], steps: Generator[_Statement, _Rows, R]) -> R:
+    try:
+        sql, params = next(steps)
+        while True:
+            cur.execute(sql, params)
+            sql, params = steps.send(cur.fetchall())
+    except StopIteration as stop:
+        result: R = stop.value
+        return result
+
+
+async def _drive_async(cur: psycopg.AsyncCursor[Any], steps: Generator[_Statement, _Rows, R]) -> R:
+    try:
+        sql, params = next(steps)
+        while True:
+            await cur.execute(sql, params)
+            sql, params = steps.send(await cur.fetchall())
+    except StopIteration as stop:
+        result: R = stop.value
+        return result
+
+
+def _unique_steps(params: Mapping[str, Any]) -> Generator[_Statement, _Rows, Enqueued]:
+    """One job with a unique key: insert, else replace the waiting holder, else return the
+    active holder. Each statement has a fresh snapshot (READ COMMITTED): a holder inserted by a
+    concurrent transaction was waited for by the insert and is visible to the next statement;
+    a holder that finished in between frees the key, and the insert is tried again."""
+    replace = params["on_active"] == "replace"
+    for _ in range(_CONFLICT_ROUNDS):
+        rows = yield query("job_enqueue_unique"), params
+        if rows:
+            return Enqueued(id=rows[0][0], created=True)
+        if replace:
+            rows = yield query("job_replace_by_unique_key"), params
+            if rows:
+                return Enqueued(id=rows[0][0], created=False, replaced=True)
+        rows = yield query("job_find_active_by_unique_key"), params
+        if rows:
+            return Enqueued(id=rows[0][0], created=False)
+    raise JobsError(f"unique key {params['unique_key']!r} kept changing hands; retry")
 
 
 def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
@@ -78,13 +145,19 @@ def enqueue(
     max_attempts: int | None = None,
     now: datetime | None = None,
     concurrency_key: str | None = None,
+    unique_key: str | None = None,
+    on_active: OnActive = "keep",
 ) -> Enqueued:
     """Insert a job in the caller's transaction and return its id.
 
     ``payload`` is any JSON-serialisable value (``None`` means ``{}``). ``run_at`` (aware) delays
     the job; ``now`` pins the clock (tests), else the database clock is used.
     ``concurrency_key`` is what a queue's per-key limit counts (:func:`jobs.set_queue_policy`).
-    Raises :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
+    ``unique_key``
+    makes the job unique while it is pending, retrying or leased; when an active job holds the
+    key, ``on_active="keep"`` returns it and ``"replace"`` gives it this payload, run_at,
+    priority and max_attempts if it is waiting (see the module doc). Raises
+    :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
     """
     params = _params(
         job_type,
@@ -96,9 +169,13 @@ def enqueue(
         priority,
         max_attempts,
         now,
+        unique_key,
+        on_active,
     )
     ckey = validate.concurrency_key(concurrency_key)
     with conn.cursor() as cur:
+        if params["unique_key"] is not None:
+            return _drive(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
@@ -126,6 +203,8 @@ async def enqueue_async(
     max_attempts: int | None = None,
     now: datetime | None = None,
     concurrency_key: str | None = None,
+    unique_key: str | None = None,
+    on_active: OnActive = "keep",
 ) -> Enqueued:
     """:func:`enqueue` on an ``AsyncConnection``; the same rules apply."""
     params = _params(
@@ -138,9 +217,13 @@ async def enqueue_async(
         priority,
         max_attempts,
         now,
+        unique_key,
+        on_active,
     )
     ckey = validate.concurrency_key(concurrency_key)
     async with conn.cursor() as cur:
+        if params["unique_key"] is not None:
+            return await _drive_async(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()
@@ -197,6 +280,8 @@ _COLUMNS = (
     "run_ats",
     "max_attempts",
     "concurrency_keys",  # set after the insert (job_set_concurrency_keys), not copied
+    "unique_keys",
+    "on_active",
 )
 _PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
 
@@ -237,6 +322,8 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
     run_ats = columns["run_ats"]
     attempts = columns["max_attempts"]
     concurrency_keys = columns["concurrency_keys"]
+    unique_keys = columns["unique_keys"]
+    on_actives = columns["on_active"]
     known_types: set[str] = set()
     known_queues: set[str] = set()
     known_orgs: dict[str, UUID] = {}
@@ -284,6 +371,12 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
             ckey = spec.concurrency_key
             if ckey is not None:
                 ckey = validate.concurrency_key(ckey)
+            unique = spec.unique_key
+            on_active: Any = spec.on_active
+            if unique is not None or on_active != "keep":
+                unique = validate.unique_key(unique)
+                on_active = validate.on_active(on_active, unique)
+                validate.keys(key, unique)
         except InvalidJob as exc:
             field = f"specs[{index}].{exc.field}"
             raise InvalidJob(field, exc.value, exc.reason) from None
@@ -296,6 +389,8 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
         run_ats.append(run_at)
         attempts.append(max_attempts)
         concurrency_keys.append(ckey)
+        unique_keys.append(unique)
+        on_actives.append(on_active)
     return columns
 
 
@@ -309,7 +404,9 @@ def enqueue_columns(
 
     ``columns`` holds parallel lists: ``organization_ids`` (UUID or None), ``queues``,
     ``job_types``, ``payloads`` (JSON text), ``idempotency_keys``,
-    ``priorities``, ``run_ats`` (aware or None) and ``max_attempts``. The scheduler uses it for
+    ``priorities``, ``run_ats`` (aware or None) and ``max_attempts``, and optionally
+    ``unique_keys`` and ``on_active`` (a batch with a unique key goes through ``INSERT ...
+    SELECT FROM unnest``, never COPY, which has no ON CONFLICT). The scheduler uses it for
     occurrences of schedules it validated when they were created; anything else should call
     :func:`enqueue_many`.
 
@@ -331,8 +428,10 @@ def enqueue_columns(
         db_now: datetime = row[0]
         ids: list[int] = row[1]
         run_ats = [db_now if at is None else at for at in columns["run_ats"]]
-        keys = columns["idempotency_keys"]
         trace = tracing.capture()  # one context for the batch: the span it was enqueued in
+        if _has_unique_keys(columns, n):
+            return _insert_unique(cur, ids, columns, run_ats, db_now, trace)
+        keys = columns["idempotency_keys"]
         defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
             _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
@@ -512,6 +611,152 @@ def _insert(
     return found
 
 
+def _has_unique_keys(columns: Mapping[str, list[Any]], n: int) -> bool:
+    # The scheduler's columns (enqueue_columns) may not have the column at all.
+    uniques = columns.get("unique_keys")
+    return uniques is not None and uniques.count(None) != n
+
+
+def _subset(columns: Mapping[str, list[Any]], rows: list[int]) -> dict[str, list[Any]]:
+    return {name: [values[i] for i in rows] for name, values in columns.items()}
+
+
+def _split_unique(
+    columns: Mapping[str, list[Any]],
+) -> tuple[list[int], list[int], dict[int, int]]:
+    """The rows without a unique key; the first row of each (organization, type, key), which
+    goes to the database, sorted by key; and every later row of a key, mapped to that first
+    one (it gets the first one's job, as a repeated idempotency key does)."""
+    plain: list[int] = []
+    leaders: list[int] = []
+    follows: dict[int, int] = {}
+    first: dict[tuple[Any, str, str], int] = {}
+    for i, (org, job_type, unique) in enumerate(
+        zip(columns["organization_ids"], columns["job_types"], columns["unique_keys"], strict=True)
+    ):
+        if unique is None:
+            plain.append(i)
+            continue
+        scoped = (org, job_type, unique)
+        if scoped in first:
+            follows[i] = first[scoped]
+        else:
+            first[scoped] = i
+            leaders.append(i)
+    # In one order of keys in every process: concurrent batches then wait on each other's
+    # keys in that order and cannot deadlock (which one wins within a batch is decided above).
+    orgs, job_types, uniques = (
+        columns["organization_ids"],
+        columns["job_types"],
+        columns["unique_keys"],
+    )
+    leaders.sort(key=lambda i: (job_types[i], uniques[i], "" if orgs[i] is None else str(orgs[i])))
+    return plain, leaders, follows
+
+
+def _many_unique_steps(
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+    leaders: list[int],
+    results: list[Enqueued | None],
+    trace: tuple[str | None, str | None] = (None, None),
+) -> Generator[_Statement, _Rows, None]:
+    """The rows of a batch that lead their unique key, as :func:`_unique_steps` does for one
+    job but one statement per step for all of them: insert, replace the waiting holders of the
+    ``replace`` rows, look up the active holders of the others; the rows whose holder finished
+    in between go round again. Fills ``results`` and wakes the queues of what was inserted or
+    made ready by a replace."""
+
+    def rows_of(rows: list[int]) -> dict[str, Any]:
+        params = _subset(columns, rows)
+        params["ids"] = [ids[i] for i in rows]
+        params["run_ats"] = [run_ats[i] for i in rows]
+        return params
+
+    queues = columns["queues"]
+    woken: list[str] = []
+    woken_at: list[datetime] = []
+    todo = leaders
+    for _ in range(_CONFLICT_ROUNDS):
+        if not todo:
+            break
+        inserted = yield (
+            query("job_enqueue_many_unique"),
+            {
+                **rows_of(todo),
+                "created_at": db_now,
+                "trace_parent": trace[0],
+                "trace_state": trace[1],
+            },
+        )
+        created = {row[0] for row in inserted}
+        missing: list[int] = []
+        for i in todo:
+            if ids[i] in created:
+                results[i] = Enqueued(ids[i], True)
+                woken.append(queues[i])
+                woken_at.append(run_ats[i])
+            else:
+                missing.append(i)
+        replacing = [i for i in missing if columns["on_active"][i] == "replace"]
+        if replacing:
+            replaced = yield query("job_replace_many_by_unique_key"), rows_of(replacing)
+            for ordinal, job_id, queue, run_at in replaced:
+                results[replacing[ordinal - 1]] = Enqueued(job_id, False, replaced=True)
+                woken.append(queue)
+                woken_at.append(run_at)
+        looking = [i for i in missing if results[i] is None]
+        if looking:
+            holders = yield query("job_find_many_active_by_unique_key"), rows_of(looking)
+            for ordinal, job_id in holders:
+                results[looking[ordinal - 1]] = Enqueued(job_id, False)
+        todo = [i for i in looking if results[i] is None]
+    if todo:
+        raise JobsError("an active job holding a unique key kept changing hands; retry the batch")
+    ready = _ready_queues(woken, woken_at, db_now)
+    if ready:
+        yield query("job_wake_queues"), {"queues": ready}
+
+
+def _unique_results(results: list[Enqueued | None], follows: Mapping[int, int]) -> list[Enqueued]:
+    for i, leader in follows.items():
+        first = results[leader]
+        assert first is not None
+        results[i] = Enqueued(first.id, False)
+    found = [r for r in results if r is not None]
+    assert len(found) == len(results)
+    return found
+
+
+def _insert_unique(
+    cur: psycopg.Cursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+    trace: tuple[str | None, str | None],
+) -> list[Enqueued]:
+    """A batch with unique keys: its rows without one through :func:`_insert` (idempotency keys
+    as always), the others through :func:`_many_unique_steps`."""
+    plain, leaders, follows = _split_unique(columns)
+    results: list[Enqueued | None] = [None] * len(ids)
+    if plain:
+        done = _insert(
+            cur,
+            [ids[i] for i in plain],
+            _subset(columns, plain),
+            [run_ats[i] for i in plain],
+            db_now,
+            trace,
+        )
+        for i, r in zip(plain, done, strict=True):
+            results[i] = r
+    _drive(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
+    return _unique_results(results, follows)
+
+
 # On an AsyncConnection: the same validation (_build_columns), the same decisions
 # (_all_defaults, _repeats_a_key), the same named queries and COPY formats; only the I/O awaits.
 
@@ -555,8 +800,10 @@ async def enqueue_columns_async(
         db_now: datetime = row[0]
         ids: list[int] = row[1]
         run_ats = [db_now if at is None else at for at in columns["run_ats"]]
-        keys = columns["idempotency_keys"]
         trace = tracing.capture()
+        if _has_unique_keys(columns, n):
+            return await _insert_unique_async(cur, ids, columns, run_ats, db_now, trace)
+        keys = columns["idempotency_keys"]
         defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
             await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
@@ -670,3 +917,31 @@ async def _insert_async(
     if len(found) != len(results):
         raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
     return found
+
+
+async def _insert_unique_async(
+    cur: psycopg.AsyncCursor[Any],
+    ids: list[int],
+    columns: Mapping[str, list[Any]],
+    run_ats: list[datetime],
+    db_now: datetime,
+    trace: tuple[str | None, str | None],
+) -> list[Enqueued]:
+    """:func:`_insert_unique` on an async cursor."""
+    plain, leaders, follows = _split_unique(columns)
+    results: list[Enqueued | None] = [None] * len(ids)
+    if plain:
+        done = await _insert_async(
+            cur,
+            [ids[i] for i in plain],
+            _subset(columns, plain),
+            [run_ats[i] for i in plain],
+            db_now,
+            trace,
+        )
+        for i, r in zip(plain, done, strict=True):
+            results[i] = r
+    await _drive_async(
+        cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace)
+    )
+    return _unique_results(results, follows)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
+
+# What an enqueue with a unique key does when an active job holds the key (docs/jobs.md).
+OnActive = Literal["keep", "replace"]
 
 
 class JobStatus(StrEnum):
@@ -30,16 +34,22 @@ class Enqueued:
     """The result of an enqueue: the job's id, and whether this call created it.
 
     ``created`` is False when a job with the same (organization, job type, idempotency key)
-    already existed; ``id`` is then that job's id.
+    already existed, or an active job held the same unique key; ``id`` is then that job's id.
+    ``replaced`` is True when that active job was waiting and took this enqueue's payload and
+    run_at (``on_active="replace"``); a running (leased) job is never replaced.
     """
 
     id: int
     created: bool
+    replaced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """One job to insert with :func:`jobs.enqueue_many`."""
+    """One job to insert with :func:`jobs.enqueue_many`.
+
+    ``unique_key`` and ``on_active`` are those of :func:`jobs.enqueue` (unique while active).
+    """
 
     job_type: str
     payload: Any = field(default_factory=dict)
@@ -50,6 +60,8 @@ class JobSpec:
     priority: int = 0
     max_attempts: int | None = None
     concurrency_key: str | None = None
+    unique_key: str | None = None
+    on_active: OnActive = "keep"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,21 @@ class QueuePolicy:
     queue: str
     fair: bool = False
     concurrency_per_key: int | None = None
+
+
+class Requeued(list[int]):
+    """What :func:`jobs.requeue` did: the list of the ids it put back to pending (in id order,
+    as it always returned), and ``skipped``, the ids it left as they were because an active job
+    holds their unique key (or an older job of the same selection took it)."""
+
+    __slots__ = ("skipped",)
+
+    def __init__(self, ids: Iterable[int] = (), skipped: Iterable[int] = ()) -> None:
+        super().__init__(ids)
+        self.skipped: tuple[int, ...] = tuple(skipped)
+
+    def __repr__(self) -> str:
+        return f"Requeued({list(self)!r}, skipped={list(self.skipped)!r})"
 
 
 @dataclass(frozen=True, slots=True)

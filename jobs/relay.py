@@ -105,6 +105,8 @@ def _enqueue(
                     priority=spec.priority,
                     max_attempts=spec.max_attempts,
                     now=now,
+                    unique_key=spec.unique_key,
+                    on_active=spec.on_active,
                 )
             )
         except InvalidJob as exc:

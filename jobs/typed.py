@@ -7,6 +7,7 @@
 
     send_welcome.enqueue(conn, user_id=42)              # mypy checks the arguments
     send_welcome.with_options(idempotency_key="welcome-42").enqueue(conn, user_id=42)
+    recompute.with_options(unique_key="stats:42", on_active="replace").enqueue(conn, user_id=42)
     jobs.enqueue_many(conn, [send_welcome.spec(user_id=u) for u in (1, 2, 3)])
     Worker(url, jobs.handlers(send_welcome), {"emails": 4})
 
@@ -49,7 +50,7 @@ import pydantic
 from jobs import validate
 from jobs.enqueue import enqueue, enqueue_async
 from jobs.errors import InvalidJob
-from jobs.model import Enqueued, Job, JobSpec
+from jobs.model import Enqueued, Job, JobSpec, OnActive
 from jobs.outcomes import PermanentError
 from timezones.errors import shown
 
@@ -68,6 +69,8 @@ class _Options:
     organization_id: Any = None
     run_at: datetime | None = None
     now: datetime | None = None
+    unique_key: str | None = None
+    on_active: OnActive = "keep"
 
     def job_fields(self) -> dict[str, Any]:
         """The options a job row takes (:class:`jobs.JobSpec`'s and ``enqueue``'s names)."""
@@ -78,6 +81,8 @@ class _Options:
             "run_at": self.run_at,
             "priority": self.priority,
             "max_attempts": self.max_attempts,
+            "unique_key": self.unique_key,
+            "on_active": self.on_active,
         }
 
 
@@ -216,6 +221,8 @@ class JobDefinition(Generic[P, R]):
         organization_id: Any = None,
         run_at: datetime | None = None,
         now: datetime | None = None,
+        unique_key: str | None = None,
+        on_active: OnActive | None = None,
     ) -> JobDefinition[P, R]:
         """A copy whose enqueues use these options (None keeps the definition's)."""
         changes: dict[str, Any] = {
@@ -228,6 +235,8 @@ class JobDefinition(Generic[P, R]):
                 ("organization_id", organization_id),
                 ("run_at", run_at),
                 ("now", now),
+                ("unique_key", unique_key),
+                ("on_active", on_active),
             )
             if value is not None
         }
@@ -262,6 +271,9 @@ def _check_options(o: _Options) -> None:
     validate.organization_id(o.organization_id)
     validate.aware(o.run_at, "run_at")
     validate.aware(o.now, "now")
+    validate.unique_key(o.unique_key)
+    validate.on_active(o.on_active, o.unique_key)
+    validate.keys(o.idempotency_key, o.unique_key)
 
 
 def job(

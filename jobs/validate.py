@@ -20,6 +20,9 @@ from timezones.inputs import text_problem
 QUEUE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 512
+MAX_UNIQUE_KEY = 512
+# What an enqueue with a unique key does when an active job holds the key (docs/jobs.md).
+ON_ACTIVE = ("keep", "replace")
 MAX_JOB_TYPE = 200
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_LIMIT = 1000
@@ -181,6 +184,36 @@ def concurrency_key(value: Any) -> str | None:
             f"must be None or a string of 1-{MAX_IDEMPOTENCY_KEY} characters",
         )
     return text(value, "concurrency_key", MAX_IDEMPOTENCY_KEY)
+
+
+def unique_key(value: Any) -> str | None:
+    """A unique-while-active key: None, or 1-512 characters PostgreSQL can store."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_UNIQUE_KEY:
+        raise InvalidJob(
+            "unique_key", value, f"must be None or a string of 1-{MAX_UNIQUE_KEY} characters"
+        )
+    return text(value, "unique_key", MAX_UNIQUE_KEY)
+
+
+def on_active(value: Any, unique: str | None) -> str:
+    """``keep`` or ``replace``; ``replace`` only with a unique key (it would do nothing)."""
+    if not isinstance(value, str) or value not in ON_ACTIVE:
+        raise InvalidJob("on_active", value, "must be 'keep' or 'replace'")
+    if value == "replace" and unique is None:
+        raise InvalidJob("on_active", value, "'replace' needs a unique_key")
+    return value
+
+
+def keys(idempotency: str | None, unique: str | None) -> None:
+    """A job has an idempotency key or a unique key, not both: the permanent key already makes
+    it unique, and an insert can name only one arbiter index, so which key answers would
+    depend on which one happens to conflict."""
+    if idempotency is not None and unique is not None:
+        raise InvalidJob(
+            "unique_key", unique, "cannot be combined with idempotency_key (give one of the two)"
+        )
 
 
 def key_is_plain(value: str) -> bool:

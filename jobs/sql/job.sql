@@ -72,6 +72,120 @@ JOIN jobs AS j
   ON j.organization_id IS NOT DISTINCT FROM k.organization_id
  AND j.job_type = k.job_type AND j.idempotency_key = k.idempotency_key;
 
+-- name: job_enqueue_unique
+-- Insert one job with a unique key (jobs_unique_active_uq): on a conflict with an active job
+-- (pending, retrying or leased; one a concurrent transaction is inserting is waited for)
+-- insert nothing and return no row; the caller then replaces or looks up the holder. A job has
+-- a unique key or an idempotency key, never both (jobs/validate.py), so this index is the only
+-- arbiter it can hit.
+WITH ins AS (
+    INSERT INTO jobs (organization_id, queue, job_type, payload, unique_key, priority, run_at,
+                      max_attempts, created_at, trace_parent, trace_state)
+    VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
+            %(unique_key)s::text, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
+            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text)
+    ON CONFLICT (job_type, unique_key, organization_id)
+        WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
+        DO NOTHING
+    RETURNING id, run_at
+)
+SELECT id,
+       CASE WHEN run_at <= coalesce(%(now)s::timestamptz, now())
+            THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
+FROM ins;
+
+-- name: job_replace_by_unique_key
+-- on_active='replace': the waiting (pending or retrying) job holding the unique key takes the
+-- new payload, run_at, priority and max_attempts; its id, queue, attempts and history stay. A
+-- leased job is running and is not touched (nor locked: the status test comes before the row
+-- lock, so a worker's completion never waits on the enqueuer's transaction).
+UPDATE jobs
+SET payload = %(payload)s::jsonb,
+    run_at = coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()),
+    priority = %(priority)s,
+    max_attempts = %(max_attempts)s
+WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
+  AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
+  AND status IN ('pending', 'retrying')
+RETURNING id,
+          CASE WHEN run_at <= coalesce(%(now)s::timestamptz, now())
+               THEN pg_notify('tockwork_jobs', queue) END IS NOT NULL AS notified;
+
+-- name: job_find_active_by_unique_key
+SELECT id FROM jobs
+WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
+  AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
+  AND status IN ('pending', 'retrying', 'leased');
+
+-- name: job_enqueue_many_unique
+-- The rows of a batch that carry a unique key (the caller sends only the first spec of each
+-- key, sorted by key): as job_enqueue_unique, one statement; an id that does not come back hit
+-- an active job. Rows go in input order, so two batches inserting the same keys wait on each
+-- other's keys in one order and never deadlock.
+INSERT INTO jobs (id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
+                  max_attempts, created_at, trace_parent, trace_state)
+SELECT id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
+       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text
+FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
+            %(job_types)b::text[], %(payloads)b::jsonb[], %(unique_keys)b::text[],
+            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
+     WITH ORDINALITY
+     AS t(id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
+          max_attempts, ord)
+ORDER BY ord
+ON CONFLICT (job_type, unique_key, organization_id)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
+    DO NOTHING
+RETURNING id;
+
+-- name: job_replace_many_by_unique_key
+-- job_replace_by_unique_key for a batch (keys distinct within it): returns the ordinal of each
+-- input row that replaced a waiting job, that job's id, queue and new run_at. The rows are
+-- locked in input order (the caller sorts it by key), so concurrent batches replacing the same
+-- keys wait on each other in one order instead of deadlocking; a row claimed meanwhile is
+-- rechecked after the wait and left alone.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[],
+                %(payloads)b::jsonb[], %(priorities)b::int[], %(run_ats)b::timestamptz[],
+                %(max_attempts)b::int[])
+         WITH ORDINALITY
+         AS t(organization_id, job_type, unique_key, payload, priority, run_at, max_attempts,
+              ord)
+),
+locked AS (
+    SELECT j.id
+    FROM input AS i
+    JOIN jobs AS j
+      ON j.job_type = i.job_type AND j.unique_key = i.unique_key
+     AND j.organization_id IS NOT DISTINCT FROM i.organization_id
+    WHERE j.status IN ('pending', 'retrying')
+    ORDER BY i.ord
+    FOR UPDATE OF j
+)
+-- The rows by primary key (ANY(ARRAY(...)): the planner guesses one row for a locking CTE,
+-- and a join on it became a nested loop over both sides), matched to their input by key.
+UPDATE jobs AS j
+SET payload = i.payload,
+    run_at = i.run_at,
+    priority = i.priority,
+    max_attempts = i.max_attempts
+FROM input AS i
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+  AND j.job_type = i.job_type AND j.unique_key = i.unique_key
+  AND j.organization_id IS NOT DISTINCT FROM i.organization_id
+RETURNING i.ord, j.id, j.queue, j.run_at;
+
+-- name: job_find_many_active_by_unique_key
+SELECT k.ord, j.id
+FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[])
+     WITH ORDINALITY AS k(organization_id, job_type, unique_key, ord)
+JOIN jobs AS j
+  ON j.job_type = k.job_type AND j.unique_key = k.unique_key
+ AND j.organization_id IS NOT DISTINCT FROM k.organization_id
+ AND j.status IN ('pending', 'retrying', 'leased');
+
 -- name: job_claim
 -- Lease up to n ready jobs per queue in one short statement. SKIP LOCKED lets claimers pass
 -- each other; every claim bumps the fencing token, so only the current holder can write the
@@ -617,27 +731,60 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
+-- name: job_requeue_lock
+-- The dead (or cancelled) jobs a requeue selects, locked: the first statement of a requeue, so
+-- the caller's transaction is open before job_requeue's savepoint (jobs/admin.py).
+SELECT id FROM jobs
+WHERE status = ANY(%(statuses)b::text[])
+  AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+  AND (%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+ORDER BY id
+FOR UPDATE;
+
 -- name: job_requeue
--- Dead (or cancelled) jobs back to pending with a fresh set of attempts. Their history stays.
-WITH updated AS (
+-- Those jobs (still in those statuses) back to pending with a fresh set of attempts. Their
+-- history stays. A job with a unique key is skipped (left as it is, returned with skipped)
+-- when an active job holds its key (jobs_unique_active_uq would refuse it), or when an older
+-- job of the same selection has the key (the oldest is requeued). An active holder committed
+-- by a concurrent transaction after this statement's snapshot makes it fail on the index
+-- instead; the caller rolls back to its savepoint and runs it again, and the fresh snapshot
+-- sees the holder.
+WITH candidates AS (
+    SELECT id, job_type, unique_key, organization_id
+    FROM jobs
+    WHERE id = ANY(%(ids)b::bigint[]) AND status = ANY(%(statuses)b::text[])
+),
+judged AS (
+    SELECT c.id,
+           c.unique_key IS NOT NULL
+           AND (row_number() OVER (PARTITION BY c.job_type, c.unique_key, c.organization_id
+                                   ORDER BY c.id) > 1
+                OR EXISTS (SELECT 1 FROM jobs AS a
+                           WHERE a.job_type = c.job_type AND a.unique_key = c.unique_key
+                             AND a.organization_id IS NOT DISTINCT FROM c.organization_id
+                             AND a.status IN ('pending', 'retrying', 'leased'))) AS skipped
+    FROM candidates AS c
+),
+updated AS (
     UPDATE jobs
     SET status = 'pending',
         attempts = 0,
         run_at = coalesce(%(now)s::timestamptz, now()),
         completed_at = NULL
-    WHERE status = ANY(%(statuses)b::text[])
-      AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
-      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
-      AND (%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+    WHERE id = ANY(ARRAY(SELECT id FROM judged WHERE NOT skipped))
     RETURNING id, queue
 ),
 wake AS (SELECT DISTINCT queue FROM updated)
-SELECT u.id, (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS notified
+SELECT u.id, false AS skipped,
+       (SELECT count(pg_notify('tockwork_jobs', wake.queue)) FROM wake) AS notified
 FROM updated AS u
-ORDER BY u.id;
+UNION ALL
+SELECT id, true, 0 FROM judged WHERE skipped
+ORDER BY 1;
 
 -- name: job_cancel
 -- Cancel waiting or dead jobs. A leased job is running right now and cannot be cancelled here;

@@ -39,6 +39,9 @@ CREATE TABLE jobs (
     -- execution spans of its attempts link to it. NULL when no span was recording.
     trace_parent text,
     trace_state text,
+    -- Unique while active (migration 0009): at most one pending, retrying or leased job per
+    -- (job type, unique key, organization); see jobs_unique_active_uq.
+    unique_key text,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),
@@ -49,7 +52,8 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_attempts_check CHECK (attempts >= 0 AND max_attempts >= 1),
     CONSTRAINT jobs_error_summary_check CHECK (octet_length(last_error_summary) <= 1024),
     CONSTRAINT jobs_lease_check CHECK (status <> 'leased' OR locked_until IS NOT NULL),
-    CONSTRAINT jobs_concurrency_key_check CHECK (length(concurrency_key) BETWEEN 1 AND 512)
+    CONSTRAINT jobs_concurrency_key_check CHECK (length(concurrency_key) BETWEEN 1 AND 512),
+    CONSTRAINT jobs_unique_key_check CHECK (length(unique_key) BETWEEN 1 AND 512)
 ) WITH (
     fillfactor = 70,
     autovacuum_vacuum_scale_factor = 0.01,
@@ -100,6 +104,14 @@ CREATE TABLE job_queue_policies (
     CONSTRAINT job_queue_policies_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     CONSTRAINT job_queue_policies_concurrency_check CHECK (concurrency_per_key >= 1)
 );
+
+-- Unique while active (0009): one waiting or running job per (type, unique key, organization);
+-- the key is free again once the job succeeds, goes dead or is cancelled. Enqueue inserts with
+-- ON CONFLICT on this index; the type and key lead so that lookups comparing the organization
+-- with IS NOT DISTINCT FROM still probe it by prefix. Rows without a key are not indexed.
+CREATE UNIQUE INDEX jobs_unique_active_uq ON jobs (job_type, unique_key, organization_id)
+    NULLS NOT DISTINCT
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased');
 
 -- Execution history: one row per attempt, read after an incident. No foreign key to jobs, so
 -- that history outlives the retention of finished jobs and inserts stay cheap.

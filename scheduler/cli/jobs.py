@@ -163,7 +163,24 @@ def cmd_jobs_requeue(args: argparse.Namespace) -> int:
             conn.rollback()
     verb = "would requeue" if args.dry_run else "requeued"
     print(f"{verb} {len(ids)} job(s)" + (f": {', '.join(map(str, ids[:50]))}" if ids else ""))
-    return _unmatched(args, ids, " or ".join(statuses))
+    skipped = ids.skipped
+    if skipped:
+        # Left as they were: another job with the same unique key is active (docs/jobs.md).
+        print(
+            f"skipped {len(skipped)} job(s) whose unique key an active job holds: "
+            + ", ".join(map(str, skipped[:50]))
+            + (" ..." if len(skipped) > 50 else "")
+        )
+    code = _unmatched(args, [*ids, *skipped], " or ".join(statuses))
+    held = [i for i in dict.fromkeys(args.id or ()) if i in set(skipped)]
+    if code == 0 and held:
+        print(
+            f"{args.prog}: failed: not requeued, an active job holds the unique key of --id "
+            + ", ".join(map(str, held[:20])),
+            file=sys.stderr,
+        )
+        return 1
+    return code
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:

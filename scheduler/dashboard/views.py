@@ -236,8 +236,10 @@ def act_on_dead(
     now: datetime | None,
 ) -> list[int]:
     """Requeue or cancel these dead jobs (those still dead) and record it, in one transaction."""
+    done: list[int]
     with conn.transaction():
         if action == "requeue":
+            # A job whose unique key an active job holds is skipped (not in done).
             done = jobs.requeue(conn, ids=ids, now=now)
         elif action == "cancel":
             done = jobs.cancel(

@@ -117,6 +117,8 @@ ENQUEUE_BAD: dict[str, list[tuple[str, Any]]] = {
     "queue": SPEC_BAD["queue"],
     "idempotency_key": [("empty", ""), ("long", "k" * 513), ("nul", NUL), ("surrogate", SURROGATE), ("int", 5), ("list", ["k"])],
     "organization_id": SPEC_BAD["organization_id"],
+    "unique_key": [("empty", ""), ("long", "k" * 513), ("nul", NUL), ("surrogate", SURROGATE), ("int", 5), ("list", ["k"])],
+    "on_active": [("word", "always"), ("upper", "KEEP"), ("int", 1), ("none", None), ("replace-without-key", "replace")],
     "run_at": BAD_INSTANTS,
     "priority": [("high", 1001), ("low", -1001), *BAD_INT4[:6], ("nan", float("nan"))],
     "max_attempts": [("zero", 0), ("over", 1001), *BAD_INT4[:6]],
@@ -151,7 +153,14 @@ def _enqueue_cases() -> list[DbCase]:
                     f"specs[1].{field}",
                 )
             )
-            if field in ("payload", "queue", "priority"):
+            if field in (
+                "payload",
+                "queue",
+                "priority",
+                "organization_id",
+                "unique_key",
+                "on_active",
+            ):
                 cases.append(
                     (
                         f"enqueue_async-{field}-{name}",
