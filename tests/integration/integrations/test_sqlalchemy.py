@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 import jobs
 from jobs.integrations import sqlalchemy as tw
-from scheduler import create_schedule, list_schedules
+from scheduler import create_schedule, create_schedule_async, list_schedules
 
 
 @pytest.fixture
@@ -90,6 +90,69 @@ def test_the_async_session(db_url: str) -> None:
 
     asyncio.run(run())
     assert _jobs(db_url) == [("send_welcome", {"user": "async"})]
+
+
+def _rules(db_url: str) -> list[str]:
+    with psycopg.connect(db_url) as conn:
+        return [str(s.rule) for s in list_schedules(conn)]
+
+
+def test_an_async_schedule_joins_the_async_session_and_connection(db_url: str) -> None:
+    """create_schedule_async on the adapter's connection runs in the AsyncSession's (and an
+    AsyncConnection's) transaction: invisible before the commit, gone with a rollback, there
+    once after a commit, next to the session's own row."""
+    seen_before_commit: list[str] = []
+
+    async def run() -> None:
+        eng = create_async_engine(
+            "postgresql+psycopg://",
+            async_creator=lambda: psycopg.AsyncConnection.connect(db_url),
+        )
+        try:
+            async with eng.begin() as conn:
+                await conn.execute(text("CREATE TABLE users (id serial PRIMARY KEY, name text)"))
+            async with AsyncSession(eng) as session:
+                await session.execute(text("INSERT INTO users (name) VALUES ('gone')"))
+                await create_schedule_async(
+                    await tw.async_connection(session),
+                    job_type="remind",
+                    rule="daily@07:00",
+                    zone="Asia/Tokyo",
+                )
+                await session.rollback()
+            async with AsyncSession(eng) as session, session.begin():
+                await session.execute(text("INSERT INTO users (name) VALUES ('ada')"))
+                await create_schedule_async(
+                    await tw.async_connection(session),
+                    job_type="remind",
+                    rule="daily@08:00",
+                    zone="Asia/Tokyo",
+                    subject="ada",
+                )
+                seen_before_commit.extend(_rules(db_url))
+            async with eng.connect() as conn:
+                await create_schedule_async(
+                    await tw.async_connection(conn),
+                    job_type="remind",
+                    rule="daily@09:00",
+                    zone="Asia/Tokyo",
+                )
+                await conn.rollback()
+            async with eng.begin() as conn:
+                await create_schedule_async(
+                    await tw.async_connection(conn),
+                    job_type="remind",
+                    rule="daily@10:00",
+                    zone="Asia/Tokyo",
+                )
+        finally:
+            await eng.dispose()
+
+    asyncio.run(run())
+    assert seen_before_commit == []
+    assert _rules(db_url) == ["daily@08:00", "daily@10:00"]
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT array_agg(name) FROM users").fetchone() == (["ada"],)
 
 
 def test_other_drivers_and_objects_are_refused(db_url: str) -> None:
