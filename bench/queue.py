@@ -13,7 +13,8 @@ psycopg baseline that does the same operation with no library (the limit), and t
 5. resident memory of a worker process after draining;
 6. (issue 9) the 2-process drain with the library's defaults (``jobs.Worker(url, handlers)``)
    beside the tuned one, and PgQueuer 1.6 side by side (phase ``peers``): enqueue one job per
-   transaction, 1,000 per call, the drain by 2 of its worker processes, latency p50. PgQueuer
+   transaction, 1,000 per call, the drain by 2 of its worker processes (and, issue 11, the
+   same drain with an ``async def`` no-op against PgQueuer's asyncio worker), latency p50. PgQueuer
    runs from its own venv (``make bench-peers``) through ``bench/peer_pgqueuer.py``; without it
    the phase is skipped with the reason printed.
 
@@ -491,13 +492,17 @@ def latency_library(
         received.clear()
         collector = threading.Thread(target=_collect, args=(results, received, samples))
         collector.start()
+        commits: list[float] = []  # enqueue+commit alone: the part no worker can shorten
         for _ in range(samples):
-            jobs.enqueue(conn, "probe", {"t": time.time()})
+            sent = time.time()
+            jobs.enqueue(conn, "probe", {"t": sent})
             conn.commit()
+            commits.append((time.time() - sent) * 1000.0)
             time.sleep(gap * (0.5 + rnd.random()))
         collector.join(timeout=poll * 2 + 60)
     stop.set()
     report: dict[str, Any] = results.get(timeout=60)
+    report["commit_p50_ms"] = percentile(commits, 50)
     child.join(timeout=30)
     if len(received) != samples:
         raise RuntimeError(f"latency run lost samples: {len(received)} of {samples}")
@@ -604,9 +609,11 @@ def _describe(label: str, result: DrainResult) -> str:
     )
 
 
-def drain_defaults(url: str, n: int) -> DrainResult:
-    """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``."""
-    return run_drain(url, n, 2, _library_drain_child, ({}, {}, None))
+def drain_defaults(url: str, n: int, *, async_noop: bool = False) -> DrainResult:
+    """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``, the
+    no-op handler a ``def`` or (``async_noop``) an ``async def``."""
+    options = {"async_noop": True} if async_noop else {}
+    return run_drain(url, n, 2, _library_drain_child, (options, {}, None))
 
 
 def _phase_async_drain(
@@ -614,8 +621,8 @@ def _phase_async_drain(
 ) -> None:
     """(issue 11) The 2-process drain with an ``async def`` no-op beside the sync one, same run."""
     print(f"drain {args.drain:,} no-op jobs x2, defaults: sync handler, async ...", flush=True)
-    sync2 = run_drain(url, args.drain, 2, _library_drain_child, ({}, {}, None))
-    async2 = run_drain(url, args.drain, 2, _library_drain_child, ({"async_noop": True}, {}, None))
+    sync2 = drain_defaults(url, args.drain)
+    async2 = drain_defaults(url, args.drain, async_noop=True)
     figures["drain_async"] = async2.rate
     ratio = async2.rate / sync2.rate
     rows.append(
@@ -778,7 +785,9 @@ def _phase_latency(
         f"from just before enqueue+commit to the handler's first line; "
         f"max LISTEN on {max(on):.1f} ms, on async {max(on_async):.1f} ms, off "
         f"{max(off):.1f} ms, bare {max(bare):.2f} ms; "
-        "worker Worker(queues={'default': 4}), default (adaptive) claim size"
+        "worker Worker(queues={'default': 4}), default (adaptive) claim size; "
+        f"of which enqueue+commit p50 {on_report['commit_p50_ms']:.2f} ms (sync run), "
+        f"{async_report['commit_p50_ms']:.2f} ms (async run)"
     )
 
 
@@ -866,6 +875,8 @@ def _phase_peers(
     lib_bulk, raw_copy = bench_enqueue_many(url, args.many, PEER_BULK)
     if "drain_defaults" not in figures:
         figures["drain_defaults"] = drain_defaults(url, args.drain).rate
+    if "drain_async" not in figures:  # (issue 11) the async no-op drain, defaults
+        figures["drain_async"] = drain_defaults(url, args.drain, async_noop=True).rate
     if "latency_p50" not in figures:
         on, _ = latency_library(url, True, 1.0, args.samples, args.gap_ms / 1000.0, warmup=5)
         figures["latency_p50"] = percentile(on, 50)
@@ -891,6 +902,14 @@ def _phase_peers(
 
     rows.append(
         compare("vs PgQueuer: drain x2, defaults", figures["drain_defaults"], drain["rate"], 2)
+    )
+    rows.append(
+        compare(
+            "vs PgQueuer: drain x2, async def no-op",
+            figures["drain_async"],
+            drain["rate"],
+            3,
+        )
     )
     rows.append(compare("vs PgQueuer: enqueue 1 job/txn", figures["single"], single, 1))
     rows.append(compare(f"vs PgQueuer: bulk, {PEER_BULK:,}/call", lib_bulk, bulk, 2))
