@@ -735,11 +735,7 @@ def _phase_latency(
     memory: list[float],
     figures: dict[str, float],
 ) -> None:
-    print(
-        f"latency: {args.samples} samples per mode, LISTEN on (sync and async handler) / off "
-        "/ bare ...",
-        flush=True,
-    )
+    print(f"latency: {args.samples} samples a mode: on (def, async def), off, bare", flush=True)
     gap = args.gap_ms / 1000.0
     bare = latency_bare_notify(url, args.samples, gap)
     on, on_report = latency_library(url, True, 1.0, args.samples, gap, warmup=5)

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import jobs
@@ -103,6 +103,10 @@ def test_an_async_schedule_joins_the_async_session_and_connection(db_url: str) -
     once after a commit, next to the session's own row."""
     seen_before_commit: list[str] = []
 
+    async def remind(on: AsyncSession | AsyncConnection, rule: str) -> None:
+        conn = await tw.async_connection(on)
+        await create_schedule_async(conn, job_type="remind", rule=rule, zone="Asia/Tokyo")
+
     async def run() -> None:
         eng = create_async_engine(
             "postgresql+psycopg://",
@@ -113,38 +117,17 @@ def test_an_async_schedule_joins_the_async_session_and_connection(db_url: str) -
                 await conn.execute(text("CREATE TABLE users (id serial PRIMARY KEY, name text)"))
             async with AsyncSession(eng) as session:
                 await session.execute(text("INSERT INTO users (name) VALUES ('gone')"))
-                await create_schedule_async(
-                    await tw.async_connection(session),
-                    job_type="remind",
-                    rule="daily@07:00",
-                    zone="Asia/Tokyo",
-                )
+                await remind(session, "daily@07:00")
                 await session.rollback()
             async with AsyncSession(eng) as session, session.begin():
                 await session.execute(text("INSERT INTO users (name) VALUES ('ada')"))
-                await create_schedule_async(
-                    await tw.async_connection(session),
-                    job_type="remind",
-                    rule="daily@08:00",
-                    zone="Asia/Tokyo",
-                    subject="ada",
-                )
+                await remind(session, "daily@08:00")
                 seen_before_commit.extend(_rules(db_url))
             async with eng.connect() as conn:
-                await create_schedule_async(
-                    await tw.async_connection(conn),
-                    job_type="remind",
-                    rule="daily@09:00",
-                    zone="Asia/Tokyo",
-                )
+                await remind(conn, "daily@09:00")
                 await conn.rollback()
             async with eng.begin() as conn:
-                await create_schedule_async(
-                    await tw.async_connection(conn),
-                    job_type="remind",
-                    rule="daily@10:00",
-                    zone="Asia/Tokyo",
-                )
+                await remind(conn, "daily@10:00")
         finally:
             await eng.dispose()
 
