@@ -82,14 +82,22 @@ def test_the_async_session(db_url: str) -> None:
         try:
             async with AsyncSession(eng) as session, session.begin():
                 await tw.enqueue_async(session, "send_welcome", {"user": "async"})
+                await tw.enqueue_many_async(
+                    session, [jobs.JobSpec("digest", {"user": n}) for n in "xy"]
+                )
             async with AsyncSession(eng) as session:
                 await tw.enqueue_async(session, "send_welcome", {"user": "gone"})
+                await tw.enqueue_many_async(session, [jobs.JobSpec("digest", {"user": "gone"})])
                 await session.rollback()
         finally:
             await eng.dispose()
 
     asyncio.run(run())
-    assert _jobs(db_url) == [("send_welcome", {"user": "async"})]
+    assert sorted(_jobs(db_url), key=str) == [
+        ("digest", {"user": "x"}),
+        ("digest", {"user": "y"}),
+        ("send_welcome", {"user": "async"}),
+    ]
 
 
 def _rules(db_url: str) -> list[str]:
@@ -144,3 +152,7 @@ def test_other_drivers_and_objects_are_refused(db_url: str) -> None:
     eng = create_engine("sqlite://")
     with Session(eng) as session, pytest.raises(jobs.InvalidJob, match="psycopg 3 dialect"):
         tw.enqueue(session, "t")
+    with pytest.raises(jobs.InvalidJob, match="AsyncSession"):
+        asyncio.run(tw.async_connection("not a session"))  # type: ignore[arg-type]
+    with pytest.raises(jobs.InvalidJob, match="AsyncSession"):
+        asyncio.run(tw.async_connection(Session(eng)))  # type: ignore[arg-type]
