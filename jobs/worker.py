@@ -25,8 +25,7 @@ concurrency counts handler calls at once, not jobs.
 of its own started with the run. Each queue owes handler calls in claim order and starts them
 while it has a free slot, whatever their kind: ``concurrency`` counts sync threads and
 coroutines together. A call's end (a pool thread's, or a task's done-callback on the loop)
-frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls; the
-tasks that end in one pass of the loop do so together (one lock, one wake-up). Both
+frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls. Both
 kinds share the outcome classification (``_single_run``, ``_batch_run`` and the bisection of
 :mod:`jobs.batch`). When stopping, running coroutines get the grace like threads; then their
 leases are given back and they are cancelled.
@@ -307,8 +306,6 @@ class Worker(Service[WorkerStats]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._tasks: set[asyncio.Task[_Run]] = set()
-        # Async calls ended and not yet handed over (queue, jobs, seconds, run): the loop's own.
-        self._ended: list[tuple[str, int, float, _Run | None]] = []
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
@@ -599,9 +596,11 @@ class Worker(Service[WorkerStats]):
                 functools.partial(self._async_done, taken[0].queue, len(taken), time.perf_counter())
             )
 
-    def _finished_call(self, queue: str, n: int, t0: float, run: _Run | None) -> None:
-        """A sync handler call ended: free its slot, hand its outcomes to the dispatcher and
-        start the queue's next calls (async calls end through :meth:`_async_ended`)."""
+    def _finished_call(
+        self, queue: str, n: int, t0: float, run: _Run | None, *, on_loop: bool = False
+    ) -> None:
+        """A handler call ended (``run`` is None when it was cancelled): free its slot, hand
+        its outcomes to the dispatcher and start the queue's next calls."""
         with self._pool_lock:
             self._busy[queue] -= 1
             self._sizers[queue].observe(n, time.perf_counter() - t0)
@@ -613,7 +612,7 @@ class Worker(Service[WorkerStats]):
             # Stopping, the pool or the loop may be shut: these jobs' leases are then given
             # back with the other running ones.
             with contextlib.suppress(RuntimeError):
-                self._launch(starts)
+                self._launch(starts, on_loop=on_loop)
 
     def _task(self, job_type: str, taken: list[Job]) -> None:
         """One pool task: run one handler call on the jobs taken for it, report."""
@@ -647,8 +646,6 @@ class Worker(Service[WorkerStats]):
         return self._single_run(job, error, fns, started_at, t0)
 
     def _async_done(self, queue: str, n: int, t0: float, future: asyncio.Task[_Run]) -> None:
-        """A task's done-callback (on the loop): note the call's end; the ends of one pass of
-        the loop are handed over together by :meth:`_async_ended`."""
         self._tasks.discard(future)
         run = None if future.cancelled() or future.exception() is not None else future.result()
         if run is None and not future.cancelled():
@@ -657,42 +654,12 @@ class Worker(Service[WorkerStats]):
                 self.name,
                 summarize(future.exception() or Exception()),
             )
-        self._ended.append((queue, n, time.perf_counter() - t0, run))
-        if len(self._ended) == 1:
-            assert self._loop is not None
-            self._loop.call_soon(self._async_ended)
-
-    def _async_ended(self) -> None:
-        """On the loop: the calls that ended since the last hand-over, all at once.
-
-        Short coroutines end many to a pass of the loop (a claim's worth of no-op handlers):
-        one pool lock, one wake-up of the dispatcher and one start of the queues' next calls
-        for all of them, instead of one of each per call. Handing over costs one more pass
-        of the loop (``call_soon``), which runs at once."""
-        ended, self._ended = self._ended, []
-        with self._pool_lock:
-            queues: dict[str, None] = {}  # in order of their first end
-            for queue, n, seconds, _ in ended:
-                self._busy[queue] -= 1
-                self._sizers[queue].observe(n, seconds)
-                queues[queue] = None
-            starts = [s for q in queues for s in self._take(q)]
-        runs = [run for *_, run in ended if run is not None]
-        for run in runs:
-            self._done.put(run)
-        if runs:
-            self.wake()
-        if starts:
-            # Stopping, the loop may be shut: these jobs' leases are then given back with
-            # the other running ones.
-            with contextlib.suppress(RuntimeError):
-                self._launch(starts, on_loop=True)
+        self._finished_call(queue, n, t0, run, on_loop=True)
 
     def _start_loop(self) -> None:
         """The event loop of the async handlers, in one thread of its own."""
         loop = asyncio.new_event_loop()
         ready = threading.Event()
-        self._ended = []
 
         def run() -> None:
             asyncio.set_event_loop(loop)

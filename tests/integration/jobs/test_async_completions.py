@@ -1,5 +1,5 @@
-"""How async handler calls end: the calls that end in one pass of the event loop are handed to
-the dispatcher together (one lock, one wake-up), and each frees its slot exactly once.
+"""How async handler calls end: each frees its queue's slot exactly once, however many end in
+one pass of the event loop, and also when it was cancelled at stop.
 
 A slot counted twice would let a queue run more coroutines than its concurrency; a slot never
 given back (a call cancelled at stop whose end was not handed over) would leave a worker that
