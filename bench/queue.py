@@ -8,11 +8,13 @@ psycopg baseline that does the same operation with no library (the limit), and t
 2. ``jobs.enqueue_many`` in batches vs raw ``COPY`` into ``jobs``;
 3. drain of N no-op jobs by 1 and 2 ``jobs.Worker`` processes vs a raw claim+complete loop
    (batches of 100, ``FOR UPDATE SKIP LOCKED``) in 2 processes;
-4. enqueue-to-start latency p50/p95/p99 with LISTEN on and off vs a bare LISTEN/NOTIFY round trip;
+4. enqueue-to-start latency p50/p95/p99 with LISTEN on and off vs a bare LISTEN/NOTIFY round trip,
+   LISTEN on with a ``def`` and with an ``async def`` handler (issue 11);
 5. resident memory of a worker process after draining;
 6. (issue 9) the 2-process drain with the library's defaults (``jobs.Worker(url, handlers)``)
    beside the tuned one, and PgQueuer 1.6 side by side (phase ``peers``): enqueue one job per
-   transaction, 1,000 per call, the drain by 2 of its worker processes, latency p50. PgQueuer
+   transaction, 1,000 per call, the drain by 2 of its worker processes (and, issue 11, the
+   same drain with an ``async def`` no-op against PgQueuer's asyncio worker), latency p50. PgQueuer
    runs from its own venv (``make bench-peers``) through ``bench/peer_pgqueuer.py``; without it
    the phase is skipped with the reason printed.
 
@@ -416,17 +418,25 @@ def _latency_child(
     listen: bool,
     poll: float,
     concurrency: int,
+    kind: str,
     ready: MpQueue[Any],
     stop: MpEvent,
     results: MpQueue[Any],
 ) -> None:
+    """A worker whose ``probe`` handler reports when it starts: ``def`` on the queue's
+    threads (``kind="sync"``) or ``async def`` on the worker's event loop (``"async"``)."""
+
     def probe(job: jobs.Job) -> None:
         started = time.time()
         results.put((job.payload["t"], started))
 
+    async def probe_async(job: jobs.Job) -> None:
+        started = time.time()
+        results.put((job.payload["t"], started))  # no await: Queue.put hands off to a thread
+
     worker = jobs.Worker(
         url,
-        {"probe": probe},
+        {"probe": probe_async if kind == "async" else probe},
         {"default": concurrency},
         listen=listen,
         poll_interval=timedelta(seconds=poll),
@@ -451,14 +461,24 @@ def _collect(results: MpQueue[Any], into: list[tuple[float, float]], expected: i
 
 
 def latency_library(
-    url: str, listen: bool, poll: float, samples: int, gap: float, warmup: int
+    url: str,
+    listen: bool,
+    poll: float,
+    samples: int,
+    gap: float,
+    warmup: int,
+    kind: str = "sync",
 ) -> tuple[list[float], dict[str, Any]]:
-    """One job per transaction every ~``gap`` s; return latencies (ms) and the worker report."""
+    """One job per transaction every ~``gap`` s; return latencies (ms) and the worker report.
+
+    ``kind`` is the probe handler's: ``"sync"`` (``def``) or ``"async"`` (``async def``)."""
     reset(url)
     ready: MpQueue[Any] = CTX.Queue()
     results: MpQueue[Any] = CTX.Queue()
     stop = CTX.Event()
-    child = CTX.Process(target=_latency_child, args=(url, listen, poll, 4, ready, stop, results))
+    child = CTX.Process(
+        target=_latency_child, args=(url, listen, poll, 4, kind, ready, stop, results)
+    )
     child.start()
     ready.get(timeout=60)
     received: list[tuple[float, float]] = []
@@ -472,13 +492,17 @@ def latency_library(
         received.clear()
         collector = threading.Thread(target=_collect, args=(results, received, samples))
         collector.start()
+        commits: list[float] = []  # enqueue+commit alone: the part no worker can shorten
         for _ in range(samples):
-            jobs.enqueue(conn, "probe", {"t": time.time()})
+            sent = time.time()
+            jobs.enqueue(conn, "probe", {"t": sent})
             conn.commit()
+            commits.append((time.time() - sent) * 1000.0)
             time.sleep(gap * (0.5 + rnd.random()))
         collector.join(timeout=poll * 2 + 60)
     stop.set()
     report: dict[str, Any] = results.get(timeout=60)
+    report["commit_p50_ms"] = percentile(commits, 50)
     child.join(timeout=30)
     if len(received) != samples:
         raise RuntimeError(f"latency run lost samples: {len(received)} of {samples}")
@@ -585,9 +609,11 @@ def _describe(label: str, result: DrainResult) -> str:
     )
 
 
-def drain_defaults(url: str, n: int) -> DrainResult:
-    """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``."""
-    return run_drain(url, n, 2, _library_drain_child, ({}, {}, None))
+def drain_defaults(url: str, n: int, *, async_noop: bool = False) -> DrainResult:
+    """2 worker processes with the library's defaults: ``jobs.Worker(url, handlers)``, the
+    no-op handler a ``def`` or (``async_noop``) an ``async def``."""
+    options = {"async_noop": True} if async_noop else {}
+    return run_drain(url, n, 2, _library_drain_child, (options, {}, None))
 
 
 def _phase_async_drain(
@@ -595,9 +621,10 @@ def _phase_async_drain(
 ) -> None:
     """(issue 11) The 2-process drain with an ``async def`` no-op beside the sync one, same run."""
     print(f"drain {args.drain:,} no-op jobs x2, defaults: sync handler, async ...", flush=True)
-    sync2 = run_drain(url, args.drain, 2, _library_drain_child, ({}, {}, None))
-    async2 = run_drain(url, args.drain, 2, _library_drain_child, ({"async_noop": True}, {}, None))
+    sync2 = drain_defaults(url, args.drain)
+    async2 = drain_defaults(url, args.drain, async_noop=True)
     figures["drain_async"] = async2.rate
+    figures["drain_defaults"] = sync2.rate  # the same measure as drain_defaults' (phase drain)
     ratio = async2.rate / sync2.rate
     rows.append(
         Row(
@@ -709,25 +736,32 @@ def _phase_latency(
     memory: list[float],
     figures: dict[str, float],
 ) -> None:
-    print(f"latency: {args.samples} samples per mode, LISTEN on / off / bare ...", flush=True)
+    print(f"latency: {args.samples} samples a mode: on (def, async def), off, bare", flush=True)
     gap = args.gap_ms / 1000.0
     bare = latency_bare_notify(url, args.samples, gap)
     on, on_report = latency_library(url, True, 1.0, args.samples, gap, warmup=5)
+    # (issue 11) The same harness with an ``async def`` probe: the job starts as a task on the
+    # worker's event loop, one thread hop from the dispatcher.
+    on_async, async_report = latency_library(
+        url, True, 1.0, args.samples, gap, warmup=5, kind="async"
+    )
     off, off_report = latency_library(url, False, args.poll, args.samples, gap, warmup=2)
     figures["latency_p50"] = percentile(on, 50)
-    for q, target in ((50, 4.0), (95, None), (99, 10.0)):
-        value = percentile(on, q)
-        base = percentile(bare, q)
-        rows.append(
-            Row(
-                f"latency LISTEN on p{q}",
-                f"{value:.2f} ms",
-                f"{base:.2f} ms bare NOTIFY",
-                f"{value / base:.1f}x",
-                f"<= {target:g} ms" if target else "-",
-                value <= target if target else None,
+    figures["latency_async_p50"] = percentile(on_async, 50)
+    for label, values in (("", on), (", async handler", on_async)):
+        for q, target in ((50, 4.0), (95, None), (99, 10.0)):
+            value = percentile(values, q)
+            base = percentile(bare, q)
+            rows.append(
+                Row(
+                    f"latency LISTEN on{label} p{q}",
+                    f"{value:.2f} ms",
+                    f"{base:.2f} ms bare NOTIFY",
+                    f"{value / base:.1f}x",
+                    f"<= {target:g} ms" if target else "-",
+                    value <= target if target else None,
+                )
             )
-        )
     poll_ms = args.poll * 1000.0
     for q in (50, 95, 99):
         value = percentile(off, q)
@@ -741,12 +775,16 @@ def _phase_latency(
                 value <= poll_ms + 10.0 if q == 99 else None,
             )
         )
-    memory.extend([on_report["rss_mib"], off_report["rss_mib"]])
+    memory.extend([on_report["rss_mib"], async_report["rss_mib"], off_report["rss_mib"]])
     notes.append(
-        f"latency: {len(on)} / {len(off)} / {len(bare)} samples, gap ~{args.gap_ms:g} ms, "
+        f"latency: {len(on)} / {len(on_async)} / {len(off)} / {len(bare)} samples (on, on "
+        f"async, off, bare), gap ~{args.gap_ms:g} ms, "
         f"from just before enqueue+commit to the handler's first line; "
-        f"max LISTEN on {max(on):.1f} ms, off {max(off):.1f} ms, bare {max(bare):.2f} ms; "
-        "worker Worker(queues={'default': 4}), default (adaptive) claim size"
+        f"max LISTEN on {max(on):.1f} ms, on async {max(on_async):.1f} ms, off "
+        f"{max(off):.1f} ms, bare {max(bare):.2f} ms; "
+        "worker Worker(queues={'default': 4}), default (adaptive) claim size; "
+        f"of which enqueue+commit p50 {on_report['commit_p50_ms']:.2f} ms (sync run), "
+        f"{async_report['commit_p50_ms']:.2f} ms (async run)"
     )
 
 
@@ -834,6 +872,8 @@ def _phase_peers(
     lib_bulk, raw_copy = bench_enqueue_many(url, args.many, PEER_BULK)
     if "drain_defaults" not in figures:
         figures["drain_defaults"] = drain_defaults(url, args.drain).rate
+    if "drain_async" not in figures:  # (issue 11) the async no-op drain, defaults
+        figures["drain_async"] = drain_defaults(url, args.drain, async_noop=True).rate
     if "latency_p50" not in figures:
         on, _ = latency_library(url, True, 1.0, args.samples, args.gap_ms / 1000.0, warmup=5)
         figures["latency_p50"] = percentile(on, 50)
@@ -859,6 +899,14 @@ def _phase_peers(
 
     rows.append(
         compare("vs PgQueuer: drain x2, defaults", figures["drain_defaults"], drain["rate"], 2)
+    )
+    rows.append(
+        compare(
+            "vs PgQueuer: drain x2, async def no-op",
+            figures["drain_async"],
+            drain["rate"],
+            3,
+        )
     )
     rows.append(compare("vs PgQueuer: enqueue 1 job/txn", figures["single"], single, 1))
     rows.append(compare(f"vs PgQueuer: bulk, {PEER_BULK:,}/call", lib_bulk, bulk, 2))

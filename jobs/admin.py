@@ -172,8 +172,7 @@ def cancel(
 ) -> list[int]:
     """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
     params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
-    rows = conn.execute(query("job_cancel"), params).fetchall()
-    return [row[0] for row in rows]
+    return _first_column(conn.execute(query("job_cancel"), params).fetchall())
 
 
 def _cancel_params(
@@ -200,13 +199,22 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
-    """One job by id; raises :class:`jobs.JobNotFound`."""
-    _ids([job_id])
-    row = conn.execute(query("job_get"), {"id": job_id}).fetchone()
+def _found(row: tuple[Any, ...] | None, job_id: int) -> JobRecord:
+    """A ``job_get`` row as a JobRecord, or JobNotFound (pure)."""
     if row is None:
         raise JobNotFound(job_id)
     return _record(row)
+
+
+def _first_column(rows: Sequence[tuple[Any, ...]]) -> list[int]:
+    """The ids a write returned (its RETURNING id rows)."""
+    return [row[0] for row in rows]
+
+
+def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
+    """One job by id; raises :class:`jobs.JobNotFound`."""
+    _ids([job_id])
+    return _found(conn.execute(query("job_get"), {"id": job_id}).fetchone(), job_id)
 
 
 def job_attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
@@ -275,7 +283,7 @@ def supersede(
     if prepared is None:
         return []
     name, params = prepared
-    return [row[0] for row in conn.execute(query(name), params).fetchall()]
+    return _first_column(conn.execute(query(name), params).fetchall())
 
 
 def _supersede_params(
@@ -356,17 +364,14 @@ async def cancel_async(
     """:func:`cancel` on an ``AsyncConnection``."""
     params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
     cur = await conn.execute(query("job_cancel"), params)
-    return [row[0] for row in await cur.fetchall()]
+    return _first_column(await cur.fetchall())
 
 
 async def get_job_async(conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRecord:
     """:func:`get_job` on an ``AsyncConnection``; raises :class:`jobs.JobNotFound`."""
     _ids([job_id])
     cur = await conn.execute(query("job_get"), {"id": job_id})
-    row = await cur.fetchone()
-    if row is None:
-        raise JobNotFound(job_id)
-    return _record(row)
+    return _found(await cur.fetchone(), job_id)
 
 
 async def list_jobs_async(
@@ -408,4 +413,4 @@ async def supersede_async(
         return []
     name, params = prepared
     cur = await conn.execute(query(name), params)
-    return [row[0] for row in await cur.fetchall()]
+    return _first_column(await cur.fetchall())

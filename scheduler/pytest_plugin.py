@@ -13,7 +13,8 @@ docs/testing.md shows them in use.
   ``now=frozen_clock.now()`` to the API calls a test makes (``jobs.enqueue``,
   ``scheduler.create_schedule``...), which otherwise use the database clock.
 - ``drain``: ``drain(handlers)`` runs due schedules once (a scheduler pass) and then the handlers
-  in-process until no job is ready; it returns the worker's :class:`jobs.WorkerStats`.
+  (``def`` or ``async def``, single or batch) in-process until no job is ready; it returns the
+  worker's :class:`jobs.WorkerStats`.
 - ``tockwork_dst``: :func:`scheduler.testing.assert_dst_safe`, the DST assertion over a test's
   schedule definitions; :func:`scheduler.testing.golden_cases` gives the golden DST cases as
   parameters.
@@ -112,7 +113,10 @@ class Drain:
     Runs a scheduler pass (unless ``schedules=False``), then a worker with ``handlers`` until
     no job is ready and nothing runs. ``queues`` maps queue names to threads; by default every
     queue that holds a job, one thread each (deterministic order). ``worker_options`` go to
-    :class:`jobs.Worker` (``retry=``, ``lease=``...).
+    :class:`jobs.Worker` (``retry=``, ``lease=``...). Handlers may be ``def`` or ``async def``,
+    single or batch (async ones run on the worker's event loop); a batch handler gets every
+    ready job of its type, up to its ``max_batch``, in one call (``prefetch`` defaults to the
+    largest ``max_batch`` when a batch handler is given).
     """
 
     def __init__(self, url: str, clock: Any) -> None:
@@ -129,7 +133,7 @@ class Drain:
     ) -> Any:
         import psycopg
 
-        from jobs import Worker, WorkerStats, queue_stats
+        from jobs import BatchHandler, Worker, WorkerStats, queue_stats
         from scheduler.tick import Scheduler
 
         if schedules:
@@ -140,6 +144,12 @@ class Drain:
         if not queues:
             return WorkerStats()
         options = {"listen": False, **worker_options}
+        batch_sizes = [h.max_batch for h in handlers.values() if isinstance(h, BatchHandler)]
+        if batch_sizes and "prefetch" not in options:
+            # The adaptive claim starts at one job per free thread: a batch handler would get
+            # batches of 1, 1, 2... Claiming a batch's worth ahead hands it every ready job of
+            # its type (up to max_batch) in one call, as a loaded production worker would.
+            options["prefetch"] = max(batch_sizes)
         return Worker(self.url, handlers, queues, clock=self.clock, **options).run_until_idle()
 
 

@@ -15,7 +15,7 @@ new zone's occurrence for a local day that was already enqueued finds the existi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -129,9 +129,7 @@ def create_schedule(
     at = _now(conn, now)
     params = _prepare_create(ScheduleSpec.validated(fields), at, tzdb_version())
     row = conn.execute(query("schedule_insert"), params).fetchone()
-    if row is None:
-        raise ScheduleExists(params["key"])
-    return get_schedule(conn, row[0])
+    return get_schedule(conn, _inserted(row, params))
 
 
 def create_schedules(
@@ -153,17 +151,34 @@ def create_schedules(
         return []
     with conn.cursor() as cur:
         cur.executemany(query("schedule_insert"), rows, returning=True)
-        ids: list[int] = []
-        index = 0
-        while True:
-            row = cur.fetchone()
-            if row is None:
-                raise ScheduleExists(rows[index]["key"])
-            ids.append(row[0])
-            index += 1
-            if not cur.nextset():
-                break
-    return ids
+        returned = [cur.fetchone()]
+        while cur.nextset():
+            returned.append(cur.fetchone())
+    return _inserted_ids(rows, returned)
+
+
+def _inserted_ids(rows: Sequence[Mapping[str, Any]], returned: Sequence[Any]) -> list[int]:
+    """The ids ``schedule_insert`` returned, one result set per row (pure): a set without a
+    row is a key already taken (the insert does nothing on conflict)."""
+    for params, row in zip(rows, returned, strict=True):
+        if row is None:
+            raise ScheduleExists(params["key"])
+    return [row[0] for row in returned]
+
+
+def _inserted(row: Any, params: Mapping[str, Any]) -> int:
+    """The id ``schedule_insert`` returned for one schedule, or ScheduleExists (pure)."""
+    if row is None:
+        raise ScheduleExists(params["key"])
+    schedule_id: int = row[0]
+    return schedule_id
+
+
+def _found(row: Any, missing: str) -> Schedule:
+    """A ``schedule_get`` row as a Schedule, or ScheduleNotFound saying what was asked (pure)."""
+    if row is None:
+        raise ScheduleNotFound(missing)
+    return schedule_from_row(tuple(row))
 
 
 def _check_items(items: Any) -> None:
@@ -206,10 +221,7 @@ def get_schedule(
 ) -> Schedule:
     """One schedule by id, or by ``key`` within an organization."""
     name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
-    row = conn.execute(query(name), params).fetchone()
-    if row is None:
-        raise ScheduleNotFound(missing)
-    return schedule_from_row(tuple(row))
+    return _found(conn.execute(query(name), params).fetchone(), missing)
 
 
 def _get_query(
@@ -519,10 +531,7 @@ async def create_schedule_async(
     at = await _now_async(conn, now)
     params = _prepare_create(spec, at, tzdb_version())
     cur = await conn.execute(query("schedule_insert"), params)
-    row = await cur.fetchone()
-    if row is None:
-        raise ScheduleExists(params["key"])
-    return await get_schedule_async(conn, row[0])
+    return await get_schedule_async(conn, _inserted(await cur.fetchone(), params))
 
 
 async def create_schedules_async(
@@ -538,17 +547,10 @@ async def create_schedules_async(
         return []
     async with conn.cursor() as cur:
         await cur.executemany(query("schedule_insert"), rows, returning=True)
-        ids: list[int] = []
-        index = 0
-        while True:
-            row = await cur.fetchone()
-            if row is None:
-                raise ScheduleExists(rows[index]["key"])
-            ids.append(row[0])
-            index += 1
-            if not cur.nextset():
-                break
-    return ids
+        returned = [await cur.fetchone()]
+        while cur.nextset():
+            returned.append(await cur.fetchone())
+    return _inserted_ids(rows, returned)
 
 
 async def get_schedule_async(
@@ -562,10 +564,7 @@ async def get_schedule_async(
     """:func:`get_schedule` on an ``AsyncConnection``."""
     name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
     cur = await conn.execute(query(name), params)
-    row = await cur.fetchone()
-    if row is None:
-        raise ScheduleNotFound(missing)
-    return schedule_from_row(tuple(row))
+    return _found(await cur.fetchone(), missing)
 
 
 async def list_schedules_async(

@@ -10,6 +10,7 @@
 
     async with AsyncSession(async_engine) as session, session.begin():
         await tw.enqueue_async(session, "send_welcome", {"user_id": 42})
+        await tw.enqueue_many_async(session, [JobSpec("digest", {"user_id": 42})])
 
 The engine must use the psycopg 3 dialect (``postgresql+psycopg://...``).
 :func:`connection` / :func:`async_connection` give the raw psycopg connection for anything
@@ -27,6 +28,7 @@ import psycopg
 from jobs.enqueue import enqueue as _enqueue
 from jobs.enqueue import enqueue_async as _enqueue_async
 from jobs.enqueue import enqueue_many as _enqueue_many
+from jobs.enqueue import enqueue_many_async as _enqueue_many_async
 from jobs.errors import InvalidJob
 from jobs.model import Enqueued, JobSpec
 
@@ -35,7 +37,14 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
     from sqlalchemy.orm import Session
 
-__all__ = ["async_connection", "connection", "enqueue", "enqueue_async", "enqueue_many"]
+__all__ = [
+    "async_connection",
+    "connection",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
+]
 
 
 def connection(session: Session | Connection) -> psycopg.Connection[Any]:
@@ -51,11 +60,7 @@ def connection(session: Session | Connection) -> psycopg.Connection[Any]:
         raise InvalidJob("session", session, "must be a SQLAlchemy Session or Connection")
     driver = conn.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
-        raise InvalidJob(
-            "session",
-            conn.dialect.driver,
-            "Tockwork needs the psycopg 3 dialect: create the engine from postgresql+psycopg://",
-        )
+        raise _not_psycopg(conn.dialect.driver)
     return driver
 
 
@@ -73,12 +78,16 @@ async def async_connection(session: AsyncSession | AsyncConnection) -> psycopg.A
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection
     if not isinstance(driver, psycopg.AsyncConnection):
-        raise InvalidJob(
-            "session",
-            conn.dialect.driver,
-            "Tockwork needs the psycopg 3 dialect: create the engine from postgresql+psycopg://",
-        )
+        raise _not_psycopg(conn.dialect.driver)
     return driver
+
+
+def _not_psycopg(driver: str) -> InvalidJob:
+    return InvalidJob(
+        "session",
+        driver,
+        "Tockwork needs the psycopg 3 dialect: create the engine from postgresql+psycopg://",
+    )
 
 
 def enqueue(
@@ -102,3 +111,12 @@ async def enqueue_async(
 ) -> Enqueued:
     """:func:`jobs.enqueue_async` in the async session's transaction (same options)."""
     return await _enqueue_async(await async_connection(session), job_type, payload, **options)
+
+
+async def enqueue_many_async(
+    session: AsyncSession | AsyncConnection,
+    specs: Iterable[JobSpec | Mapping[str, Any]],
+    **options: Any,
+) -> list[Enqueued]:
+    """:func:`jobs.enqueue_many_async` in the async session's transaction."""
+    return await _enqueue_many_async(await async_connection(session), specs, **options)

@@ -36,7 +36,7 @@ def test_the_documented_test_file_passes(
 ) -> None:
     pytester.makepyfile(test_user=_doc_test_file())
     result = _run(pytester, server_url, monkeypatch)
-    result.assert_outcomes(passed=26)
+    result.assert_outcomes(passed=27)
 
 
 def test_a_failing_dst_assertion_names_zone_local_and_utc(
@@ -94,6 +94,111 @@ def test_default_now(frozen_clock):
     )
     result = _run(pytester, server_url, monkeypatch)
     result.assert_outcomes(passed=5)
+
+
+def test_drain_runs_async_handlers_single_and_batch(
+    pytester: pytest.Pytester, server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``drain`` with ``async def`` handlers, as a user's project writes them: single, batch,
+    mixed with a sync one, failing, and retried on the frozen clock. Each test asserts what
+    ran on the worker's event loop and the outcomes written, so a drain that skipped the
+    coroutines, ran them without a loop, or left jobs behind fails here."""
+    pytester.makepyfile(
+        test_async_drain="""
+import asyncio
+import threading
+from datetime import timedelta
+
+import psycopg
+
+import jobs
+
+RAN = []
+
+
+async def send_push(job):
+    loop = asyncio.get_running_loop()  # raises unless on a running event loop
+    await asyncio.sleep(0)  # a real suspension point
+    RAN.append(("push", job.payload["n"], loop.is_running()))
+
+
+@jobs.batch_handler(max_batch=50)
+async def digest(batch):
+    await asyncio.sleep(0)
+    for job in batch:
+        if job.payload["n"] == 3:
+            batch.fail(job, "bad address")
+    RAN.append(("digest", sorted(j.payload["n"] for j in batch)))
+
+
+def sync_audit(job):
+    RAN.append(("audit", job.payload["n"], threading.current_thread().name))
+
+
+def _jobs_by_status(url):
+    with psycopg.connect(url) as conn:
+        return sorted(
+            (str(j.status), j.job_type, j.payload["n"])
+            for j in jobs.list_jobs(conn, statuses=list(jobs.JobStatus))
+        )
+
+
+def test_async_single(tockwork_database, drain):
+    RAN.clear()
+    with psycopg.connect(tockwork_database) as conn:
+        jobs.enqueue_many(conn, [jobs.JobSpec("send_push", {"n": n}) for n in range(5)])
+    stats = drain({"send_push": send_push})
+    assert sorted(RAN) == [("push", n, True) for n in range(5)]
+    assert stats.outcomes == {"succeeded": 5}
+    assert _jobs_by_status(tockwork_database) == [
+        ("succeeded", "send_push", n) for n in range(5)
+    ]
+
+
+def test_async_batch_with_a_failed_job(tockwork_database, drain):
+    RAN.clear()
+    with psycopg.connect(tockwork_database) as conn:
+        jobs.enqueue_many(conn, [jobs.JobSpec("digest", {"n": n}) for n in range(6)])
+    stats = drain({"digest": digest})
+    assert RAN == [("digest", [0, 1, 2, 3, 4, 5])]  # one call: the batch
+    assert stats.batches == 1
+    assert stats.outcomes == {"succeeded": 5, "dead": 1}
+    assert ("dead", "digest", 3) in _jobs_by_status(tockwork_database)
+
+
+def test_async_and_sync_handlers_in_one_drain(tockwork_database, drain):
+    RAN.clear()
+    with psycopg.connect(tockwork_database) as conn:
+        jobs.enqueue(conn, "send_push", {"n": 1}, queue="pushes")
+        jobs.enqueue(conn, "audit", {"n": 2}, queue="audit")
+        jobs.enqueue(conn, "digest", {"n": 7}, queue="pushes")
+    stats = drain({"send_push": send_push, "audit": sync_audit, "digest": digest})
+    assert sorted(r[:2] for r in RAN) == [("audit", 2), ("digest", [7]), ("push", 1)]
+    assert [r[2] for r in RAN if r[0] == "audit"][0].startswith("tockwork-audit")
+    assert stats.outcomes == {"succeeded": 3}
+
+
+def test_async_retry_waits_for_the_frozen_clock(tockwork_database, frozen_clock, drain):
+    attempts = []
+
+    async def flaky(job):
+        await asyncio.sleep(0)
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise ConnectionError("provider down")
+
+    with psycopg.connect(tockwork_database) as conn:
+        jobs.enqueue(conn, "flaky", {"n": 0}, now=frozen_clock.now())
+    assert drain({"flaky": flaky}).outcomes == {"retry": 1}
+    assert attempts == [1]
+    assert drain({"flaky": flaky}).claimed == 0  # the backoff has not passed
+    frozen_clock.advance(timedelta(hours=1))
+    assert drain({"flaky": flaky}).outcomes == {"succeeded": 1}
+    assert attempts == [1, 2]
+"""
+    )
+    result = _run(pytester, server_url, monkeypatch)
+    result.assert_outcomes(passed=4)
 
 
 def test_dst_kinds() -> None:

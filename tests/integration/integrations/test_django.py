@@ -12,7 +12,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import jobs
-from scheduler import create_schedule, list_schedules
+from scheduler import ScheduleExists, create_schedule, list_schedules
 from scheduler.devdb import throwaway_database
 from scheduler.migrations import COMPONENTS
 
@@ -101,6 +101,41 @@ def test_outside_atomic_it_autocommits_and_schedules_join(django_db: str) -> Non
     with psycopg.connect(django_db) as conn:
         assert list_schedules(conn) == []
     assert _payloads(django_db) == [{"n": 1}]
+
+
+def test_a_schedule_commits_with_atomic_and_once(django_db: str) -> None:
+    """A schedule created on the adapter's connection inside atomic() is invisible to another
+    connection until the block commits, then exists once (a rollback of a second block with
+    the same key leaves the first alone)."""
+    from django.db import transaction
+
+    from jobs.integrations import django as tw
+
+    with transaction.atomic():
+        created = create_schedule(
+            tw.connection(),
+            job_type="remind",
+            rule="weekdays@08:00",
+            zone="Europe/Rome",
+            key="standup",
+        )
+        tw.enqueue("t", {"n": "with the schedule"})
+        with psycopg.connect(django_db) as conn:
+            assert list_schedules(conn) == []
+    with pytest.raises(ScheduleExists), transaction.atomic():
+        create_schedule(
+            tw.connection(),
+            job_type="remind",
+            rule="daily@09:00",
+            zone="Europe/Rome",
+            key="standup",
+        )
+    with psycopg.connect(django_db) as conn:
+        schedules = list_schedules(conn)
+    assert [(s.id, s.key, str(s.rule)) for s in schedules] == [
+        (created.id, "standup", "weekdays@08:00")
+    ]
+    assert _payloads(django_db) == [{"n": "with the schedule"}]
 
 
 def test_unknown_alias(django_db: str) -> None:

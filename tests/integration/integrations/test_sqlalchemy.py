@@ -10,12 +10,12 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 import jobs
 from jobs.integrations import sqlalchemy as tw
-from scheduler import create_schedule, list_schedules
+from scheduler import create_schedule, create_schedule_async, list_schedules
 
 
 @pytest.fixture
@@ -82,14 +82,68 @@ def test_the_async_session(db_url: str) -> None:
         try:
             async with AsyncSession(eng) as session, session.begin():
                 await tw.enqueue_async(session, "send_welcome", {"user": "async"})
+                await tw.enqueue_many_async(
+                    session, [jobs.JobSpec("digest", {"user": n}) for n in "xy"]
+                )
             async with AsyncSession(eng) as session:
                 await tw.enqueue_async(session, "send_welcome", {"user": "gone"})
+                await tw.enqueue_many_async(session, [jobs.JobSpec("digest", {"user": "gone"})])
                 await session.rollback()
         finally:
             await eng.dispose()
 
     asyncio.run(run())
-    assert _jobs(db_url) == [("send_welcome", {"user": "async"})]
+    assert sorted(_jobs(db_url), key=str) == [
+        ("digest", {"user": "x"}),
+        ("digest", {"user": "y"}),
+        ("send_welcome", {"user": "async"}),
+    ]
+
+
+def _rules(db_url: str) -> list[str]:
+    with psycopg.connect(db_url) as conn:
+        return [str(s.rule) for s in list_schedules(conn)]
+
+
+def test_an_async_schedule_joins_the_async_session_and_connection(db_url: str) -> None:
+    """create_schedule_async on the adapter's connection runs in the AsyncSession's (and an
+    AsyncConnection's) transaction: invisible before the commit, gone with a rollback, there
+    once after a commit, next to the session's own row."""
+    seen_before_commit: list[str] = []
+
+    async def remind(on: AsyncSession | AsyncConnection, rule: str) -> None:
+        conn = await tw.async_connection(on)
+        await create_schedule_async(conn, job_type="remind", rule=rule, zone="Asia/Tokyo")
+
+    async def run() -> None:
+        eng = create_async_engine(
+            "postgresql+psycopg://",
+            async_creator=lambda: psycopg.AsyncConnection.connect(db_url),
+        )
+        try:
+            async with eng.begin() as conn:
+                await conn.execute(text("CREATE TABLE users (id serial PRIMARY KEY, name text)"))
+            async with AsyncSession(eng) as session:
+                await session.execute(text("INSERT INTO users (name) VALUES ('gone')"))
+                await remind(session, "daily@07:00")
+                await session.rollback()
+            async with AsyncSession(eng) as session, session.begin():
+                await session.execute(text("INSERT INTO users (name) VALUES ('ada')"))
+                await remind(session, "daily@08:00")
+                seen_before_commit.extend(_rules(db_url))
+            async with eng.connect() as conn:
+                await remind(conn, "daily@09:00")
+                await conn.rollback()
+            async with eng.begin() as conn:
+                await remind(conn, "daily@10:00")
+        finally:
+            await eng.dispose()
+
+    asyncio.run(run())
+    assert seen_before_commit == []
+    assert _rules(db_url) == ["daily@08:00", "daily@10:00"]
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT array_agg(name) FROM users").fetchone() == (["ada"],)
 
 
 def test_other_drivers_and_objects_are_refused(db_url: str) -> None:
@@ -98,3 +152,7 @@ def test_other_drivers_and_objects_are_refused(db_url: str) -> None:
     eng = create_engine("sqlite://")
     with Session(eng) as session, pytest.raises(jobs.InvalidJob, match="psycopg 3 dialect"):
         tw.enqueue(session, "t")
+    with pytest.raises(jobs.InvalidJob, match="AsyncSession"):
+        asyncio.run(tw.async_connection("not a session"))  # type: ignore[arg-type]
+    with pytest.raises(jobs.InvalidJob, match="AsyncSession"):
+        asyncio.run(tw.async_connection(Session(eng)))  # type: ignore[arg-type]
