@@ -31,11 +31,12 @@ import time
 from datetime import UTC, datetime
 
 import psycopg
+from psycopg import sql as pgsql
 from starlette.testclient import TestClient
 
 import scheduler
 from scheduler.dashboard import create_app
-from scheduler.devdb import database_url, throwaway_database
+from scheduler.devdb import create_database, database_url, drop_database
 from scheduler.migrations import COMPONENTS
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -45,7 +46,7 @@ BATCH = 500_000
 FILL_JOBS = """
 INSERT INTO jobs (queue, job_type, payload, status, run_at, attempts, last_error_code,
                   last_error_summary, completed_at, created_at, locked_at, locked_by,
-                  locked_until, idempotency_key, organization_id)
+                  locked_until, heartbeat_at, idempotency_key, organization_id)
 SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object('n', g),
        s.status, c.created + interval '2 seconds', 1,
        CASE WHEN s.status = 'dead' THEN 'E_' || ((g / 100) %% 5) END,
@@ -56,6 +57,7 @@ SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object(
        CASE WHEN s.status = 'leased' THEN now() END,
        CASE WHEN s.status = 'leased' THEN 'worker-' || (g %% 8) END,
        CASE WHEN s.status = 'leased' THEN now() + interval '5 minutes' END,
+       CASE WHEN s.status = 'leased' THEN now() - (g %% 30) * interval '1 second' END,
        CASE WHEN g %% 7 = 0 THEN 'key-' || g END,
        CASE WHEN g %% 3 = 0 THEN '00000000-0000-0000-0000-00000000000' || (g %% 9)::text END::uuid
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
@@ -94,9 +96,25 @@ WHERE id = %(template)s
 """
 
 
+# The secondary indexes of the filled tables: dropped before the fill and built after it (one
+# sort per index instead of ten million insertions into each), as a restore would. The unique
+# ones stay (the schedule's insert infers its ON CONFLICT target from one).
+INDEXES = """
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+FROM pg_index AS i
+WHERE i.indrelid IN ('jobs'::regclass, 'job_attempts'::regclass, 'schedules'::regclass)
+  AND NOT i.indisunique
+ORDER BY 1
+"""
+
+
 def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        indexes = conn.execute(INDEXES).fetchall()
+        for name, _ in indexes:
+            conn.execute(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(name)))
         for name, total, sql, extra in [
             ("jobs", n_jobs, FILL_JOBS, {}),
             (
@@ -125,6 +143,10 @@ def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
             conn.execute(COPY_SCHEDULES, {"start": start, "stop": stop, "template": template.id})
         print(f"filled {n_schedules:,} schedules in {time.monotonic() - started:.0f} s")
         started = time.monotonic()
+        for _, definition in indexes:
+            conn.execute(definition)
+        print(f"built {len(indexes)} indexes in {time.monotonic() - started:.0f} s", flush=True)
+        started = time.monotonic()
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("VACUUM ANALYZE job_attempts")
         conn.execute("VACUUM ANALYZE schedules")
@@ -147,6 +169,9 @@ def routes(url: str) -> list[str]:
         "/api/jobs?idempotency_key=key-70",
         "/api/jobs?organization_id=00000000-0000-0000-0000-000000000003&status=dead",
         "/api/jobs?error_code=E_2",
+        "/api/jobs?organization_id=00000000-0000-0000-0000-000000000004",
+        "/api/jobs?status=retrying&queue=q5",
+        "/api/jobs?status=leased",
         f"/api/jobs/{dead_id}",
         "/api/schedules?subject=user-4242",
         "/api/schedules?zone=Asia/Tokyo",
@@ -156,6 +181,7 @@ def routes(url: str) -> list[str]:
         f"/jobs/{dead_id}",
         "/dead",
         "/dead?queue=q4&error_code=E_4",
+        "/jobs?error_code=E_3&status=dead",
         "/schedules",
         "/schedules?key=tockwork.",
         f"/schedules/{schedule_id}",
@@ -198,21 +224,45 @@ def main() -> int:
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=30, help="per route")
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL)")
+    parser.add_argument(
+        "--reuse", metavar="URL", help="measure a database an earlier --keep run filled"
+    )
     args = parser.parse_args()
+    if args.reuse:
+        print(f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z on {args.reuse}", flush=True)
+        print_sizes(args.reuse)
+        measure(args.reuse, args.requests)
+        return 0
     print(
         f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.jobs:,} jobs, "
         f"{args.attempts:,} attempts, {args.schedules:,} schedules, {args.requests} requests "
         "per route",
         flush=True,
     )
-    name = f"tockwork_dash_{os.getpid()}"
-    with throwaway_database(database_url(), name, components=COMPONENTS) as url:
+    server, name = database_url(), f"tockwork_dash_{os.getpid()}"
+    url = create_database(server, name, components=COMPONENTS, replace=True)
+    try:
         fill(url, args.jobs, args.attempts, args.schedules)
+        print_sizes(url)
         measure(url, args.requests)
+    finally:
         if args.keep:
-            print(f"kept: {url}")
-            input("press Enter to drop the database ")
+            print(f"kept: {url} (measure it again with --reuse; drop it with DROP DATABASE)")
+        else:
+            drop_database(server, name)
     return 0
+
+
+def print_sizes(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        for table in ("jobs", "job_attempts", "schedules"):
+            row = conn.execute(
+                "SELECT reltuples::bigint, pg_total_relation_size(oid) FROM pg_class"
+                " WHERE oid = %s::regclass",
+                (table,),
+            ).fetchone()
+            assert row is not None
+            print(f"{table}: about {row[0]:,} rows, {row[1] / 2**30:.1f} GiB with indexes")
 
 
 if __name__ == "__main__":

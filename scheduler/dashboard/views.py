@@ -117,8 +117,15 @@ def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, A
         "scheduler_lag_s": scheduler_lag(conn, now),
         "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
         "workers": [
-            {"worker": w, "leases": n, "oldest_claim_age_s": age, "first_lease_ends_in_s": ends}
-            for w, n, age, ends in workers
+            {
+                "worker": w,
+                "leases": n,
+                "oldest_claim_age_s": age,
+                "heartbeat_age_s": beat,
+                "stalest_heartbeat_age_s": stalest,
+                "first_lease_ends_in_s": ends,
+            }
+            for w, n, age, beat, stalest, ends in workers
         ],
         "maintenance": [
             {"key": k, "paused": p, "last_run_at": last, "next_run_at": nxt}
@@ -145,12 +152,25 @@ _JOB_COLUMNS = (
 )
 
 
+def _id_ordered_index(flt: JobFilter) -> bool:
+    """Whether an index holds this filter's rows in id order (migration 0011): an error code
+    (jobs_error_code_idx), an organization's dead letters (jobs_dead_organization_idx). Then the
+    plain page reads that index backwards and stops after one page."""
+    if flt.error_code is not None:
+        return True
+    return flt.organization_id is not None and flt.statuses == ["dead"]
+
+
 def job_page(
     conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
 ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of jobs (newest first) and the cursor of the next page (None: the last)."""
     params = flt.params() | {"before": before, "limit": limit + 1}
-    indexed = flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES
+    indexed = (
+        flt.statuses is not None
+        and set(flt.statuses) <= INDEXED_STATUSES
+        and not _id_ordered_index(flt)
+    )
     name = "dashboard_job_page_indexed" if indexed else "dashboard_job_page"
     rows = conn.execute(query(name), params).fetchall()
     page = [dict(zip(_JOB_COLUMNS, row, strict=True)) for row in rows[:limit]]

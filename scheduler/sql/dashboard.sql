@@ -83,9 +83,8 @@ LIMIT %(limit)s;
 -- name: dashboard_queue_stats
 -- The per-queue figures of jobs.queue_stats, bounded: each count stops at 10,001 (shown as
 -- "10,000+") and is read from the partial index of its status (index-only where the index holds
--- the columns); the queues are found by skipping through the ready and dead indexes. Retrying has
--- no index of its own: its count rechecks the ready rows of the queue in the heap (the costliest
--- part on a big backlog).
+-- the columns); the queues are found by skipping through the ready and dead indexes. Retrying is
+-- counted in its own partial index (jobs_retrying_idx, migration 0011), index-only.
 WITH RECURSIVE ready_queues AS (
     (SELECT queue FROM jobs WHERE status IN ('pending', 'retrying') ORDER BY queue LIMIT 1)
     UNION ALL
@@ -143,11 +142,18 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: dashboard_workers
--- Workers holding leases (the partial index on leased rows): how many, the oldest claim, and the
+-- Workers holding leases (the partial index on leased rows): how many, the oldest claim, the
+-- heartbeat ages (a lease's last sign of life is its last heartbeat, or its claim if none came
+-- since: greatest() skips a NULL and outranks a heartbeat left by an earlier lease), and the
 -- lease that ends first (heartbeats push it forward; one close to now means stalled heartbeats).
 SELECT locked_by, count(*) AS leases,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(locked_at))::float8
            AS oldest_claim_age,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - max(greatest(heartbeat_at, locked_at)))::float8 AS heartbeat_age,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - min(greatest(heartbeat_at, locked_at)))::float8
+           AS stalest_heartbeat_age,
        extract(epoch FROM min(locked_until) - coalesce(%(now)s::timestamptz, now()))::float8
            AS first_lease_ends_in
 FROM jobs
