@@ -78,11 +78,12 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
     org = uuid.uuid4()
     with psycopg.connect(db_url, autocommit=True) as conn:
         _seed(conn, org)
-        base = {"before": None, "limit": 51, **views.JobFilter().params()}
-        for filters, index in [
+        base: dict[str, Any] = {"before": None, "limit": 51, **views.JobFilter().params()}
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"error_code": "E_RARE"}, "jobs_error_code_idx"),
             ({"organization_id": org, "statuses": ["dead"]}, "jobs_dead_organization_idx"),
-        ]:
+        ]
+        for filters, index in cases:
             plan = conn.execute("EXPLAIN " + query("dashboard_job_page"), base | filters).fetchall()
             assert index in "\n".join(r[0] for r in plan), (filters, plan)
 
