@@ -25,15 +25,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import logging
 import os
 import statistics
 import time
+import uuid
 from datetime import UTC, datetime
 
 import psycopg
 from psycopg import sql as pgsql
 from starlette.testclient import TestClient
 
+import jobs
 import scheduler
 from scheduler.dashboard import create_app
 from scheduler.devdb import create_database, database_url, drop_database
@@ -227,7 +230,16 @@ def main() -> int:
     parser.add_argument(
         "--reuse", metavar="URL", help="measure a database an earlier --keep run filled"
     )
+    parser.add_argument(
+        "--write-cost",
+        type=int,
+        metavar="N",
+        help="instead: the worker's drain of N jobs with and without migration 0011's indexes",
+    )
     args = parser.parse_args()
+    if args.write_cost:
+        write_cost(args.write_cost, rounds=3)
+        return 0
     if args.reuse:
         print(f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z on {args.reuse}", flush=True)
         print_sizes(args.reuse)
@@ -251,6 +263,73 @@ def main() -> int:
         else:
             drop_database(server, name)
     return 0
+
+
+# The indexes migration 0011 added for the dashboard: what --write-cost drops in its baseline.
+DASHBOARD_INDEXES = ("jobs_retrying_idx", "jobs_error_code_idx", "jobs_dead_organization_idx")
+
+
+def _fail_every_tenth(job: jobs.Job) -> None:
+    if job.payload["n"] % 10 == 0:
+        raise jobs.PermanentError("boom", code="E_BENCH")
+
+
+def write_cost(n_jobs: int, rounds: int) -> None:
+    """The queue's write path with and without migration 0011's indexes: enqueue ``n_jobs``
+    (a third with an organization), drain them with a worker (4 threads; one in ten fails
+    permanently with an error code, so the error-code and dead-letter indexes take entries),
+    alternating the two databases ``rounds`` times; prints the median drain time of each."""
+    logging.getLogger("tockwork.jobs").setLevel(logging.ERROR)  # not a line per dead job
+    server = database_url()
+    names = {
+        "with 0011 indexes": f"tockwork_dash_w_{os.getpid()}",
+        "without them (baseline)": f"tockwork_dash_wo_{os.getpid()}",
+    }
+    urls = {
+        k: create_database(server, v, components=COMPONENTS, replace=True) for k, v in names.items()
+    }
+    try:
+        with psycopg.connect(urls["without them (baseline)"], autocommit=True) as conn:
+            for index in DASHBOARD_INDEXES:
+                conn.execute(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(index)))
+        times: dict[str, list[float]] = {k: [] for k in urls}
+        for _ in range(rounds):
+            for label, url in urls.items():
+                with psycopg.connect(url) as conn, conn.transaction():
+                    conn.execute("TRUNCATE jobs, job_attempts")
+                    jobs.enqueue_many(
+                        conn,
+                        [
+                            jobs.JobSpec(
+                                "bench",
+                                {"n": i},
+                                organization_id=uuid.UUID(int=i % 3) if i % 3 else None,
+                            )
+                            for i in range(n_jobs)
+                        ],
+                    )
+                worker = jobs.Worker(
+                    url, {"bench": _fail_every_tenth}, {"default": 4}, listen=False
+                )
+                started = time.perf_counter()
+                worker.run_until_idle()
+                times[label].append(time.perf_counter() - started)
+        base = statistics.median(times["without them (baseline)"])
+        print(f"write cost: drain {n_jobs:,} jobs (10% dead with a code), {rounds} rounds")
+        for label, values in times.items():
+            median = statistics.median(values)
+            print(
+                f"  {label:<24} median {median:6.2f} s  ({n_jobs / median:,.0f} jobs/s)"
+                f"  ratio {median / base:.3f}"
+            )
+        with psycopg.connect(urls["with 0011 indexes"]) as conn:
+            for index in DASHBOARD_INDEXES:
+                row = conn.execute("SELECT pg_relation_size(%s::regclass)", (index,)).fetchone()
+                assert row is not None
+                print(f"  {index}: {row[0] / 1024:,.0f} KiB after the last round")
+    finally:
+        for name in names.values():
+            drop_database(server, name)
 
 
 def print_sizes(url: str) -> None:
