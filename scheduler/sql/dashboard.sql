@@ -32,6 +32,32 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: dashboard_job_page_window
+-- The same page when no index serves the filter (an organization over every status, a creation
+-- time range, a rare combination): the scan is bounded to the ids in [%(floor)s, %(before)s), so
+-- a filter that matches nothing costs one window, not the whole table. Fewer than a page of
+-- matches in the window: the next page goes on below %(floor)s.
+SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+FROM jobs
+WHERE id >= %(floor)s
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_id_bounds
+-- The lowest and highest job ids (two probes of the primary key): where a bounded scan starts
+-- and whether anything is left below it.
+SELECT min(id), max(id) FROM jobs;
+
 -- name: dashboard_job_page_indexed
 -- The same page when every status asked for has a partial index (pending, retrying, leased,
 -- dead): ordering by an expression keeps the planner from walking the primary key backwards

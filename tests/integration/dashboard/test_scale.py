@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from starlette.testclient import TestClient
 
 import jobs
@@ -109,3 +110,37 @@ def test_the_retrying_count_per_queue(db_url: str) -> None:
             "SELECT queue, count(*) FROM jobs WHERE status = 'retrying' GROUP BY queue"
         ).fetchall()
     assert by_queue == dict(rows) and sum(by_queue.values()) == 25
+
+
+def test_a_filter_no_index_serves_scans_a_bounded_window_per_page(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of an unindexed filter (an organization over every status) each read at most
+    SCAN_WINDOW ids and go on below it; walking them finds every match once, newest first."""
+    org = uuid.uuid4()
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (id, job_type, status, organization_id, completed_at)"
+            " SELECT g, 'bulk', 'succeeded', CASE WHEN g IN (5, 800) THEN %s::uuid END, now()"
+            " FROM generate_series(1, 1000) AS g",
+            (org,),
+        )
+        conn.commit()
+    monkeypatch.setattr(views, "SCAN_WINDOW", 300)
+    app = create_app(db_url, token=TOKEN)
+    walked: list[tuple[list[int], int | None, int | None]] = []
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        params: dict[str, str] = {"organization_id": str(org)}
+        for _ in range(10):
+            body = client.get("/api/jobs", params=params).json()
+            walked.append(
+                ([j["id"] for j in body["jobs"]], body["next_before"], body["scanned_down_to"])
+            )
+            assert body["count"] == 2
+            if body["next_before"] is None:
+                break
+            params["before"] = str(body["next_before"])
+        page = client.get("/jobs", params={"organization_id": str(org)}).text
+    assert walked == [([800], 701, 701), ([], 401, 401), ([], 101, 101), ([5], None, None)]
+    assert "Looked through job ids down to 701" in page
