@@ -9,7 +9,10 @@
 -- Plan each statement for its parameters (the optional filters collapse to the ones given, so a
 -- partial index can answer), and bound every statement of the dashboard's connections.
 SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
-       set_config('statement_timeout', %(timeout)s, false);
+       set_config('statement_timeout', %(timeout)s, false),
+       -- The last hour's attempts and an index-first page are sorted in memory, not on disk
+       -- (a few connections: the pool's size bounds what this costs).
+       set_config('work_mem', '32MB', false);
 
 -- name: dashboard_local_timeout
 -- A tighter bound for one statement in the current transaction (the bounded counts).
@@ -139,9 +142,26 @@ SELECT q.queue,
             WHERE queue = q.queue AND status IN ('pending', 'retrying')
               AND run_at <= coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS ready,
        coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
-            SELECT min(run_at) FROM jobs
-            WHERE queue = q.queue AND status IN ('pending', 'retrying')
-              AND run_at <= coalesce(%(now)s::timestamptz, now()))), 0)::float8
+            -- The oldest ready run_at is the first of some priority's run (the ready index is
+            -- ordered by queue, priority, run_at): skip from priority to priority instead of
+            -- reading every ready row of the queue.
+            WITH RECURSIVE priorities AS (
+                (SELECT priority FROM jobs
+                 WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                 ORDER BY priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM jobs AS j
+                        WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
+                          AND j.priority < p.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM priorities AS p WHERE p.priority IS NOT NULL
+            )
+            SELECT min((SELECT j.run_at FROM jobs AS j
+                        WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
+                          AND j.priority = p.priority
+                          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+                        ORDER BY j.priority DESC, j.run_at LIMIT 1))
+            FROM priorities AS p WHERE p.priority IS NOT NULL)), 0)::float8
            AS oldest_ready_age,
        coalesce((SELECT n FROM leased WHERE leased.queue = q.queue), 0) AS leased,
        (SELECT count(*) FROM (SELECT 1 FROM jobs
