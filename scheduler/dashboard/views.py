@@ -28,7 +28,7 @@ from scheduler.queries import query
 from timezones.errors import InvalidInput
 
 COUNT_CAP = 10_000
-COUNT_TIMEOUT = "250ms"  # a count that cannot finish in time is shown as "not counted"
+COUNT_TIMEOUT = "150ms"  # a count that cannot finish in time is shown as "not counted"
 PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
