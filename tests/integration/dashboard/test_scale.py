@@ -83,6 +83,7 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
         cases: list[tuple[dict[str, Any], str]] = [
             ({"error_code": "E_RARE"}, "jobs_error_code_idx"),
             ({"organization_id": org, "statuses": ["dead"]}, "jobs_dead_organization_idx"),
+            ({"statuses": ["dead"]}, "jobs_dead_recent_idx"),
         ]
         for filters, index in cases:
             plan = conn.execute("EXPLAIN " + query("dashboard_job_page"), base | filters).fetchall()
