@@ -25,17 +25,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import logging
 import os
 import statistics
 import time
+import uuid
 from datetime import UTC, datetime
 
 import psycopg
+from psycopg import sql as pgsql
 from starlette.testclient import TestClient
 
+import jobs
 import scheduler
 from scheduler.dashboard import create_app
-from scheduler.devdb import database_url, throwaway_database
+from scheduler.devdb import create_database, database_url, drop_database
 from scheduler.migrations import COMPONENTS
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -45,7 +49,7 @@ BATCH = 500_000
 FILL_JOBS = """
 INSERT INTO jobs (queue, job_type, payload, status, run_at, attempts, last_error_code,
                   last_error_summary, completed_at, created_at, locked_at, locked_by,
-                  locked_until, idempotency_key, organization_id)
+                  locked_until, heartbeat_at, idempotency_key, organization_id)
 SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object('n', g),
        s.status, c.created + interval '2 seconds', 1,
        CASE WHEN s.status = 'dead' THEN 'E_' || ((g / 100) %% 5) END,
@@ -56,6 +60,7 @@ SELECT 'q' || ((g / 100) %% 10), 'type_' || ((g / 7) %% 20), jsonb_build_object(
        CASE WHEN s.status = 'leased' THEN now() END,
        CASE WHEN s.status = 'leased' THEN 'worker-' || (g %% 8) END,
        CASE WHEN s.status = 'leased' THEN now() + interval '5 minutes' END,
+       CASE WHEN s.status = 'leased' THEN now() - (g %% 30) * interval '1 second' END,
        CASE WHEN g %% 7 = 0 THEN 'key-' || g END,
        CASE WHEN g %% 3 = 0 THEN '00000000-0000-0000-0000-00000000000' || (g %% 9)::text END::uuid
 FROM generate_series(%(start)s::bigint, %(stop)s::bigint) AS g
@@ -94,9 +99,25 @@ WHERE id = %(template)s
 """
 
 
+# The secondary indexes of the filled tables: dropped before the fill and built after it (one
+# sort per index instead of ten million insertions into each), as a restore would. The unique
+# ones stay (the schedule's insert infers its ON CONFLICT target from one).
+INDEXES = """
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+FROM pg_index AS i
+WHERE i.indrelid IN ('jobs'::regclass, 'job_attempts'::regclass, 'schedules'::regclass)
+  AND NOT i.indisunique
+ORDER BY 1
+"""
+
+
 def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        indexes = conn.execute(INDEXES).fetchall()
+        for name, _ in indexes:
+            conn.execute(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(name)))
         for name, total, sql, extra in [
             ("jobs", n_jobs, FILL_JOBS, {}),
             (
@@ -125,6 +146,10 @@ def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
             conn.execute(COPY_SCHEDULES, {"start": start, "stop": stop, "template": template.id})
         print(f"filled {n_schedules:,} schedules in {time.monotonic() - started:.0f} s")
         started = time.monotonic()
+        for _, definition in indexes:
+            conn.execute(definition)
+        print(f"built {len(indexes)} indexes in {time.monotonic() - started:.0f} s", flush=True)
+        started = time.monotonic()
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("VACUUM ANALYZE job_attempts")
         conn.execute("VACUUM ANALYZE schedules")
@@ -147,6 +172,9 @@ def routes(url: str) -> list[str]:
         "/api/jobs?idempotency_key=key-70",
         "/api/jobs?organization_id=00000000-0000-0000-0000-000000000003&status=dead",
         "/api/jobs?error_code=E_2",
+        "/api/jobs?organization_id=00000000-0000-0000-0000-000000000004",
+        "/api/jobs?status=retrying&queue=q5",
+        "/api/jobs?status=leased",
         f"/api/jobs/{dead_id}",
         "/api/schedules?subject=user-4242",
         "/api/schedules?zone=Asia/Tokyo",
@@ -156,6 +184,7 @@ def routes(url: str) -> list[str]:
         f"/jobs/{dead_id}",
         "/dead",
         "/dead?queue=q4&error_code=E_4",
+        "/jobs?error_code=E_3&status=dead",
         "/schedules",
         "/schedules?key=tockwork.",
         f"/schedules/{schedule_id}",
@@ -198,21 +227,126 @@ def main() -> int:
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=30, help="per route")
     parser.add_argument("--keep", action="store_true", help="keep the database (prints its URL)")
+    parser.add_argument(
+        "--reuse", metavar="URL", help="measure a database an earlier --keep run filled"
+    )
+    parser.add_argument(
+        "--write-cost",
+        type=int,
+        metavar="N",
+        help="instead: the worker's drain of N jobs with and without migration 0011's indexes",
+    )
     args = parser.parse_args()
+    if args.write_cost:
+        write_cost(args.write_cost, rounds=5)
+        return 0
+    if args.reuse:
+        print(f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z on {args.reuse}", flush=True)
+        print_sizes(args.reuse)
+        measure(args.reuse, args.requests)
+        return 0
     print(
         f"dashboard bench {datetime.now(UTC):%Y-%m-%d %H:%M}Z: {args.jobs:,} jobs, "
         f"{args.attempts:,} attempts, {args.schedules:,} schedules, {args.requests} requests "
         "per route",
         flush=True,
     )
-    name = f"tockwork_dash_{os.getpid()}"
-    with throwaway_database(database_url(), name, components=COMPONENTS) as url:
+    server, name = database_url(), f"tockwork_dash_{os.getpid()}"
+    url = create_database(server, name, components=COMPONENTS, replace=True)
+    try:
         fill(url, args.jobs, args.attempts, args.schedules)
+        print_sizes(url)
         measure(url, args.requests)
+    finally:
         if args.keep:
-            print(f"kept: {url}")
-            input("press Enter to drop the database ")
+            print(f"kept: {url} (measure it again with --reuse; drop it with DROP DATABASE)")
+        else:
+            drop_database(server, name)
     return 0
+
+
+# The indexes migration 0011 added for the dashboard: what --write-cost drops in its baseline.
+DASHBOARD_INDEXES = (
+    "jobs_retrying_idx",
+    "jobs_dead_recent_idx",
+    "jobs_error_code_idx",
+    "jobs_dead_organization_idx",
+)
+
+
+def _fail_every_tenth(job: jobs.Job) -> None:
+    if job.payload["n"] % 10 == 0:
+        raise jobs.PermanentError("boom", code="E_BENCH")
+
+
+def write_cost(n_jobs: int, rounds: int) -> None:
+    """The queue's write path with and without migration 0011's indexes: enqueue ``n_jobs``
+    (a third with an organization), drain them with a worker (4 threads; one in ten fails
+    permanently with an error code, so the error-code and dead-letter indexes take entries),
+    alternating the two databases ``rounds`` times; prints the median drain time of each."""
+    logging.getLogger("tockwork.jobs").setLevel(logging.ERROR)  # not a line per dead job
+    server = database_url()
+    names = {
+        "with 0011 indexes": f"tockwork_dash_w_{os.getpid()}",
+        "without them (baseline)": f"tockwork_dash_wo_{os.getpid()}",
+    }
+    urls = {
+        k: create_database(server, v, components=COMPONENTS, replace=True) for k, v in names.items()
+    }
+    try:
+        with psycopg.connect(urls["without them (baseline)"], autocommit=True) as conn:
+            for index in DASHBOARD_INDEXES:
+                conn.execute(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(index)))
+        times: dict[str, list[float]] = {k: [] for k in urls}
+        for _ in range(rounds):
+            for label, url in urls.items():
+                with psycopg.connect(url) as conn, conn.transaction():
+                    conn.execute("TRUNCATE jobs, job_attempts")
+                    jobs.enqueue_many(
+                        conn,
+                        [
+                            jobs.JobSpec(
+                                "bench",
+                                {"n": i},
+                                organization_id=uuid.UUID(int=i % 3) if i % 3 else None,
+                            )
+                            for i in range(n_jobs)
+                        ],
+                    )
+                worker = jobs.Worker(
+                    url, {"bench": _fail_every_tenth}, {"default": 4}, listen=False
+                )
+                started = time.perf_counter()
+                worker.run_until_idle()
+                times[label].append(time.perf_counter() - started)
+        base = statistics.median(times["without them (baseline)"])
+        print(f"write cost: drain {n_jobs:,} jobs (10% dead with a code), {rounds} rounds")
+        for label, values in times.items():
+            median = statistics.median(values)
+            print(
+                f"  {label:<24} median {median:6.2f} s  ({n_jobs / median:,.0f} jobs/s)"
+                f"  ratio {median / base:.3f}  (rounds: {', '.join(f'{v:.2f}' for v in values)})"
+            )
+        with psycopg.connect(urls["with 0011 indexes"]) as conn:
+            for index in DASHBOARD_INDEXES:
+                row = conn.execute("SELECT pg_relation_size(%s::regclass)", (index,)).fetchone()
+                assert row is not None
+                print(f"  {index}: {row[0] / 1024:,.0f} KiB after the last round")
+    finally:
+        for name in names.values():
+            drop_database(server, name)
+
+
+def print_sizes(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        for table in ("jobs", "job_attempts", "schedules"):
+            row = conn.execute(
+                "SELECT reltuples::bigint, pg_total_relation_size(oid) FROM pg_class"
+                " WHERE oid = %s::regclass",
+                (table,),
+            ).fetchone()
+            assert row is not None
+            print(f"{table}: about {row[0]:,} rows, {row[1] / 2**30:.1f} GiB with indexes")
 
 
 if __name__ == "__main__":

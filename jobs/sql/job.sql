@@ -590,9 +590,11 @@ RETURNING job_id, outcome;
 -- name: job_heartbeat
 -- Extend the leases the caller still holds (same fencing token); the ids not returned were
 -- lost: reaped, released, or taken over by another claim. The leases of the started ids are
--- also marked started (as job_mark_started does).
+-- also marked started (as job_mark_started does). heartbeat_at records when (the dashboard's
+-- heartbeat age; not indexed).
 UPDATE jobs AS j
 SET locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    heartbeat_at = coalesce(%(now)s::timestamptz, now()),
     started_token = CASE WHEN j.id = ANY(%(started)b::bigint[]) THEN j.lease_token
                          ELSE j.started_token END,
     unstarted_expiries = CASE WHEN j.id = ANY(%(started)b::bigint[]) THEN 0

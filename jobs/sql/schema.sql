@@ -42,6 +42,9 @@ CREATE TABLE jobs (
     -- Unique while active (migration 0009): at most one pending, retrying or leased job per
     -- (job type, unique key, organization); see jobs_unique_active_uq.
     unique_key text,
+    -- When a lease was last extended (migration 0011, set by job_heartbeat): a worker's
+    -- heartbeat age is now - greatest(heartbeat_at, locked_at). Not indexed.
+    heartbeat_at timestamptz,
     CONSTRAINT jobs_status_check CHECK (
         status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
     ),
@@ -81,6 +84,17 @@ CREATE INDEX jobs_leased_idx ON jobs (locked_until) WHERE status = 'leased';
 
 -- Dead letters for inspection and requeue.
 CREATE INDEX jobs_dead_idx ON jobs (queue, job_type, completed_at) WHERE status = 'dead';
+
+-- The operator dashboard's filters and counts (migration 0011): retrying per queue (an
+-- index-only count), dead letters newest first, an error code newest first, one organization's
+-- dead letters. Each holds only the rows of its predicate, and rows enter it with status changes
+-- (never HOT anyway). The statistics tell the planner that an error code goes with a status.
+CREATE INDEX jobs_retrying_idx ON jobs (queue) WHERE status = 'retrying';
+CREATE INDEX jobs_dead_recent_idx ON jobs (id) WHERE status = 'dead';
+CREATE INDEX jobs_error_code_idx ON jobs (last_error_code, id) WHERE last_error_code IS NOT NULL;
+CREATE INDEX jobs_dead_organization_idx ON jobs (organization_id, id)
+    WHERE status = 'dead' AND organization_id IS NOT NULL;
+CREATE STATISTICS jobs_status_error_code_stats (mcv) ON status, last_error_code FROM jobs;
 
 -- Retention of finished jobs. BRIN: finished rows are written in completion order, so a
 -- block-range index answers "completed before T" at a fraction of a b-tree's write cost.

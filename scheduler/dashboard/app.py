@@ -382,17 +382,19 @@ async def jobs_page(request: Request) -> Response:
     p = Params(request.query_params, [*JOB_FILTERS, "before"])
     flt, before = _job_filter(p), p.integer("before")
 
-    def load(conn: Any) -> tuple[Any, Any, views.Count]:
-        page, nxt = views.job_page(conn, flt, before)
-        return page, nxt, views.job_count(conn, flt)
+    def load(conn: Any) -> tuple[Any, Any, Any, views.Count]:
+        page, nxt, scanned = views.job_page_scan(conn, flt, before)
+        return page, nxt, scanned, views.job_count(conn, flt)
 
-    page, nxt, count = await _db(request, load)
+    page, nxt, scanned, count = await _db(request, load)
     return _page(
         request,
         "jobs.html",
         {
             "jobs": page,
             "count": count,
+            "scanned_down_to": scanned,
+            "window": views.SCAN_WINDOW,
             "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
             "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
             "first_query": _filters_query(request, JOB_FILTERS) if before else None,
@@ -679,8 +681,13 @@ async def api_jobs(request: Request) -> Response:
     limit = p.integer("limit", high=500) or views.PAGE_SIZE
 
     def load(conn: Any) -> dict[str, Any]:
-        page, nxt = views.job_page(conn, flt, before, limit)
-        return {"jobs": page, "next_before": nxt, **views.job_count(conn, flt).as_json()}
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, limit)
+        return {
+            "jobs": page,
+            "next_before": nxt,
+            "scanned_down_to": scanned,
+            **views.job_count(conn, flt).as_json(),
+        }
 
     return _json(await _db(request, load))
 

@@ -28,9 +28,10 @@ from scheduler.queries import query
 from timezones.errors import InvalidInput
 
 COUNT_CAP = 10_000
-COUNT_TIMEOUT = "250ms"  # a count that cannot finish in time is shown as "not counted"
+COUNT_TIMEOUT = "150ms"  # a count that cannot finish in time is shown as "not counted"
 PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
+SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
 
 
@@ -117,8 +118,15 @@ def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, A
         "scheduler_lag_s": scheduler_lag(conn, now),
         "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
         "workers": [
-            {"worker": w, "leases": n, "oldest_claim_age_s": age, "first_lease_ends_in_s": ends}
-            for w, n, age, ends in workers
+            {
+                "worker": w,
+                "leases": n,
+                "oldest_claim_age_s": age,
+                "heartbeat_age_s": beat,
+                "stalest_heartbeat_age_s": stalest,
+                "first_lease_ends_in_s": ends,
+            }
+            for w, n, age, beat, stalest, ends in workers
         ],
         "maintenance": [
             {"key": k, "paused": p, "last_run_at": last, "next_run_at": nxt}
@@ -145,16 +153,51 @@ _JOB_COLUMNS = (
 )
 
 
+def _id_ordered_index(flt: JobFilter) -> bool:
+    """Whether an index holds this filter's rows in id order (migration 0011): an error code
+    (jobs_error_code_idx), the dead letters (jobs_dead_recent_idx, and
+    jobs_dead_organization_idx for one organization's). Then the
+    plain page reads that index backwards and stops after one page. (An idempotency key is one
+    probe of jobs_idempotency_uq.)"""
+    return flt.error_code is not None or flt.statuses == ["dead"]
+
+
 def job_page(
     conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """One page of jobs (newest first) and the cursor of the next page (None: the last)."""
+    """One page of jobs (newest first) and the cursor of the next page (None: the last).
+
+    A filter no index serves scans at most SCAN_WINDOW ids below the cursor: the page may then
+    hold fewer than ``limit`` jobs (even none) and still have a next page, which goes on below
+    the window (:func:`job_page_scan` says how far it looked)."""
+    page, nxt, _ = job_page_scan(conn, flt, before, limit)
+    return page, nxt
+
+
+def job_page_scan(
+    conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
+) -> tuple[list[dict[str, Any]], int | None, int | None]:
+    """:func:`job_page`, and the lowest id its bounded scan looked at (None: not bounded, or
+    the scan reached the first job)."""
     params = flt.params() | {"before": before, "limit": limit + 1}
-    indexed = flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES
-    name = "dashboard_job_page_indexed" if indexed else "dashboard_job_page"
+    if _id_ordered_index(flt) or flt.idempotency_key is not None:
+        name, floor = "dashboard_job_page", None
+    elif flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
+        name, floor = "dashboard_job_page_indexed", None
+    else:
+        bounds = conn.execute(query("dashboard_job_id_bounds")).fetchone()
+        lowest, highest = bounds if bounds is not None else (None, None)
+        if lowest is None or highest is None:
+            return [], None, None
+        start = highest + 1 if before is None else min(before, highest + 1)
+        floor = start - SCAN_WINDOW
+        name, floor = "dashboard_job_page_window", (floor if floor > lowest else None)
+        params["floor"] = floor if floor is not None else lowest
     rows = conn.execute(query(name), params).fetchall()
     page = [dict(zip(_JOB_COLUMNS, row, strict=True)) for row in rows[:limit]]
-    return page, (page[-1]["id"] if len(rows) > limit else None)
+    if len(rows) > limit:
+        return page, page[-1]["id"], None
+    return page, floor, floor
 
 
 def job_count(conn: psycopg.Connection[Any], flt: JobFilter) -> Count:

@@ -9,7 +9,10 @@
 -- Plan each statement for its parameters (the optional filters collapse to the ones given, so a
 -- partial index can answer), and bound every statement of the dashboard's connections.
 SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
-       set_config('statement_timeout', %(timeout)s, false);
+       set_config('statement_timeout', %(timeout)s, false),
+       -- The last hour's attempts and an index-first page are sorted in memory, not on disk
+       -- (a few connections: the pool's size bounds what this costs).
+       set_config('work_mem', '32MB', false);
 
 -- name: dashboard_local_timeout
 -- A tighter bound for one statement in the current transaction (the bounded counts).
@@ -31,6 +34,32 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: dashboard_job_page_window
+-- The same page when no index serves the filter (an organization over every status, a creation
+-- time range, a rare combination): the scan is bounded to the ids in [%(floor)s, %(before)s), so
+-- a filter that matches nothing costs one window, not the whole table. Fewer than a page of
+-- matches in the window: the next page goes on below %(floor)s.
+SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+FROM jobs
+WHERE id >= %(floor)s
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_job_id_bounds
+-- The lowest and highest job ids (two probes of the primary key): where a bounded scan starts
+-- and whether anything is left below it.
+SELECT min(id), max(id) FROM jobs;
 
 -- name: dashboard_job_page_indexed
 -- The same page when every status asked for has a partial index (pending, retrying, leased,
@@ -83,9 +112,8 @@ LIMIT %(limit)s;
 -- name: dashboard_queue_stats
 -- The per-queue figures of jobs.queue_stats, bounded: each count stops at 10,001 (shown as
 -- "10,000+") and is read from the partial index of its status (index-only where the index holds
--- the columns); the queues are found by skipping through the ready and dead indexes. Retrying has
--- no index of its own: its count rechecks the ready rows of the queue in the heap (the costliest
--- part on a big backlog).
+-- the columns); the queues are found by skipping through the ready and dead indexes. Retrying is
+-- counted in its own partial index (jobs_retrying_idx, migration 0011), index-only.
 WITH RECURSIVE ready_queues AS (
     (SELECT queue FROM jobs WHERE status IN ('pending', 'retrying') ORDER BY queue LIMIT 1)
     UNION ALL
@@ -114,9 +142,26 @@ SELECT q.queue,
             WHERE queue = q.queue AND status IN ('pending', 'retrying')
               AND run_at <= coalesce(%(now)s::timestamptz, now()) LIMIT 10001) AS c) AS ready,
        coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - (
-            SELECT min(run_at) FROM jobs
-            WHERE queue = q.queue AND status IN ('pending', 'retrying')
-              AND run_at <= coalesce(%(now)s::timestamptz, now()))), 0)::float8
+            -- The oldest ready run_at is the first of some priority's run (the ready index is
+            -- ordered by queue, priority, run_at): skip from priority to priority instead of
+            -- reading every ready row of the queue.
+            WITH RECURSIVE priorities AS (
+                (SELECT priority FROM jobs
+                 WHERE queue = q.queue AND status IN ('pending', 'retrying')
+                 ORDER BY priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM jobs AS j
+                        WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
+                          AND j.priority < p.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM priorities AS p WHERE p.priority IS NOT NULL
+            )
+            SELECT min((SELECT j.run_at FROM jobs AS j
+                        WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
+                          AND j.priority = p.priority
+                          AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+                        ORDER BY j.priority DESC, j.run_at LIMIT 1))
+            FROM priorities AS p WHERE p.priority IS NOT NULL)), 0)::float8
            AS oldest_ready_age,
        coalesce((SELECT n FROM leased WHERE leased.queue = q.queue), 0) AS leased,
        (SELECT count(*) FROM (SELECT 1 FROM jobs
@@ -143,11 +188,18 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: dashboard_workers
--- Workers holding leases (the partial index on leased rows): how many, the oldest claim, and the
+-- Workers holding leases (the partial index on leased rows): how many, the oldest claim, the
+-- heartbeat ages (a lease's last sign of life is its last heartbeat, or its claim if none came
+-- since: greatest() skips a NULL and outranks a heartbeat left by an earlier lease), and the
 -- lease that ends first (heartbeats push it forward; one close to now means stalled heartbeats).
 SELECT locked_by, count(*) AS leases,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(locked_at))::float8
            AS oldest_claim_age,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - max(greatest(heartbeat_at, locked_at)))::float8 AS heartbeat_age,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - min(greatest(heartbeat_at, locked_at)))::float8
+           AS stalest_heartbeat_age,
        extract(epoch FROM min(locked_until) - coalesce(%(now)s::timestamptz, now()))::float8
            AS first_lease_ends_in
 FROM jobs

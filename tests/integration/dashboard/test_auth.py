@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import psycopg
 import pytest
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
+import scheduler
 from scheduler.cli import main
 from scheduler.dashboard import create_app
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, dead_jobs, sign_in
@@ -172,3 +175,109 @@ def test_the_command_refuses_to_start_without_a_token(
     assert main(["dashboard", "--database-url", db_url]) == 2
     assert "at least 16" in capsys.readouterr().err
     assert main(["dashboard", "--database-url", db_url, "--port", "70000"]) == 2
+
+
+def _routes() -> list[tuple[str, str]]:
+    """Every (method, path) of the app, path parameters filled with 1 (the static files aside)."""
+    app = create_app("postgresql://unused", token=TOKEN)
+    found = []
+    for route in app.routes:
+        if isinstance(route, Route):
+            path = re.sub(r"\{[a-z_]+\}", "1", route.path)
+            found += [(m, path) for m in sorted(route.methods or ()) if m != "HEAD"]
+    return found
+
+
+ROUTES = _routes()
+POSTS = [path for method, path in ROUTES if method == "POST"]
+
+
+def _untouched(db_url: str, dead: list[int], schedule_id: int) -> None:
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT DISTINCT status FROM jobs").fetchall() == [("dead",)]
+        assert conn.execute("SELECT count(*) FROM dashboard_audit").fetchone() == (0,)
+        paused = conn.execute("SELECT paused FROM schedules WHERE id = %s", (schedule_id,))
+        assert paused.fetchone() == (False,)
+        assert len(dead) == 1
+
+
+def _seeded(db_url: str) -> tuple[list[int], int]:
+    dead = dead_jobs(db_url, 1)
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        s = scheduler.create_schedule(
+            conn, job_type="reminder", rule="daily@08:00", zone="UTC", subject="user-1"
+        )
+    return dead, s.id
+
+
+def test_the_route_list_is_the_apps() -> None:
+    assert ("GET", "/api/queues") in ROUTES and "/dead/apply" in POSTS
+    assert len(POSTS) == 9 and len(ROUTES) == 23
+
+
+def test_no_route_serves_anything_without_credentials(db_url: str, anon: TestClient) -> None:
+    """Every route but the login form: an API route is a 401, a page a redirect to the login
+    form (GET) or the login form with a 401 (POST); nothing is served or done."""
+    dead, schedule_id = _seeded(db_url)
+    for method, path in ROUTES:
+        if path == "/login":
+            continue
+        response = anon.request(method, path.replace("/1", f"/{schedule_id}", 1))
+        if path.startswith("/api/"):
+            assert response.status_code == 401, (method, path)
+            assert response.json() == {"error": "unauthorized: send Authorization: Bearer <token>"}
+        elif method == "GET":
+            assert response.status_code == 303, (method, path)
+            assert response.headers["location"].startswith("/login?next=")
+        else:
+            assert response.status_code == 401 and 'name="token"' in response.text, path
+    _untouched(db_url, dead, schedule_id)
+
+
+def test_every_post_needs_the_csrf_token_of_the_session(db_url: str, browser: TestClient) -> None:
+    dead, schedule_id = _seeded(db_url)
+    for route in POSTS:
+        path = route.replace("/1/", f"/{schedule_id}/")
+        data = {"action": "requeue", "ids": str(dead[0]), "id": str(dead[0]), "scope": "all"}
+        if path.startswith("/api/"):
+            response = browser.post(path, json={"ids": dead})
+        else:
+            response = browser.post(path, data=data)
+        assert response.status_code == 403, path
+        forged = browser.post(path, data=data | {"csrf": "forged"}, headers={"X-CSRF-Token": "x"})
+        assert forged.status_code == 403, path
+    _untouched(db_url, dead, schedule_id)
+    assert browser.get("/").status_code == 200  # still signed in: logout was refused too
+
+
+def test_read_only_hides_every_action_and_refuses_every_post(
+    db_url: str, app_client: Callable[..., TestClient]
+) -> None:
+    dead, schedule_id = _seeded(db_url)
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload,"
+            " occurred_at, dead_at) VALUES (gen_random_uuid(), 'order', '1', 'shipped', '{}',"
+            " now(), now())"
+        )
+        conn.commit()
+    client = app_client(read_only=True)
+    sign_in(client)
+    for page in ["/", "/jobs", "/dead", f"/schedules/{schedule_id}", "/outbox", "/schedules"]:
+        html = client.get(page).text
+        assert "read-only" in html and 'type="checkbox"' not in html, page
+        assert [m for m in re.findall(r'<form method="post" action="([^"]+)"', html)] == [
+            "/logout"
+        ], page
+    token = csrf_of(client.get("/dead").text)
+    for route in POSTS:
+        if route in ("/login", "/logout"):
+            continue
+        path = route.replace("/1/", f"/{schedule_id}/")
+        data = {"csrf": token, "action": "requeue", "ids": str(dead[0]), "scope": "all"}
+        response = client.post(path, data=data, headers={"X-CSRF-Token": token})
+        assert response.status_code == 403 and "read-only" in response.text, path
+    _untouched(db_url, dead, schedule_id)
+    with psycopg.connect(db_url) as conn:
+        still = conn.execute("SELECT count(*) FROM outbox_events WHERE dead_at IS NOT NULL")
+        assert still.fetchone() == (1,)

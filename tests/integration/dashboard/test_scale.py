@@ -1,0 +1,147 @@
+"""What migration 0011 gives the dashboard: heartbeat ages per worker, and the filters its
+partial indexes serve (right rows, newest first, read through the index)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+import jobs
+from jobs.store import PgJobStore
+from scheduler.dashboard import create_app, views
+from scheduler.queries import query
+from tests.integration.dashboard.conftest import TOKEN
+from timezones import FrozenClock
+
+T0 = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=60)
+
+
+def test_the_overview_shows_each_workers_heartbeat_age(db_url: str) -> None:
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        ids = [jobs.enqueue(conn, "t", {"i": i}, now=T0).id for i in range(3)]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        a, b = PgJobStore(conn), PgJobStore(conn)
+        leases_a = a.claim({"default": 2}, "worker-a", LEASE, T0)
+        (lease_b,) = b.claim({"default": 1}, "worker-b", LEASE, T0 + timedelta(seconds=5))
+        beat = leases_a[0]
+        assert a.heartbeat([(beat.id, beat.lease_token)], LEASE, T0 + timedelta(seconds=20)) == {
+            beat.id
+        }
+        row = conn.execute("SELECT heartbeat_at FROM jobs WHERE id = %s", (beat.id,)).fetchone()
+        assert row == (T0 + timedelta(seconds=20),)
+        # A heartbeat left by an earlier lease of the job never hides its fresh claim.
+        conn.execute(
+            "UPDATE jobs SET heartbeat_at = %s WHERE id = %s",
+            (T0 - timedelta(hours=1), lease_b.id),
+        )
+        now = T0 + timedelta(seconds=30)
+        workers = views.overview(conn, now)["workers"]
+    assert sorted(ids) == sorted([*(j.id for j in leases_a), lease_b.id])
+    assert [
+        (w["worker"], w["leases"], w["heartbeat_age_s"], w["stalest_heartbeat_age_s"])
+        for w in workers
+    ] == [("worker-a", 2, 10.0, 30.0), ("worker-b", 1, 25.0, 25.0)]
+
+    app = create_app(db_url, token=TOKEN, clock=FrozenClock(now))
+    with TestClient(app) as client:
+        page = client.get("/", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert page.status_code == 200
+    assert '<td class="heartbeat">10.0 s ago</td>' in page.text
+    assert '<td class="heartbeat">25.0 s ago</td>' in page.text
+
+
+def _seed(conn: psycopg.Connection[Any], org: uuid.UUID) -> None:
+    """20,000 finished jobs, a few of them with error codes or dead (some of ``org``)."""
+    conn.execute(
+        """
+        INSERT INTO jobs (job_type, queue, status, last_error_code, organization_id,
+                          completed_at)
+        SELECT 'bulk', 'q' || (g %% 3),
+               CASE WHEN g %% 1000 = 0 THEN 'dead' WHEN g %% 779 = 0 THEN 'retrying'
+                    ELSE 'succeeded' END,
+               CASE WHEN g %% 500 = 0 THEN 'E_RARE' END,
+               CASE WHEN g %% 2000 = 0 THEN %(org)s::uuid END,
+               now()
+        FROM generate_series(1, 20000) AS g
+        """,
+        {"org": org},
+    )
+    conn.execute("ANALYZE jobs")
+
+
+def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str) -> None:
+    org = uuid.uuid4()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _seed(conn, org)
+        base: dict[str, Any] = {"before": None, "limit": 51, **views.JobFilter().params()}
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"error_code": "E_RARE"}, "jobs_error_code_idx"),
+            ({"organization_id": org, "statuses": ["dead"]}, "jobs_dead_organization_idx"),
+            ({"statuses": ["dead"]}, "jobs_dead_recent_idx"),
+        ]
+        for filters, index in cases:
+            plan = conn.execute("EXPLAIN " + query("dashboard_job_page"), base | filters).fetchall()
+            assert index in "\n".join(r[0] for r in plan), (filters, plan)
+
+        rare, _ = views.job_page(conn, views.JobFilter(error_code="E_RARE"), None, limit=100)
+        assert [j["id"] for j in rare] == sorted((j["id"] for j in rare), reverse=True) and len(
+            rare
+        ) == 40
+        flt = views.JobFilter(organization_id=org, statuses=["dead"])
+        page, nxt = views.job_page(conn, flt, None, limit=5)
+        rows = conn.execute(
+            "SELECT id FROM jobs WHERE status = 'dead' AND organization_id = %s ORDER BY id DESC",
+            (org,),
+        ).fetchall()
+        assert [j["id"] for j in page] == [r[0] for r in rows][:5] and nxt is not None
+        assert views.job_count(conn, flt).value == len(rows) == 10
+
+
+def test_the_retrying_count_per_queue(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        _seed(conn, uuid.uuid4())
+        by_queue = {q["queue"]: q["retrying"] for q in views.queues(conn, None)}
+        rows = conn.execute(
+            "SELECT queue, count(*) FROM jobs WHERE status = 'retrying' GROUP BY queue"
+        ).fetchall()
+    assert by_queue == dict(rows) and sum(by_queue.values()) == 25
+
+
+def test_a_filter_no_index_serves_scans_a_bounded_window_per_page(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of an unindexed filter (an organization over every status) each read at most
+    SCAN_WINDOW ids and go on below it; walking them finds every match once, newest first."""
+    org = uuid.uuid4()
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (id, job_type, status, organization_id, completed_at)"
+            " SELECT g, 'bulk', 'succeeded', CASE WHEN g IN (5, 800) THEN %s::uuid END, now()"
+            " FROM generate_series(1, 1000) AS g",
+            (org,),
+        )
+        conn.commit()
+    monkeypatch.setattr(views, "SCAN_WINDOW", 300)
+    app = create_app(db_url, token=TOKEN)
+    walked: list[tuple[list[int], int | None, int | None]] = []
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        params: dict[str, str] = {"organization_id": str(org)}
+        for _ in range(10):
+            body = client.get("/api/jobs", params=params).json()
+            walked.append(
+                ([j["id"] for j in body["jobs"]], body["next_before"], body["scanned_down_to"])
+            )
+            assert body["count"] == 2
+            if body["next_before"] is None:
+                break
+            params["before"] = str(body["next_before"])
+        page = client.get("/jobs", params={"organization_id": str(org)}).text
+    assert walked == [([800], 701, 701), ([], 401, 401), ([], 101, 101), ([5], None, None)]
+    assert "Looked through job ids down to 701" in page
