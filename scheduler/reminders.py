@@ -106,7 +106,9 @@ def _states(rows: Sequence[Any]) -> dict[int, _State]:
     }
 
 
-def _stale(metas: Mapping[int, Mapping[str, Any] | None], states: Mapping[int, _State]) -> list[int]:
+def _stale(
+    metas: Mapping[int, Mapping[str, Any] | None], states: Mapping[int, _State]
+) -> list[int]:
     """The schedules changed since one of these jobs was enqueued (not paused): only for them
     does the check need the whole row (the rule, to tell a superseded occurrence)."""
     ids: set[int] = set()
@@ -170,7 +172,8 @@ def still_due_many(
     with conn.pipeline():  # the clock and the read in one round trip
         clock = conn.execute(query("pg_now")) if now is None else None
         read = conn.execute(query("schedule_still_due_many"), {"ids": ids})
-    at = now if clock is None else _instant(clock.fetchone())
+    at = _instant(clock.fetchone()) if clock is not None else now
+    assert at is not None
     states = _states(read.fetchall())
     stale = _stale(metas, states)
     full = conn.execute(query("schedule_get_many"), {"ids": stale}).fetchall() if stale else []
@@ -212,10 +215,14 @@ def _decide_all(
             continue
         sid = int(meta["id"])
         state = states.get(sid)
-        if state is not None and not state.paused and state.version == meta.get("version"):
-            if state.quiet_hours is None:  # the common case: nothing to compute
-                dues[job.id] = _DUE
-                continue
+        if (
+            state is not None
+            and not state.paused
+            and state.version == meta.get("version")
+            and state.quiet_hours is None
+        ):  # the common case: nothing to compute
+            dues[job.id] = _DUE
+            continue
         dues[job.id] = _decide(state, schedules.get(sid), meta, at)
     return dues
 
