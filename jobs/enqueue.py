@@ -33,7 +33,7 @@ from uuid import UUID
 import psycopg
 from psycopg.adapt import Dumper
 from psycopg.postgres import types as pg_types
-from psycopg.pq import Format
+from psycopg.pq import Format, TransactionStatus
 
 from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
@@ -423,7 +423,9 @@ def enqueue_columns(
         # First, so that the caller's transaction (if any) is open before the savepoint:
         # conn.transaction() on an idle connection would begin and commit a transaction of
         # its own.
-        row = cur.execute(query("job_allocate_ids"), {"now": now, "n": n}).fetchone()
+        early = _in_transaction(conn)
+        params = {"now": now, "n": n, **_wake_params(columns, early)}
+        row = cur.execute(query("job_allocate_ids"), params).fetchone()
         assert row is not None
         db_now: datetime = row[0]
         ids: list[int] = row[1]
@@ -435,7 +437,8 @@ def enqueue_columns(
         defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
             _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
-            _wake(cur, columns["queues"], run_ats, db_now)
+            if not early:
+                _wake(cur, columns["queues"], run_ats, db_now)
             return [Enqueued(job_id, True) for job_id in ids]
         if not _repeats_a_key(columns):
             try:
@@ -445,7 +448,8 @@ def enqueue_columns(
                 if exc.diag.constraint_name != _KEY_CONSTRAINT:
                     raise
             else:
-                _wake(cur, columns["queues"], run_ats, db_now)
+                if not early:
+                    _wake(cur, columns["queues"], run_ats, db_now)
                 return [Enqueued(job_id, True) for job_id in ids]
         return _insert(cur, ids, columns, run_ats, db_now, trace)
 
@@ -552,6 +556,31 @@ def _all_defaults(columns: Mapping[str, list[Any]], n: int, now: datetime | None
         and columns["priorities"].count(0) == n
         and columns["max_attempts"].count(DEFAULT_MAX_ATTEMPTS) == n
     )
+
+
+def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the next statement runs inside a transaction (the caller's, or one psycopg opens
+    for it): its NOTIFY is then delivered at commit, so the wake can go before the rows."""
+    return not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE
+
+
+def _wake_params(columns: Mapping[str, list[Any]], early: bool) -> dict[str, list[Any]]:
+    """The wake sent with ``job_allocate_ids`` (one round trip fewer per batch): each queue
+    once, in a fixed order, with its earliest ``run_at`` (None: the database clock). Empty
+    unless ``early``; then a batch whose keys all name existing jobs wakes its queues anyway (a
+    wake-up is a hint, never the truth: the claim finds nothing new)."""
+    if not early:
+        return {"wake": [], "wake_ats": []}
+    first: dict[str, datetime | None] = {}
+    for q, at in zip(columns["queues"], columns["run_ats"], strict=True):
+        if q not in first:
+            first[q] = at
+        else:
+            seen = first[q]
+            if seen is not None and (at is None or at < seen):
+                first[q] = at
+    ordered = sorted(first)
+    return {"wake": ordered, "wake_ats": [first[q] for q in ordered]}
 
 
 def _wake(
@@ -794,7 +823,9 @@ async def enqueue_columns_async(
     async with conn.cursor() as cur:
         # First, so that the caller's transaction is open before the savepoint (see
         # enqueue_columns).
-        await cur.execute(query("job_allocate_ids"), {"now": now, "n": n})
+        early = _in_transaction(conn)
+        params = {"now": now, "n": n, **_wake_params(columns, early)}
+        await cur.execute(query("job_allocate_ids"), params)
         row = await cur.fetchone()
         assert row is not None
         db_now: datetime = row[0]
@@ -807,7 +838,8 @@ async def enqueue_columns_async(
         defaults = _all_defaults(columns, n, now) and trace[0] is None
         if keys.count(None) == n:
             await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
-            await _wake_async(cur, columns["queues"], run_ats, db_now)
+            if not early:
+                await _wake_async(cur, columns["queues"], run_ats, db_now)
             return [Enqueued(job_id, True) for job_id in ids]
         if not _repeats_a_key(columns):
             try:
@@ -819,7 +851,8 @@ async def enqueue_columns_async(
                 if exc.diag.constraint_name != _KEY_CONSTRAINT:
                     raise
             else:
-                await _wake_async(cur, columns["queues"], run_ats, db_now)
+                if not early:
+                    await _wake_async(cur, columns["queues"], run_ats, db_now)
                 return [Enqueued(job_id, True) for job_id in ids]
         return await _insert_async(cur, ids, columns, run_ats, db_now, trace)
 

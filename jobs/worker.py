@@ -65,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import math
 import queue as queue_module
@@ -79,7 +80,9 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import orjson
 import psycopg
+from psycopg.types.json import set_json_loads
 
 from jobs import tracing, validate
 from jobs.batch import (
@@ -107,6 +110,17 @@ from timezones.clock import Clock
 Handler = Callable[[Job], object]
 
 log = logging.getLogger("tockwork.worker")
+
+
+def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """JSON from the database: orjson, or the standard library for what orjson refuses
+    (integers beyond 64 bits), so the values are those ``json.loads`` gives."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
+
+
 job_log = logging.getLogger("tockwork.jobs")
 
 NO_HANDLER = "no_handler"
@@ -298,6 +312,7 @@ class Worker(Service[WorkerStats]):
         self._unmarked: set[tuple[int, int]] = set()
         self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
         self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
+        self._labelled: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # see _observe
         self._pools: dict[str, ThreadPoolExecutor] = {}
         # Handler calls owed per queue, in claim order (the job type of each), started while the
         # queue has a free slot: sync ones on its pool, async ones on the event loop.
@@ -340,6 +355,7 @@ class Worker(Service[WorkerStats]):
             self._shutdown()
 
     def _connected(self, conn: psycopg.Connection[Any]) -> None:
+        set_json_loads(_json_loads, conn)  # claimed payloads: orjson, several times json's speed
         self._store = PgJobStore(conn)
 
     def _shutdown(self) -> None:
@@ -541,10 +557,11 @@ class Worker(Service[WorkerStats]):
             return
         groups: dict[tuple[str, str], list[Job]] = {}
         for job in claimed:
-            self.stats.claimed += 1
-            self.metrics.claimed.labels(job.queue).inc()
             self._inflight[job.id] = job
             groups.setdefault((job.queue, job.job_type), []).append(job)
+        self.stats.claimed += len(claimed)
+        for q, n in Counter(job.queue for job in claimed).items():
+            self.metrics.claimed.labels(q).inc(n)  # once per queue, not per job
         with self._pool_lock:
             for (q, t), group in groups.items():
                 self._waiting[(q, t)].extend(group)
@@ -879,6 +896,7 @@ class Worker(Service[WorkerStats]):
         self._cycle(claim=False)
 
     def _settle(self, finished: list[Finished], written: dict[int, str]) -> None:
+        self._labelled.clear()
         for item in finished:
             outcome = written.get(item.job.id, "fenced")
             if outcome == "fenced":
@@ -896,8 +914,18 @@ class Worker(Service[WorkerStats]):
     def _observe(self, item: Finished, decision: Decision, outcome: str) -> None:
         job, m = item.job, self.metrics
         job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
-        m.execution_duration.labels(job.queue, job_type).observe(item.duration_ms / 1000.0)
-        m.outcomes.labels(job.queue, job_type, outcome).inc()
+        # The labelled children of this settle, looked up once per label set, not per job
+        # (``labels`` is the costliest part of a fast job's bookkeeping).
+        key = (job.queue, job_type, outcome)
+        children = self._labelled.get(key)
+        if children is None:
+            children = (
+                m.execution_duration.labels(job.queue, job_type),
+                m.outcomes.labels(job.queue, job_type, outcome),
+            )
+            self._labelled[key] = children
+        children[0].observe(item.duration_ms / 1000.0)
+        children[1].inc()
         if outcome != "fenced" and decision.status is JobStatus.RETRYING:
             m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
 

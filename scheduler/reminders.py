@@ -48,11 +48,11 @@ import psycopg
 import jobs
 from jobs import Job, effects
 from scheduler import simulated
-from scheduler.model import Schedule, schedule_from_row
+from scheduler.model import QuietAction, QuietHours, Schedule, schedule_from_row
 from scheduler.planner import next_occurrence, schedule_meta
 from scheduler.queries import database_now, query
 from scheduler.simulated import Message, SendResult, SendStatus, SimulatedPush
-from timezones import Clock
+from timezones import Clock, get_zone
 
 # Jobs per batch of the reminder batch handler: one multicast request (FCM's limit).
 MAX_BATCH = simulated.MULTICAST_MAX
@@ -78,23 +78,76 @@ class Due:
         return not self.due and self.reason != "deleted" and self.defer_until is None
 
 
-def _decide(schedule: Schedule | None, meta: Mapping[str, Any], at: datetime) -> Due:
-    """The still-due rules for one job of a schedule (``None``: deleted), at instant ``at``."""
-    if schedule is None:
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What the still-due rules read of a schedule (``schedule_still_due_many``): no rule, no
+    payload, nothing to decode, so a batch of 500 costs a few columns per row."""
+
+    paused: bool
+    version: int
+    quiet_hours: QuietHours | None
+    zone: str
+
+    @staticmethod
+    def of(schedule: Schedule) -> _State:
+        return _State(schedule.paused, schedule.version, schedule.quiet_hours, schedule.zone)
+
+
+def _states(rows: Sequence[Any]) -> dict[int, _State]:
+    """``schedule_still_due_many`` rows by schedule id."""
+    return {
+        int(sid): _State(
+            bool(paused),
+            int(version),
+            None if q_start is None else QuietHours(q_start, q_end, QuietAction(q_action)),
+            zone,
+        )
+        for sid, paused, version, q_start, q_end, q_action, zone in rows
+    }
+
+
+def _stale(
+    metas: Mapping[int, Mapping[str, Any] | None], states: Mapping[int, _State]
+) -> list[int]:
+    """The schedules changed since one of these jobs was enqueued (not paused): only for them
+    does the check need the whole row (the rule, to tell a superseded occurrence)."""
+    ids: set[int] = set()
+    for meta in metas.values():
+        if meta is None:
+            continue
+        sid = int(meta["id"])
+        state = states.get(sid)
+        if state is not None and not state.paused and state.version != meta.get("version"):
+            ids.add(sid)
+    return sorted(ids)
+
+
+def _decide(
+    state: _State | None, schedule: Schedule | None, meta: Mapping[str, Any], at: datetime
+) -> Due:
+    """The still-due rules for one job of a schedule at instant ``at``: ``state`` is what
+    ``schedule_still_due_many`` read (``None``: deleted), ``schedule`` the whole row when it
+    was read (a schedule changed since the job was enqueued), which then speaks for it."""
+    if schedule is not None:
+        state = _State.of(schedule)
+    if state is None:
         return Due(False, "deleted")
-    if schedule.paused:
+    if state.paused:
         return Due(False, "paused")
-    if schedule.version != meta.get("version"):
+    if state.version != meta.get("version"):
+        if schedule is None:  # deleted between the two reads
+            return Due(False, "deleted")
         occ_at = datetime.fromisoformat(meta["at"])
         occ = next_occurrence(schedule, occ_at - timedelta(seconds=1))
         if occ is None or occ.key != meta["occurrence"] or occ.at != occ_at:
             return Due(False, "superseded")
-    quiet = schedule.quiet_hours
+    quiet = state.quiet_hours
     if quiet is not None:
-        local = at.astimezone(schedule.tz)
+        tz = get_zone(state.zone)
+        local = at.astimezone(tz)
         if quiet.contains(local):
             if quiet.action == "defer":
-                return Due(False, "quiet_hours", quiet.end_after(local, schedule.tz))
+                return Due(False, "quiet_hours", quiet.end_after(local, tz))
             return Due(False, "quiet_hours")
     return Due(True)
 
@@ -116,12 +169,24 @@ def still_due_many(
     metas, ids = _metas(jobs_)
     if not ids:
         return {job.id: Due(True) for job in jobs_}
-    at = database_now(conn, now)
-    rows = conn.execute(query("schedule_get_many"), {"ids": ids}).fetchall()
-    dues = _decide_all(jobs_, metas, rows, at)
+    with conn.pipeline():  # the clock and the read in one round trip
+        clock = conn.execute(query("pg_now")) if now is None else None
+        read = conn.execute(query("schedule_still_due_many"), {"ids": ids})
+    at = _instant(clock.fetchone()) if clock is not None else now
+    assert at is not None
+    states = _states(read.fetchall())
+    stale = _stale(metas, states)
+    full = conn.execute(query("schedule_get_many"), {"ids": stale}).fetchall() if stale else []
+    dues = _decide_all(jobs_, metas, states, full, at)
     if record:
         record_skipped(conn, jobs_, dues, now=at)
     return dues
+
+
+def _instant(row: Any) -> datetime:
+    assert row is not None
+    value: datetime = row[0]
+    return value
 
 
 def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, Mapping[str, Any] | None], list[int]]:
@@ -131,19 +196,34 @@ def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, Mapping[str, Any] | None], l
     return metas, ids
 
 
+_DUE = Due(True)
+
+
 def _decide_all(
     jobs_: Sequence[Job],
     metas: Mapping[int, Mapping[str, Any] | None],
-    rows: Sequence[Any],
+    states: Mapping[int, _State],
+    full_rows: Sequence[Any],
     at: datetime,
 ) -> dict[int, Due]:
-    schedules = {s.id: s for s in (schedule_from_row(tuple(r)) for r in rows)}
+    schedules = {s.id: s for s in (schedule_from_row(tuple(r)) for r in full_rows)}
     dues: dict[int, Due] = {}
     for job in jobs_:
         meta = metas[job.id]
-        dues[job.id] = (
-            Due(True) if meta is None else _decide(schedules.get(int(meta["id"])), meta, at)
-        )
+        if meta is None:
+            dues[job.id] = _DUE
+            continue
+        sid = int(meta["id"])
+        state = states.get(sid)
+        if (
+            state is not None
+            and not state.paused
+            and state.version == meta.get("version")
+            and state.quiet_hours is None
+        ):  # the common case: nothing to compute
+            dues[job.id] = _DUE
+            continue
+        dues[job.id] = _decide(state, schedules.get(sid), meta, at)
     return dues
 
 
@@ -239,8 +319,14 @@ async def still_due_many_async(
         row = await cur.fetchone()
         assert row is not None
         at = row[0]
-    cur = await conn.execute(query("schedule_get_many"), {"ids": ids})
-    dues = _decide_all(jobs_, metas, await cur.fetchall(), at)
+    cur = await conn.execute(query("schedule_still_due_many"), {"ids": ids})
+    states = _states(await cur.fetchall())
+    stale = _stale(metas, states)
+    full: list[Any] = []
+    if stale:
+        cur = await conn.execute(query("schedule_get_many"), {"ids": stale})
+        full = await cur.fetchall()
+    dues = _decide_all(jobs_, metas, states, full, at)
     if record:
         await record_skipped_async(conn, jobs_, dues, now=at)
     return dues
@@ -274,12 +360,16 @@ async def still_due_async(
     return (await still_due_many_async(conn, [job], now=now))[job.id]
 
 
-def reminder_message(job: Job) -> Message:
-    """The push a reminder job sends: its payload's ``subject`` and ``message``."""
+def reminder_message(job: Job, *, key: str = "") -> Message:
+    """The push a reminder job sends: its payload's ``subject`` and ``message`` (``key``: its
+    push effect key when the caller has it already)."""
     payload = job.payload if isinstance(job.payload, Mapping) else {}
     subject = payload.get("subject")
     return Message(
-        job, None if subject is None else str(subject), str(payload.get("message", "reminder"))
+        job,
+        None if subject is None else str(subject),
+        str(payload.get("message", "reminder")),
+        key,
     )
 
 
@@ -401,7 +491,7 @@ class ReminderBatchHandler(_ThreadConnections):
             elif keys[job.id] in delivered_before:
                 batch.succeed(job)  # pushed by an earlier run of this job (check-before-send)
             else:
-                messages.append(reminder_message(job))
+                messages.append(reminder_message(job, key=keys[job.id]))
         if skipped:
 
             def record(c: psycopg.Connection[Any], succeeded: Sequence[Job]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cache
@@ -79,11 +79,13 @@ class Message:
     job: Job
     subject: str | None
     message: str
+    # The message's idempotency key: the job's ``push`` effect key (computed once: a request
+    # reads it several times per message).
+    key: str = field(default="", compare=False)
 
-    @property
-    def key(self) -> str:
-        """The message's idempotency key: the job's ``push`` effect key."""
-        return effects.effect_key(self.job, "push")
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", effects.effect_key(self.job, "push"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,8 @@ class SimulatedPush:
         if m.subject is not None and m.subject in self.rejected_subjects:
             error = f"device token of {m.subject} rejected"
             return SendResult(m, SendStatus.REJECTED, error, "bad_token")
+        if not (self.transient_rate or self.rate_limit_rate):
+            return None  # no failure to draw (the default): skip the hash
         draw = _fraction(self.seed, m.job.id, m.job.attempt)
         if draw < self.transient_rate:
             return SendResult(

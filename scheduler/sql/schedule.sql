@@ -141,6 +141,14 @@ SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, 
 FROM schedules
 WHERE id = ANY(%(ids)b::bigint[]);
 
+-- name: schedule_still_due_many
+-- What the still-due rules read of a batch's schedules (scheduler/reminders.py): the few
+-- columns a reminder's check needs, no JSON to decode; the whole row (schedule_get_many) only
+-- for the schedules changed since their jobs were enqueued. A deleted schedule has no row.
+SELECT id, paused, version, quiet_start, quiet_end, quiet_action, zone
+FROM schedules
+WHERE id = ANY(%(ids)b::bigint[]);
+
 -- name: schedule_get_for_update
 -- schedule_get, locking the row for a change (FOR NO KEY UPDATE, the row lock the tick takes
 -- too).

@@ -188,6 +188,36 @@ def test_one_notification_per_queue_per_transaction(db_url: str) -> None:
     assert sorted(notes) == ["alpha", "beta"]
 
 
+def test_enqueue_many_wakes_each_ready_queue_once_the_rows_are_visible(db_url: str) -> None:
+    """The wake-up of enqueue_many goes with its id allocation when the caller is in a
+    transaction (NOTIFY waits for the commit): none before the commit, one per queue with a job
+    ready now (the earliest run_at of the queue decides), none for a queue whose jobs are all
+    later. On an autocommit connection the wake-up follows the rows, which are visible when it
+    arrives."""
+    later = datetime(2099, 1, 1, tzinfo=UTC)
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN tockwork_jobs")
+        with psycopg.connect(db_url) as c:
+            jobs.enqueue_many(
+                c,
+                [
+                    JobSpec("a", {}, queue="alpha"),
+                    JobSpec("b", {}, queue="beta", run_at=later),
+                    JobSpec("b", {}, queue="beta", run_at=T0),
+                    JobSpec("g", {}, queue="gamma", run_at=later),
+                    JobSpec("a", {}, queue="alpha", run_at=later),
+                ],
+            )
+            assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+            c.commit()
+        assert sorted(n.payload for n in listener.notifies(timeout=0.5)) == ["alpha", "beta"]
+        with psycopg.connect(db_url, autocommit=True) as c:
+            jobs.enqueue_many(c, [JobSpec("d", {}, queue="delta")])
+        notes = [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)]
+        assert notes == ["delta"]
+        assert count(db_url, "queue = 'delta'") == 1
+
+
 def test_enqueue_async_in_transaction(db_url: str) -> None:
     async def scenario() -> tuple[jobs.Enqueued, jobs.Enqueued]:
         async with await psycopg.AsyncConnection.connect(db_url) as c:
