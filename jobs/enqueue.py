@@ -572,7 +572,12 @@ def _wake_params(columns: Mapping[str, list[Any]], early: bool) -> dict[str, lis
     if not early:
         return {"wake": [], "wake_ats": []}
     first: dict[str, datetime | None] = {}
-    for q, at in zip(columns["queues"], columns["run_ats"], strict=True):
+    # A row with a unique key wakes its queue itself (_many_unique_steps), and only when it
+    # was inserted or made a waiting job ready: a replaced job keeps its own queue.
+    uniques = columns.get("unique_keys") or [None] * len(columns["queues"])
+    for q, at, unique in zip(columns["queues"], columns["run_ats"], uniques, strict=True):
+        if unique is not None:
+            continue
         if q not in first:
             first[q] = at
         else:
