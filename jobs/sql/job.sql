@@ -242,17 +242,46 @@ candidates AS (
     SELECT c.id, c.job_type, c.priority, c.run_at, w.queue
     FROM wanted AS w
     CROSS JOIN LATERAL (
-        SELECT id, job_type, priority, run_at FROM jobs
-        WHERE queue = w.queue
-          AND status IN ('pending', 'retrying')
-          AND run_at <= coalesce(%(now)s::timestamptz, now())
-          -- Not "job_type <> ALL(...)": from its statistics (one job type in most queues) the
-          -- planner would expect no row to pass and sort the whole queue instead of reading
-          -- the ready index in order.
-          AND array_position((SELECT job_types FROM held_back)::text[], job_type) IS NULL
-        ORDER BY priority DESC, run_at, id
+        -- One priority at a time: the priorities with waiting jobs by a loose index scan of
+        -- jobs_ready_idx, then each one's ready jobs as an index range (queue, priority,
+        -- run_at <= now). Read in (priority, run_at) order in one scan instead, a queue whose
+        -- waiting jobs are mostly in the future (a herd enqueued ahead) would be read past
+        -- every future row whenever fewer jobs are due than wanted: PostgreSQL before 18
+        -- cannot skip over the priority column (measured on 15: 111 ms a claim with a million
+        -- future jobs, against well under a millisecond this way).
+        WITH RECURSIVE levels AS (
+            (SELECT r.priority FROM jobs AS r
+             WHERE r.queue = w.queue AND r.status IN ('pending', 'retrying')
+             ORDER BY r.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.priority FROM jobs AS r
+                    WHERE r.queue = w.queue AND r.status IN ('pending', 'retrying')
+                      AND r.priority < l.priority
+                    ORDER BY r.priority DESC LIMIT 1)
+            FROM levels AS l
+            WHERE l.priority IS NOT NULL
+        )
+        SELECT d.id, d.job_type, d.priority, d.run_at
+        -- unnest(ARRAY(...)) rather than the CTE itself: the planner then expects a few levels,
+        -- not a hundred, and its cost estimate stays below jit_above_cost (JIT compiling this
+        -- statement would take longer than running it).
+        FROM unnest(ARRAY(SELECT priority FROM levels WHERE priority IS NOT NULL)) AS l(priority)
+        CROSS JOIN LATERAL (
+            SELECT id, job_type, priority, run_at FROM jobs
+            WHERE queue = w.queue
+              AND status IN ('pending', 'retrying')
+              AND priority = l.priority
+              AND run_at <= coalesce(%(now)s::timestamptz, now())
+              -- Not "job_type <> ALL(...)": from its statistics (one job type in most queues)
+              -- the planner would expect no row to pass and sort the whole queue instead of
+              -- reading the ready index in order.
+              AND array_position((SELECT job_types FROM held_back)::text[], job_type) IS NULL
+            ORDER BY run_at, id
+            LIMIT w.n
+            FOR UPDATE SKIP LOCKED
+        ) AS d
+        ORDER BY d.priority DESC, d.run_at, d.id
         LIMIT w.n
-        FOR UPDATE SKIP LOCKED
     ) AS c
 ),
 admitted AS (

@@ -176,3 +176,33 @@ def test_claim_respects_per_queue_limits(
     got = stores().claim({"a": limit, "b": 2}, "w", LEASE, T0)
     assert sum(1 for j in got if j.queue == "a") == limit
     assert sum(1 for j in got if j.queue == "b") == 2
+
+
+def test_a_claim_takes_due_jobs_by_priority_past_future_ones(
+    db_url: str, stores: Callable[[], PgJobStore]
+) -> None:
+    """The claim reads one priority at a time (job_claim's loose scan): future jobs at any
+    priority are passed over, and the due ones come in (priority, run_at, id) order across
+    levels, even when fewer are due than wanted."""
+    future = T0 + timedelta(minutes=5)
+    specs = [
+        JobSpec("noop", {"p": p, "i": i}, priority=p, run_at=future)
+        for p in (7, 3, 0, -2)
+        for i in range(50)
+    ]
+    due = [
+        JobSpec("noop", {"p": p, "i": i}, priority=p, run_at=T0 - timedelta(seconds=i))
+        for p in (3, 0, -2)
+        for i in range(2)
+    ]
+    with psycopg.connect(db_url) as conn:
+        jobs.enqueue_many(conn, [*specs, *due], now=T0)
+    store = stores()
+    claimed = store.claim({"default": 100}, "w", timedelta(seconds=30), T0)
+    got = [(j.payload["p"], j.payload["i"]) for j in claimed]
+    assert got == [(3, 1), (3, 0), (0, 1), (0, 0), (-2, 1), (-2, 0)]
+    # A smaller claim takes the highest priorities first.
+    with psycopg.connect(db_url) as conn:
+        jobs.enqueue_many(conn, due, now=T0)
+    two = store.claim({"default": 3}, "w", timedelta(seconds=30), T0)
+    assert [(j.payload["p"], j.payload["i"]) for j in two] == [(3, 1), (3, 0), (0, 1)]
