@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, LiteralString, Protocol
 from uuid import UUID, uuid4
 
 import psycopg
@@ -258,6 +258,9 @@ class PgJobStore:
         # The queues whose claim is job_claim_fair (those with a policy).
         self._policies: set[str] = set()
         self._policies_read = -float("inf")
+        # Whether any rate limit exists (job_rate_limits): without one, plain queues are
+        # claimed by job_claim_unlimited, a lighter statement. Read with the policies.
+        self._limited = True
         # queue -> where this store's next fair claim starts its round of organizations: after
         # the last one it served, so one store's claims go round every organization in turn
         # (and stores start at random places, so they do not all serve the same ones).
@@ -270,6 +273,8 @@ class PgJobStore:
             return
         rows = self.conn.execute(query("job_queue_policy_list")).fetchall()
         self._policies = {q for q, fair, k in rows if fair or k is not None}
+        row = self.conn.execute(query("job_rate_limit_any")).fetchone()
+        self._limited = bool(row and row[0])
         self._policies_read = time.monotonic()
 
     def _policy_queues(self, params: Mapping[str, Any] | None) -> bool:
@@ -279,6 +284,15 @@ class PgJobStore:
         self._refresh_policies()
         return any(q in self._policies for q in params["queues"])
 
+    def _plain_claim(self) -> LiteralString:
+        """The claim of queues without a policy: job_claim, or job_claim_unlimited while no
+        rate limit exists (as read at the last refresh)."""
+        if self._limited:
+            return query("job_claim")
+        if self.conn.info.server_version >= 180000:
+            return query("job_claim_unlimited_skip_scan")
+        return query("job_claim_unlimited")
+
     def _execute_claims(self, params: dict[str, Any]) -> list[psycopg.Cursor[Any]]:
         """Send the claim statements for ``params`` (inside the caller's transaction and
         pipeline when there are several); fetch every returned cursor for the claimed rows."""
@@ -286,7 +300,7 @@ class PgJobStore:
         wanted = list(zip(params["queues"], params["limits"], strict=True))
         fair = [(q, n) for q, n in wanted if q in policies]
         if not fair:
-            return [self.conn.execute(query("job_claim"), params)]
+            return [self.conn.execute(self._plain_claim(), params)]
         plain = [(q, n) for q, n in wanted if q not in policies]
         cursors = []
         # Always, not only for the queues this store knows to be limited: a limit set since
@@ -298,7 +312,7 @@ class PgJobStore:
         if plain:
             cursors.append(
                 self.conn.execute(
-                    query("job_claim"),
+                    self._plain_claim(),
                     {**params, "queues": [q for q, _ in plain], "limits": [n for _, n in plain]},
                 )
             )
@@ -425,7 +439,7 @@ class PgJobStore:
             return []
         with_policy = self._policy_queues(params)
         if not started and not with_policy:
-            return self._claimed(self.conn.execute(query("job_claim"), params).fetchall())
+            return self._claimed(self.conn.execute(self._plain_claim(), params).fetchall())
         with self.conn.transaction(), self.conn.pipeline():
             if started:
                 self.conn.execute(query("job_mark_started"), self._started_params(started))

@@ -123,3 +123,7 @@ WHERE ((l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
                         WHERE j.queue = ANY(%(queues)b::text[]) AND j.job_type = l.name
                           AND j.status IN ('pending', 'retrying')
                           AND j.run_at <= coalesce(%(now)s::timestamptz, now())) END;
+
+-- name: job_rate_limit_any
+-- Whether any limit exists (jobs/store.py: without one, the lighter job_claim_unlimited).
+SELECT EXISTS (SELECT 1 FROM job_rate_limits);
