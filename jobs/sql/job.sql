@@ -330,10 +330,11 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
           j.created_at, j.trace_parent, j.trace_state;
 
 -- name: job_claim_unlimited
--- job_claim when no rate limit exists (jobs/store.py reads that at most once a second, as it
--- reads the queue policies): the same claim without the bucket CTEs, whose planning and
--- execution tripled the cost of a one-job claim (measured on PostgreSQL 18: 5.5 ms a claim
--- with them, 2.6 ms without). Same parameters (job_types unused) and rows.
+-- Lease up to n ready jobs per queue, as job_claim does, when no rate limit exists (jobs/store.py
+-- reads that at most once a second, as it reads the queue policies): the same claim without the
+-- bucket CTEs, whose planning and execution tripled the cost of a one-job claim (measured on
+-- PostgreSQL 18: 5.5 ms a claim with them, 2.6 ms without). Same parameters (job_types unused) and
+-- rows.
 WITH candidates AS (
     SELECT c.id
     FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
@@ -392,13 +393,13 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
           j.created_at, j.trace_parent, j.trace_state;
 
 -- name: job_claim_unlimited_skip_scan
--- job_claim_unlimited for PostgreSQL 18 and later, whose skip scan reads jobs_ready_idx past
--- the priority column by itself: the single ordered scan, without the loose scan of the
--- priorities (which costs more than it saves there: 3.6 ms a one-job claim against 2.75 ms,
--- measured on 18). jobs/store.py picks it from the server version.
--- job_claim when no rate limit exists (jobs/store.py reads that at most once a second, as it
--- reads the queue policies): the same claim without the bucket CTEs, whose planning and
--- execution tripled the cost of a one-job claim (measured on PostgreSQL 18: 5.5 ms a claim
+-- Lease up to n ready jobs per queue: job_claim_unlimited for PostgreSQL 18 and later, whose skip
+-- scan reads jobs_ready_idx past the priority column by itself: the single ordered scan, without
+-- the loose scan of the priorities (which costs more than it saves there: 3.6 ms a one-job claim
+-- against 2.75 ms, measured on 18). jobs/store.py picks it from the server version. As
+-- job_claim_unlimited, used when no rate limit exists (jobs/store.py reads that at most once a
+-- second, as it reads the queue policies): the same claim without the bucket CTEs, whose planning
+-- and execution tripled the cost of a one-job claim (measured on PostgreSQL 18: 5.5 ms a claim
 -- with them, 2.6 ms without). Same parameters (job_types unused) and rows.
 WITH candidates AS (
     SELECT c.id
