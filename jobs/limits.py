@@ -7,7 +7,10 @@ time elapsed since they were last spent (``now`` as a parameter, so tests pin it
 most the whole tokens they hold and takes away what it started, in the one statement. So any
 number of workers share a limit without a leader, and a limit set, changed or cleared here is
 read by every running worker at its next claim (a worker claims at least once per poll
-interval, one second by default, while it has free threads).
+interval, one second by default, while it has free threads). While no limit exists at all, a
+worker's store claims with the lighter ``job_claim_unlimited`` and re-reads once a second
+whether one exists (jobs/store.py), so the first limit of a database applies within about a
+second.
 
 The invariants:
 
