@@ -265,7 +265,12 @@ class StatementCounter(psycopg.Cursor[Any]):
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Self:
         names = self._names
         if not names:
-            names.update({jobs_query("job_claim"): "claim", jobs_query("job_complete"): "complete"})
+            # Every claim statement the store may send (PgJobStore picks one by the server
+            # version, the queue's policy and whether any rate limit exists).
+            for claim in ("job_claim", "job_claim_unlimited", "job_claim_unlimited_skip_scan",
+                          "job_claim_fair"):  # fmt: skip
+                names[jobs_query(claim)] = "claim"
+            names[jobs_query("job_complete")] = "complete"
         name = names.get(query) if isinstance(query, str) else None
         calls = self.calls
         if name == "claim" and not calls["claim"]:
@@ -405,6 +410,9 @@ def run_drain(
     total, succeeded, _attempts = counts(url)
     if succeeded != n or total != n:
         raise RuntimeError(f"drain left work behind: {succeeded}/{total} succeeded of {n}")
+    if any(not r["first_claim"] for r in reports):
+        # A worker that counted no claim would make the span start at 0 (hours long).
+        raise RuntimeError("drain: StatementCounter matched no claim statement of the store")
     # perf_counter is CLOCK_MONOTONIC on Linux: one clock for all processes of the machine.
     span = max(r["last_complete"] for r in reports) - min(r["first_claim"] for r in reports)
     return DrainResult(n / span, span, seconds, reports)
