@@ -175,7 +175,10 @@ def enqueue(
     ckey = validate.concurrency_key(concurrency_key)
     with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            return _drive(cur, _unique_steps(params))
+            result = _drive(cur, _unique_steps(params))
+            if ckey is not None and (result.created or result.replaced):
+                cur.execute(query("job_set_concurrency_keys"), _key_params([result.id], [ckey]))
+            return result
         for _ in range(_CONFLICT_ROUNDS):
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
@@ -223,7 +226,12 @@ async def enqueue_async(
     ckey = validate.concurrency_key(concurrency_key)
     async with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            return await _drive_async(cur, _unique_steps(params))
+            result = await _drive_async(cur, _unique_steps(params))
+            if ckey is not None and (result.created or result.replaced):
+                await cur.execute(
+                    query("job_set_concurrency_keys"), _key_params([result.id], [ckey])
+                )
+            return result
         for _ in range(_CONFLICT_ROUNDS):
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()

@@ -134,6 +134,9 @@ class JobRecord:
     last_error_summary: str | None
     completed_at: datetime | None
     created_at: datetime
+    # Unique while active (jobs.enqueue's unique_key) and the per-key concurrency key.
+    unique_key: str | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

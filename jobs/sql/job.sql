@@ -934,7 +934,7 @@ RETURNING id;
 -- name: job_list
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
-       last_error_summary, completed_at, created_at
+       last_error_summary, completed_at, created_at, unique_key, concurrency_key
 FROM jobs
 WHERE status = ANY(%(statuses)b::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -946,7 +946,7 @@ LIMIT %(limit)s;
 -- name: job_get
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
-       last_error_summary, completed_at, created_at
+       last_error_summary, completed_at, created_at, unique_key, concurrency_key
 FROM jobs WHERE id = %(id)s;
 
 -- name: job_queue_stats

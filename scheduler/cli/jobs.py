@@ -38,6 +38,8 @@ def _print_record(record: jobs.JobRecord) -> None:
         "job_type",
         "organization_id",
         "idempotency_key",
+        "unique_key",
+        "concurrency_key",
         "priority",
         "run_at",
         "attempts",

@@ -74,6 +74,29 @@ def test_dead_show_requeue_round_trip(db_url: str, conn: psycopg.Connection[Any]
     assert json.loads(stats.stdout)[0]["queue"] == "notifications"
 
 
+def test_show_prints_the_unique_and_concurrency_keys(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = jobs.enqueue(
+        conn, "recompute", {}, unique_key="stats:user-7", concurrency_key="user-7"
+    ).id
+    conn.commit()
+    record = jobs.get_job(conn, job_id)
+    assert (record.unique_key, record.concurrency_key) == ("stats:user-7", "user-7")
+    shown = tockwork("jobs", "show", str(job_id), "--database-url", db_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "unique_key: stats:user-7" in shown.stdout
+    assert "concurrency_key: user-7" in shown.stdout
+    as_json = tockwork("jobs", "show", str(job_id), "--database-url", db_url, "--json")
+    assert json.loads(as_json.stdout)["job"]["unique_key"] == "stats:user-7"
+    # The batch path keeps both keys too.
+    (many,) = jobs.enqueue_many(
+        conn, [jobs.JobSpec("recompute", {}, unique_key="stats:user-8", concurrency_key="user-8")]
+    )
+    record = jobs.get_job(conn, many.id)
+    assert (record.unique_key, record.concurrency_key) == ("stats:user-8", "user-8")
+
+
 def test_bad_input_exits_2_with_the_field_named(db_url: str) -> None:
     no_filter = tockwork("jobs", "requeue", "--database-url", db_url)
     assert no_filter.returncode == 2 and "filter" in no_filter.stderr

@@ -264,3 +264,28 @@ def test_each_async_twin_takes_the_sync_parameters(name: str) -> None:
         (p.name, p.kind, p.default) for p in sync.values()
     ]
     assert inspect.iscoroutinefunction(getattr(jobs, f"{name}_async"))
+
+
+def test_enqueue_async_keeps_the_concurrency_key_of_a_unique_job(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    made = run(
+        db_url,
+        lambda c: jobs.enqueue_async(
+            c, "recompute", {}, unique_key="stats:user-9", concurrency_key="user-9"
+        ),
+    )
+    replaced = run(
+        db_url,
+        lambda c: jobs.enqueue_async(
+            c,
+            "recompute",
+            {"v": 2},
+            unique_key="stats:user-9",
+            on_active="replace",
+            concurrency_key="user-9b",
+        ),
+    )
+    assert (made.created, replaced.replaced, replaced.id) == (True, True, made.id)
+    record = jobs.get_job(conn, made.id)
+    assert (record.unique_key, record.concurrency_key) == ("stats:user-9", "user-9b")
