@@ -192,6 +192,7 @@ def _claim_cost(url: str, rounds: int) -> None:
                         params = {
                             "queues": ["default"], "limits": [n], "worker": "bench",
                             "lease": lease, "now": None, "claim": None, "start": uuid4(),
+                            "job_types": None,
                         }  # fmt: skip
                         try:
                             with conn.transaction():
