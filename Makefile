@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 
-.PHONY: demo demo-queue test test-slow chaos lint typecheck bench bench-peers bench-delivery db-url db-stop clean
+.PHONY: demo demo-queue test test-slow chaos lint typecheck bench bench-peers bench-delivery bench-smoke db-url db-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -30,7 +30,12 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow and not bench_smoke"
+
+# Every bench of bench/ at a tiny size, to its report (tests/bench_smoke; about 5 minutes): the
+# benches are not in the default suite, so this is what notices a change that breaks one.
+bench-smoke: $(STAMP)
+	$(VENV)/bin/pytest -q -m bench_smoke tests/bench_smoke
 
 # Soak and chaos runs marked `slow`: the chaos suite (tests/chaos) for 120 s, about 3 minutes
 # in all; exit code 5 means no test carried the marker.
