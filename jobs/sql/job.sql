@@ -214,15 +214,13 @@ buckets AS MATERIALIZED (
            CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
                 ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
     FROM limits AS l,
-         LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                                                      - l.refilled_at))::float8 AS seconds) AS e,
-         LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
-                               l.second_tokens + l.per_second * e.seconds) AS second,
-                         -- NULL without a per-minute limit (least and greatest skip NULLs)
-                         CASE WHEN l.per_minute IS NOT NULL
-                              THEN least(greatest(1, l.per_minute * 0.05),
-                                         l.minute_tokens + l.per_minute / 60.0 * e.seconds)
-                         END AS minute) AS b
+         -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
+         -- per-minute limit (least and greatest skip NULLs)
+         LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
+                                               coalesce(%(now)s::timestamptz, now())) AS second,
+                         job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
+                                               coalesce(%(now)s::timestamptz, now())) AS minute
+                 ) AS b
 ),
 held_back AS (
     -- Job types that may not start in this claim: out of tokens or paused, or not handled.
@@ -462,15 +460,13 @@ buckets AS MATERIALIZED (
            CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
                 ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
     FROM limits AS l,
-         LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                                                      - l.refilled_at))::float8 AS seconds) AS e,
-         LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
-                               l.second_tokens + l.per_second * e.seconds) AS second,
-                         -- NULL without a per-minute limit (least and greatest skip NULLs)
-                         CASE WHEN l.per_minute IS NOT NULL
-                              THEN least(greatest(1, l.per_minute * 0.05),
-                                         l.minute_tokens + l.per_minute / 60.0 * e.seconds)
-                         END AS minute) AS b
+         -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
+         -- per-minute limit (least and greatest skip NULLs)
+         LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
+                                               coalesce(%(now)s::timestamptz, now())) AS second,
+                         job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
+                                               coalesce(%(now)s::timestamptz, now())) AS minute
+                 ) AS b
 ),
 held_back AS (
     -- Job types that may not start in this claim: out of tokens or paused, or not handled.

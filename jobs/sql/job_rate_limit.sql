@@ -1,19 +1,22 @@
 -- Named queries on the job_rate_limits table (global rate limits, jobs/limits.py), loaded by
 -- jobs/queries.py. The claim itself (job_claim in job.sql) reads and spends the buckets.
--- A window's bucket holds at most 5% of its limit, at least one token: greatest(1, rate * 0.05).
+-- A window's bucket holds at most 1% of its limit, at least one token: job_rate_limit_burst and
+-- job_rate_limit_refill (schema.sql), the one place of that arithmetic, inlined by the planner.
 
 -- name: job_rate_limit_set
 -- Create or replace a limit; its buckets start full. A pause in force stays. Wakes the workers
 -- of a limited queue, so a raised limit is used at once (a lowered one applies at the next
--- claim either way).
+-- claim either way), and tells every running worker to re-read whether a limit exists
+-- ('~policies', as job_queue_policy_set): the first limit of a database switches them from
+-- job_claim_unlimited to job_claim at once.
 WITH upserted AS (
     INSERT INTO job_rate_limits AS l (scope, name, per_second, per_minute, second_tokens,
                                       minute_tokens, refilled_at, pause_on_rate_limited, source,
                                       updated_at)
     VALUES (%(scope)s, %(name)s, %(per_second)s, %(per_minute)s::int,
-            greatest(1, %(per_second)s * 0.05),
+            job_rate_limit_burst(%(per_second)s::int),
             CASE WHEN %(per_minute)s::int IS NOT NULL
-                 THEN greatest(1, %(per_minute)s::int * 0.05) END,
+                 THEN job_rate_limit_burst(%(per_minute)s::int) END,
             coalesce(%(now)s::timestamptz, now()), %(pause_on_rate_limited)s, %(source)s,
             coalesce(%(now)s::timestamptz, now()))
     ON CONFLICT (scope, name) DO UPDATE
@@ -27,7 +30,9 @@ WITH upserted AS (
         updated_at = excluded.updated_at
     RETURNING scope, name
 )
+-- '~policies' first: a worker re-reads before the queue's wake-up makes it claim.
 SELECT scope, name,
+       pg_notify('tockwork_jobs', '~policies') IS NOT NULL,
        CASE WHEN scope = 'queue' THEN pg_notify('tockwork_jobs', name) END IS NOT NULL
 FROM upserted;
 
@@ -35,23 +40,22 @@ FROM upserted;
 -- Every limit (or those of one source), with its buckets as of now.
 SELECT scope, name, per_second, per_minute, pause_on_rate_limited, source,
        CASE WHEN paused_until > coalesce(%(now)s::timestamptz, now()) THEN paused_until END,
-       least(greatest(1, per_second * 0.05),
-             second_tokens + per_second * e.seconds),
-       CASE WHEN per_minute IS NOT NULL
-            THEN least(greatest(1, per_minute * 0.05),
-                       minute_tokens + per_minute / 60.0 * e.seconds) END,
+       job_rate_limit_refill(second_tokens, per_second, 1, refilled_at,
+                             coalesce(%(now)s::timestamptz, now())),
+       job_rate_limit_refill(minute_tokens, per_minute, 60, refilled_at,
+                             coalesce(%(now)s::timestamptz, now())),
        updated_at
-FROM job_rate_limits,
-     LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                                                  - refilled_at))::float8 AS seconds) AS e
+FROM job_rate_limits
 WHERE (%(source)s::text IS NULL OR source = %(source)s::text)
 ORDER BY scope, name;
 
 -- name: job_rate_limit_clear
 -- Remove a limit: its jobs start as fast as the workers take them, from the next claim on.
+-- Notifies as job_rate_limit_set does (the last limit gone, workers claim without buckets).
 DELETE FROM job_rate_limits
 WHERE scope = %(scope)s AND name = %(name)s
 RETURNING scope, name,
+          pg_notify('tockwork_jobs', '~policies') IS NOT NULL,
           CASE WHEN scope = 'queue' THEN pg_notify('tockwork_jobs', name) END IS NOT NULL;
 
 -- name: job_rate_limit_pause
@@ -97,24 +101,23 @@ RETURNING l.scope, l.name, l.paused_until;
 -- claimers wake at the same refill time, and a claim then takes several tokens at once.
 SELECT min(greatest(
            extract(epoch FROM l.paused_until - coalesce(%(now)s::timestamptz, now()))::float8,
-           (greatest(1, floor(l.per_second * 0.025)) - b.second) / l.per_second,
-           (greatest(1, floor(l.per_minute * 0.025)) - b.minute) / (l.per_minute / 60.0),
+           (h.second - b.second) / l.per_second,
+           (h.minute - b.minute) / (l.per_minute / 60.0),
            0))
 FROM job_rate_limits AS l,
-     LATERAL (SELECT greatest(0, extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                                                  - l.refilled_at))::float8 AS seconds) AS e,
-     LATERAL (SELECT least(greatest(1, l.per_second * 0.05),
-                           l.second_tokens + l.per_second * e.seconds) AS second,
-                     CASE WHEN l.per_minute IS NOT NULL
-                          THEN least(greatest(1, l.per_minute * 0.05),
-                                     l.minute_tokens + l.per_minute / 60.0 * e.seconds)
-                     END AS minute) AS b
+     LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
+                                           coalesce(%(now)s::timestamptz, now())) AS second,
+                     job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
+                                           coalesce(%(now)s::timestamptz, now())) AS minute
+             ) AS b,
+     LATERAL (SELECT greatest(1, floor(job_rate_limit_burst(l.per_second) / 2)) AS second,
+                     greatest(1, floor(job_rate_limit_burst(l.per_minute) / 2)) AS minute) AS h
 WHERE ((l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
        OR (l.scope = 'job_type' AND (%(job_types)b::text[] IS NULL
                                      OR l.name = ANY(%(job_types)b::text[]))))
   AND (l.paused_until > coalesce(%(now)s::timestamptz, now())
-       OR b.second < greatest(1, floor(l.per_second * 0.025))
-       OR b.minute < greatest(1, floor(l.per_minute * 0.025)))
+       OR b.second < h.second
+       OR b.minute < h.minute)
   AND CASE WHEN l.scope = 'queue'
            THEN EXISTS (SELECT 1 FROM jobs AS j
                         WHERE j.queue = l.name AND j.status IN ('pending', 'retrying')
@@ -123,7 +126,3 @@ WHERE ((l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
                         WHERE j.queue = ANY(%(queues)b::text[]) AND j.job_type = l.name
                           AND j.status IN ('pending', 'retrying')
                           AND j.run_at <= coalesce(%(now)s::timestamptz, now())) END;
-
--- name: job_rate_limit_any
--- Whether any limit exists (jobs/store.py: without one, the lighter job_claim_unlimited).
-SELECT EXISTS (SELECT 1 FROM job_rate_limits);

@@ -236,8 +236,8 @@ CREATE INDEX outbox_processed_idx ON outbox_events USING brin (processed_at)
 -- it, refills them by the time elapsed, starts at most the whole tokens they hold and takes
 -- away what it started, all in the one statement: every worker on every host shares the same
 -- buckets without a leader (jobs/limits.py, docs/jobs.md "Rate limits"). Each window's bucket
--- holds at most 5% of its limit (at least one token), so no window of its length sees more
--- than its limit plus that burst. paused_until: a handler's RateLimited paused the limit.
+-- holds at most 1% of its limit (at least one token; 5% before 0013), so no window of its
+-- length sees more than its limit plus that burst. paused_until: a handler's RateLimited paused the limit.
 CREATE TABLE job_rate_limits (
     scope text NOT NULL,
     name text NOT NULL,
@@ -262,3 +262,27 @@ CREATE TABLE job_rate_limits (
     CONSTRAINT job_rate_limits_minute_check CHECK ((per_minute IS NULL) = (minute_tokens IS NULL)),
     CONSTRAINT job_rate_limits_source_check CHECK (source IN ('api', 'definitions'))
 );
+
+-- Rate-limit buckets (0013): the one place their arithmetic is written. A window's bucket
+-- holds at most 1% of its limit, at least one token (the burst), and refills at its limit per
+-- window. Plain IMMUTABLE sql expressions, so the planner inlines them into the statements
+-- that call them (job_claim, job_claim_fair, job_rate_limit_*): no function call per row.
+CREATE FUNCTION job_rate_limit_burst(per_window integer) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT greatest(1, per_window * 0.01)::double precision $$;
+
+-- A bucket's tokens at ``as_of``: ``tokens`` as of ``since``, plus what ``per_window`` per
+-- ``window_seconds`` refilled in between, capped at the burst; NULL without a limit for the
+-- window (a NULL per_window).
+CREATE FUNCTION job_rate_limit_refill(
+    tokens double precision, per_window integer, window_seconds double precision,
+    since timestamptz, as_of timestamptz
+) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN per_window IS NOT NULL
+                THEN least(job_rate_limit_burst(per_window),
+                           tokens + per_window / window_seconds
+                                    * greatest(0, extract(epoch FROM as_of - since))::float8)
+           END
+$$;

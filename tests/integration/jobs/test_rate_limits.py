@@ -1,12 +1,13 @@
 """Global rate limits (jobs.limits): token buckets spent by the claim statement itself.
 
 Time is pinned: every claim passes ``now``, so the refill is exact arithmetic. A window's bucket
-holds 5% of its limit (at least one token): per_second=100 holds 5 tokens and refills 1 every
-10 ms.
+holds 1% of its limit (at least one token): per_second=500 holds 5 tokens and refills 1 every
+2 ms.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,9 +19,11 @@ import pytest
 import jobs
 from jobs import JobSpec, RateLimit, RateLimited
 from jobs.limits import clear_limit, list_limits, set_limit, sync_limits
+from jobs.listener import POLICIES_CHANGED
 from jobs.model import Job
 from jobs.retry import SUCCEEDED, RetryPolicy, decide
 from jobs.store import Finished, PgJobStore
+from tests.processes import wait_for
 from timezones.clock import FrozenClock
 
 T0 = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
@@ -64,7 +67,7 @@ def test_the_bucket_refills_by_elapsed_time_and_caps_at_its_burst(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 200)
-    limit(conn, queue="q", per_second=100)  # 5 tokens, 1 per 10 ms
+    limit(conn, queue="q", per_second=500)  # 5 tokens, 1 per 2 ms
     s = stores()
 
     def claim(at: datetime, n: int = 50) -> int:
@@ -72,14 +75,14 @@ def test_the_bucket_refills_by_elapsed_time_and_caps_at_its_burst(
 
     assert claim(T0) == 5
     assert claim(T0) == 0  # spent: the same instant gives nothing
-    assert claim(T0 + 10 * MS) == 1
-    assert claim(T0 + 15 * MS) == 0  # half a token
-    assert claim(T0 + 20 * MS) == 1  # the half was kept
+    assert claim(T0 + 2 * MS) == 1
+    assert claim(T0 + 3 * MS) == 0  # half a token
+    assert claim(T0 + 4 * MS) == 1  # the half was kept
     assert claim(T0 + timedelta(seconds=10)) == 5  # ten idle seconds hold only the burst
-    assert claim(T0 + timedelta(seconds=10) + 25 * MS, n=1) == 1  # asks for less: 1.5 left
-    (state,) = list_limits(conn, now=T0 + timedelta(seconds=10) + 25 * MS)
+    assert claim(T0 + timedelta(seconds=10) + 5 * MS, n=1) == 1  # asks for less: 1.5 left
+    (state,) = list_limits(conn, now=T0 + timedelta(seconds=10) + 5 * MS)
     assert state.second_tokens == pytest.approx(1.5)
-    assert claim(T0 + timedelta(seconds=10) + 25 * MS) == 1
+    assert claim(T0 + timedelta(seconds=10) + 5 * MS) == 1
     # Held back jobs wait as they were: pending, no attempt used.
     assert counts(conn) == {("leased", 1): 14, ("pending", 0): 186}
 
@@ -88,10 +91,10 @@ def test_the_per_minute_window_applies_too(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 100)
-    limit(conn, queue="q", per_second=100, per_minute=60)  # minute: 3 tokens, 1 per second
+    limit(conn, queue="q", per_second=500, per_minute=300)  # minute: 3 tokens, 1 per 0.2 s
     s = stores()
     got = [len(s.claim({"q": 50}, "w", LEASE, T0 + timedelta(seconds=t))) for t in
-           (0, 0.5, 1, 1.5, 2, 60)]  # fmt: skip
+           (0, 0.1, 0.2, 0.3, 0.4, 60)]  # fmt: skip
     assert got == [3, 0, 1, 0, 1, 3]
 
 
@@ -111,14 +114,14 @@ def test_a_job_type_limit_counts_across_queues_and_lets_other_types_pass(
     enqueue(conn, 10, "push", "a")
     enqueue(conn, 10, "push", "b")
     enqueue(conn, 10, "email", "a")
-    limit(conn, job_type="push", per_second=100)  # 5 tokens
+    limit(conn, job_type="push", per_second=500)  # 5 tokens, 1 per 2 ms
     s = stores()
     got = s.claim({"a": 50, "b": 50}, "w", LEASE, T0, job_types=["push", "email"])
     assert sum(j.job_type == "push" for j in got) == 5
     assert sum(j.job_type == "email" for j in got) == 10
     # Out of tokens: push is held back in every queue, the email jobs are gone already.
     assert s.claim({"a": 50, "b": 50}, "w", LEASE, T0, job_types=["push", "email"]) == []
-    more = s.claim({"a": 50, "b": 50}, "w", LEASE, T0 + 20 * MS, job_types=["push"])
+    more = s.claim({"a": 50, "b": 50}, "w", LEASE, T0 + 4 * MS, job_types=["push"])
     assert [j.job_type for j in more] == ["push", "push"]
 
 
@@ -138,9 +141,9 @@ def test_two_concurrent_claimers_never_exceed_the_tokens(
     """Two real connections claim at the same instants, released together by a barrier: the
     bucket row's lock makes them take turns, so each instant grants exactly the tokens."""
     enqueue(conn, 2000)
-    limit(conn, queue="q", per_second=1000)  # 50 tokens, 1 per ms
+    limit(conn, queue="q", per_second=5000)  # 50 tokens, 5 per ms
     rounds = 20
-    instants = [T0 + i * 20 * MS for i in range(rounds)]  # 20 ms apart: 20 tokens each
+    instants = [T0 + i * 4 * MS for i in range(rounds)]  # 4 ms apart: 20 tokens each
     barrier = threading.Barrier(2)
     got: list[list[int]] = [[], []]
     errors: list[BaseException] = []
@@ -177,7 +180,7 @@ def test_rate_limited_pauses_the_limit_when_it_opts_in(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore], opt_in: bool
 ) -> None:
     enqueue(conn, 20)
-    limit(conn, queue="q", per_second=100, pause_on_rate_limited=opt_in)
+    limit(conn, queue="q", per_second=500, pause_on_rate_limited=opt_in)  # 5 tokens
     s = stores()
     first, *rest = s.claim({"q": 5}, "w", LEASE, T0)
     written, again = s.complete_and_claim(
@@ -201,7 +204,7 @@ def test_rate_limited_pauses_a_job_type_limit_through_complete(
 ) -> None:
     enqueue(conn, 5, "push", "a")
     enqueue(conn, 5, "push", "b")
-    limit(conn, job_type="push", per_second=100)
+    limit(conn, job_type="push", per_second=500)  # 5 tokens
     s = stores()
     (job,) = s.claim({"a": 1}, "w", LEASE, T0)
     s.complete([_rate_limited(job, 10)], "w", T0)
@@ -213,12 +216,12 @@ def test_next_due_wakes_a_worker_when_the_bucket_has_refilled(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 100)
-    limit(conn, queue="q", per_second=1000)  # 50 tokens; a wake-up waits for 25
+    limit(conn, queue="q", per_second=5000)  # 50 tokens, 5 per ms; a wake-up waits for 25
     s = stores()
     assert s.next_due(["q"], T0) is None  # tokens left: nothing is held back
     assert len(s.claim({"q": 100}, "w", LEASE, T0)) == 50
-    assert s.next_due(["q"], T0) == pytest.approx(0.025)
-    assert s.next_due(["q"], T0 + 10 * MS) == pytest.approx(0.015)
+    assert s.next_due(["q"], T0) == pytest.approx(0.005)
+    assert s.next_due(["q"], T0 + 2 * MS) == pytest.approx(0.003)
     with conn.transaction():
         clear_limit(conn, queue="q")
     assert s.next_due(["q"], T0) is None
@@ -235,8 +238,8 @@ def test_a_worker_and_a_batch_worker_start_at_most_the_tokens(
     """Time stands still: the worker runs what the bucket holds and leaves the rest pending."""
     enqueue(conn, 40, "push")
     enqueue(conn, 40, "bulk")
-    limit(conn, job_type="push", per_second=100)  # 5
-    limit(conn, job_type="bulk", per_second=200)  # 10
+    limit(conn, job_type="push", per_second=500)  # 5
+    limit(conn, job_type="bulk", per_second=1000)  # 10
     batches: list[int] = []
 
     @jobs.batch_handler(max_batch=100)
@@ -284,6 +287,88 @@ def test_a_running_worker_sees_a_cleared_limit_at_its_next_claim(
     finally:
         worker.stop()
         thread.join(30)
+
+
+def test_a_first_limit_reaches_a_running_worker_by_its_notification(
+    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While no limit exists the worker claims without buckets (job_claim_unlimited). Its
+    store's fallback re-read is pushed out of reach here, so only the notification set_limit
+    sends at commit can make the worker use the limit: with time frozen, the bucket's one
+    token lets exactly one of the three jobs enqueued with it start."""
+    monkeypatch.setattr(jobs.store, "POLICY_REFRESH", 3600.0)
+    ran: queue.SimpleQueue[int] = queue.SimpleQueue()
+    worker = jobs.Worker(
+        db_url,
+        {"push": lambda job: ran.put(job.payload["i"])},
+        {"q": 4},
+        clock=FrozenClock(T0),
+        # Nothing but a notification wakes it within the test (no poll, reap or heartbeat).
+        poll_interval=timedelta(minutes=10),
+        reap_interval=timedelta(minutes=10),
+        lease=timedelta(minutes=30),
+    )
+    worker.start()
+    try:
+        assert worker.wait_started(10) and worker.wait_listening(10)
+        with conn.transaction():
+            jobs.enqueue(conn, "push", {"i": 0}, queue="q", now=T0)
+        assert ran.get(timeout=10) == 0  # claimed: the worker has read that no limit exists
+        with psycopg.connect(db_url, autocommit=True) as watch:
+            wait_for(watch, "SELECT count(*) = 1 FROM jobs WHERE status = 'succeeded'")
+            with conn.transaction():
+                set_limit(conn, RateLimit(queue="q", per_second=1), now=T0)  # 1 token at T0
+                jobs.enqueue_many(
+                    conn, [JobSpec("push", {"i": i}, queue="q") for i in (1, 2, 3)], now=T0
+                )
+            assert ran.get(timeout=10) in (1, 2, 3)
+            wait_for(watch, "SELECT count(*) = 2 FROM jobs WHERE status = 'succeeded'")
+            rows = watch.execute(
+                "SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1"
+            ).fetchall()
+        assert rows == [("pending", 0, 2), ("succeeded", 1, 2)]
+    finally:
+        worker.stop()
+        worker.wait(30)
+
+
+def test_setting_or_clearing_a_limit_or_a_policy_notifies_the_workers(db_url: str) -> None:
+    """Each change sends '~policies' at commit (none before, none for a clear that removed
+    nothing); a store told of a change re-reads before its next claim, however recent its
+    last read."""
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN tockwork_jobs")
+
+        def heard() -> list[str]:
+            return sorted({n.payload for n in listener.notifies(timeout=0.3)})
+
+        with psycopg.connect(db_url) as c:
+            set_limit(c, RateLimit(job_type="push", per_second=5))
+            assert heard() == []  # not before the commit
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            assert clear_limit(c, job_type="push")
+            assert not clear_limit(c, queue="q")
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            jobs.set_queue_policy(c, "q", fair=True)
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            assert not jobs.clear_queue_policy(c, "other")
+            c.commit()
+            assert heard() == []
+            with c.transaction():
+                sync_limits(c, [RateLimit(queue="q", per_second=5)])
+            assert heard() == ["q", POLICIES_CHANGED]  # the queue limit also wakes q
+    with psycopg.connect(db_url, autocommit=True) as a, psycopg.connect(db_url) as c:
+        store = PgJobStore(a, policy_refresh=3600.0)
+        store.claim({"q": 1}, "w", LEASE, T0)  # reads the policies and limits now
+        assert jobs.clear_queue_policy(c, "q")
+        c.commit()
+        assert store._policies == {"q"}  # cached
+        store.policies_changed()
+        store.claim({"q": 1}, "w", LEASE, T0)
+        assert store._policies == set()
 
 
 def test_sync_limits_sets_changes_and_clears_only_its_own(conn: psycopg.Connection[Any]) -> None:
