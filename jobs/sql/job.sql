@@ -10,11 +10,13 @@
 -- many jobs on one queue sends one notification.
 WITH ins AS (
     INSERT INTO jobs (organization_id, queue, job_type, payload, idempotency_key, priority,
-                      run_at, max_attempts, created_at, trace_parent, trace_state)
+                      run_at, max_attempts, created_at, trace_parent, trace_state,
+                      concurrency_key)
     VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
             %(idempotency_key)s::text, %(priority)s,
             coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
-            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text)
+            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text,
+            %(concurrency_key)s::text)
     ON CONFLICT (organization_id, job_type, idempotency_key)
         WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at
@@ -23,16 +25,6 @@ SELECT id,
        CASE WHEN run_at <= coalesce(%(now)s::timestamptz, now())
             THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
 FROM ins;
-
--- name: job_set_concurrency_keys
--- The concurrency keys (jobs.set_queue_policy's per-key limits) of jobs this transaction has
--- just inserted (jobs/enqueue.py): a second statement, sent only when a key is given, so the
--- insert paths stay as they are. No other transaction sees the rows before this commits, so no
--- claim leases one without its key; the column is not indexed, so the update is HOT.
-UPDATE jobs AS j
-SET concurrency_key = t.key
-FROM unnest(%(ids)b::bigint[], %(keys)b::text[]) AS t(id, key)
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id;
 
 -- name: job_find_by_key
 SELECT id FROM jobs
@@ -50,15 +42,17 @@ WHERE organization_id IS NULL
 -- matched to its job: a row whose id comes back was created, the others hit a key and are looked
 -- up by the caller. Rows go in input order, so the first spec of a repeated key wins.
 INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
-                  run_at, max_attempts, created_at, trace_parent, trace_state)
+                  run_at, max_attempts, created_at, trace_parent, trace_state, concurrency_key)
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text
+       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text,
+       concurrency_key
 FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
             %(job_types)b::text[], %(payloads)b::jsonb[], %(idempotency_keys)b::text[],
-            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
+            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
+            %(concurrency_keys)b::text[])
      WITH ORDINALITY
      AS t(id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-          max_attempts, ord)
+          max_attempts, concurrency_key, ord)
 ORDER BY ord
 ON CONFLICT (organization_id, job_type, idempotency_key)
     WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -80,11 +74,12 @@ JOIN jobs AS j
 -- arbiter it can hit.
 WITH ins AS (
     INSERT INTO jobs (organization_id, queue, job_type, payload, unique_key, priority, run_at,
-                      max_attempts, created_at, trace_parent, trace_state)
+                      max_attempts, created_at, trace_parent, trace_state, concurrency_key)
     VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
             %(unique_key)s::text, %(priority)s,
             coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
-            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text)
+            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text,
+            %(concurrency_key)s::text)
     ON CONFLICT (job_type, unique_key, organization_id)
         WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
         DO NOTHING
@@ -124,15 +119,17 @@ WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
 -- an active job. Rows go in input order, so two batches inserting the same keys wait on each
 -- other's keys in one order and never deadlock.
 INSERT INTO jobs (id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-                  max_attempts, created_at, trace_parent, trace_state)
+                  max_attempts, created_at, trace_parent, trace_state, concurrency_key)
 SELECT id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text
+       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text,
+       concurrency_key
 FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
             %(job_types)b::text[], %(payloads)b::jsonb[], %(unique_keys)b::text[],
-            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[])
+            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
+            %(concurrency_keys)b::text[])
      WITH ORDINALITY
      AS t(id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-          max_attempts, ord)
+          max_attempts, concurrency_key, ord)
 ORDER BY ord
 ON CONFLICT (job_type, unique_key, organization_id)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
@@ -1019,21 +1016,22 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 -- A batch in binary COPY format (the caller sets the column types): no text formatting of
 -- timestamps, and heap_multi_insert writes whole pages. With idempotency keys it runs inside a
 -- savepoint: a key already taken fails it with a unique violation on jobs_idempotency_uq, and
--- the caller falls back to job_enqueue_many.
+-- the caller falls back to job_enqueue_many. concurrency_key: NULL (4 bytes a row) unless set.
 COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-           max_attempts, created_at)
+           max_attempts, concurrency_key, created_at)
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_copy_traced
 -- job_copy with the W3C trace context of a traced enqueue (jobs/tracing.py), the same for every
 -- row of the batch; an untraced batch keeps job_copy or job_copy_defaults.
 COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-           max_attempts, created_at, trace_parent, trace_state)
+           max_attempts, concurrency_key, created_at, trace_parent, trace_state)
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_copy_defaults
--- A batch that leaves run_at, created_at (now() of this transaction), priority, max_attempts
--- and organization_id to the table's defaults: the fewest columns to format and parse.
+-- A batch that leaves run_at, created_at (now() of this transaction), priority, max_attempts,
+-- organization_id and concurrency_key to the table's defaults: the fewest columns to format
+-- and parse.
 COPY jobs (id, queue, job_type, payload, idempotency_key) FROM STDIN;
 
 -- name: job_wake_queues
