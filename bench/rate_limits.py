@@ -8,8 +8,9 @@
    ``--seconds``, then get SIGTERM. Starts are read back from the attempt rows' ``started_at``
    (stamped as each handler starts). Prints the achieved rate over the whole seconds after
    the first start (target: within 2% of the limit) and the busiest one-second windows, aligned
-   and sliding (target: none above the limit by more than 5%, the issue's; the bucket's burst
-   is 1% of the limit, and a quiet machine stays under 3.5%).
+   and sliding (target: none above the limit by more than 5%, the issue's; claims never exceed
+   the limit in a second, so what is left is the spread of starts behind claims, and a quiet
+   machine stays under 3.5%).
 2. **Claim cost.** The claim statement alone (``PgJobStore.claim`` of 10 jobs on one
    connection), alternating in rounds: no limit row; limits on other queues and job types
    only; a limit on the claimed queue and one on the job type (rates far above what the loop

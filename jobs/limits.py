@@ -17,11 +17,12 @@ The invariants:
 
 * A job held back by a limit stays pending (or retrying) as it was: no attempt is used, and it
   starts, in its queue's order, when tokens are back.
-* Each window's bucket holds at most 1% of its limit, at least one token (the burst): any one
-  second sees at most ``per_second`` plus that burst claimed, any minute at most ``per_minute``
-  plus its burst. A limit on a job type counts its starts in every queue. The arithmetic is
-  ``job_rate_limit_burst`` and ``job_rate_limit_refill`` (jobs/sql/schema.sql), inlined into
-  every statement that reads a bucket.
+* Each window's bucket holds at most 5% of its limit, at least one token (the burst), and a
+  claim starts at most ``per_second`` minus what the claims of the last second took (the row
+  keeps them): no one-second window sees more than ``per_second`` claimed, any minute at most
+  ``per_minute`` plus its burst. A limit on a job type counts its starts in every queue. The
+  arithmetic is ``job_rate_limit_burst``, ``job_rate_limit_refill`` (inlined into every
+  statement that reads a bucket) and ``job_rate_limit_window`` (jobs/sql/schema.sql).
 * A limit is read only by claims that may take its jobs: a queue limit by claims of that queue,
   a job type limit by workers that have a handler for the job type (a worker without one does
   not claim jobs of a limited job type). With no limit row, a claim locks nothing more.

@@ -198,7 +198,7 @@ JOIN jobs AS j
 -- the caller's job types is left to a worker that handles it.
 WITH limits AS MATERIALIZED (
     SELECT scope, name, per_second, per_minute, second_tokens, minute_tokens, refilled_at,
-           paused_until
+           paused_until, recent_at, recent_n
     FROM job_rate_limits
     WHERE (scope = 'queue' AND name = ANY(%(queues)b::text[]))
        OR (scope = 'job_type' AND (%(job_types)b::text[] IS NULL
@@ -209,7 +209,12 @@ WITH limits AS MATERIALIZED (
 buckets AS MATERIALIZED (
     SELECT l.scope, l.name, b.second, b.minute,
            CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
-                ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
+                ELSE greatest(0, floor(least(
+                         b.second, coalesce(b.minute, b.second),
+                         -- the one-second window: what the claims of the last second left
+                         l.per_second - job_rate_limit_window(
+                             l.recent_at, l.recent_n, coalesce(%(now)s::timestamptz, now())))))::int
+           END AS allow
     FROM limits AS l,
          -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
          -- per-minute limit (least and greatest skip NULLs)
@@ -300,7 +305,18 @@ spent AS (
     UPDATE job_rate_limits AS l
     SET second_tokens = b.second - u.n,
         minute_tokens = b.minute - u.n,
-        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now()))
+        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now())),
+        -- this claim joins the window; claims older than a second leave it
+        recent_at = ARRAY(SELECT r.at
+                          FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
+                          WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                          ORDER BY r.i)
+                    || coalesce(%(now)s::timestamptz, now()),
+        recent_n = ARRAY(SELECT r.n
+                         FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
+                         WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                         ORDER BY r.i)
+                   || u.n::int
     FROM buckets AS b,
          (SELECT 'queue' AS scope, queue AS name, count(*) AS n FROM admitted GROUP BY queue
           UNION ALL
@@ -444,7 +460,7 @@ RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency
 -- Rate limits (job_rate_limits) are read, held and spent as in job_claim.
 WITH limits AS MATERIALIZED (
     SELECT scope, name, per_second, per_minute, second_tokens, minute_tokens, refilled_at,
-           paused_until
+           paused_until, recent_at, recent_n
     FROM job_rate_limits
     WHERE (scope = 'queue' AND name = ANY(%(queues)b::text[]))
        OR (scope = 'job_type' AND (%(job_types)b::text[] IS NULL
@@ -455,7 +471,12 @@ WITH limits AS MATERIALIZED (
 buckets AS MATERIALIZED (
     SELECT l.scope, l.name, b.second, b.minute,
            CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
-                ELSE floor(least(b.second, coalesce(b.minute, b.second)))::int END AS allow
+                ELSE greatest(0, floor(least(
+                         b.second, coalesce(b.minute, b.second),
+                         -- the one-second window: what the claims of the last second left
+                         l.per_second - job_rate_limit_window(
+                             l.recent_at, l.recent_n, coalesce(%(now)s::timestamptz, now())))))::int
+           END AS allow
     FROM limits AS l,
          -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
          -- per-minute limit (least and greatest skip NULLs)
@@ -632,7 +653,18 @@ spent AS (
     UPDATE job_rate_limits AS l
     SET second_tokens = b.second - u.n,
         minute_tokens = b.minute - u.n,
-        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now()))
+        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now())),
+        -- this claim joins the window; claims older than a second leave it
+        recent_at = ARRAY(SELECT r.at
+                          FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
+                          WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                          ORDER BY r.i)
+                    || coalesce(%(now)s::timestamptz, now()),
+        recent_n = ARRAY(SELECT r.n
+                         FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
+                         WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                         ORDER BY r.i)
+                   || u.n::int
     FROM buckets AS b,
          (SELECT 'queue' AS scope, queue AS name, count(*) AS n FROM admitted GROUP BY queue
           UNION ALL

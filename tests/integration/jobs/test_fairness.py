@@ -192,10 +192,10 @@ def test_a_fair_queue_keeps_its_rate_limits(db_url: str, stores: Callable[[], Pg
     specs += [JobSpec("push", organization_id=org(i % 3)) for i in range(30)]
     fill(db_url, specs)
     with psycopg.connect(db_url) as c:
-        jobs.limits.set_limit(c, jobs.RateLimit(queue="default", per_second=500), now=T0)
-        jobs.limits.set_limit(c, jobs.RateLimit(job_type="push", per_second=100), now=T0)
+        jobs.limits.set_limit(c, jobs.RateLimit(queue="default", per_second=100), now=T0)
+        jobs.limits.set_limit(c, jobs.RateLimit(job_type="push", per_second=20), now=T0)
     store = stores()
-    # Buckets hold 1% of a second's limit: 5 starts for the queue, 1 for push.
+    # Buckets hold 5% of a second's limit: 5 starts for the queue, 1 for push.
     first = store.claim({"default": 50}, "w", LEASE, T0)
     assert len(first) == 5
     assert Counter(j.job_type for j in first)["push"] <= 1

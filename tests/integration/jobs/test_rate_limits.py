@@ -1,8 +1,9 @@
 """Global rate limits (jobs.limits): token buckets spent by the claim statement itself.
 
 Time is pinned: every claim passes ``now``, so the refill is exact arithmetic. A window's bucket
-holds 1% of its limit (at least one token): per_second=500 holds 5 tokens and refills 1 every
-2 ms.
+holds 5% of its limit (at least one token): per_second=100 holds 5 tokens and refills 1 every
+10 ms. A claim also starts no more than the limit minus what the claims of the last second
+took (the one-second window).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_the_bucket_refills_by_elapsed_time_and_caps_at_its_burst(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 200)
-    limit(conn, queue="q", per_second=500)  # 5 tokens, 1 per 2 ms
+    limit(conn, queue="q", per_second=100)  # 5 tokens, 1 per 10 ms
     s = stores()
 
     def claim(at: datetime, n: int = 50) -> int:
@@ -75,26 +76,47 @@ def test_the_bucket_refills_by_elapsed_time_and_caps_at_its_burst(
 
     assert claim(T0) == 5
     assert claim(T0) == 0  # spent: the same instant gives nothing
-    assert claim(T0 + 2 * MS) == 1
-    assert claim(T0 + 3 * MS) == 0  # half a token
-    assert claim(T0 + 4 * MS) == 1  # the half was kept
+    assert claim(T0 + 10 * MS) == 1
+    assert claim(T0 + 15 * MS) == 0  # half a token
+    assert claim(T0 + 20 * MS) == 1  # the half was kept
     assert claim(T0 + timedelta(seconds=10)) == 5  # ten idle seconds hold only the burst
-    assert claim(T0 + timedelta(seconds=10) + 5 * MS, n=1) == 1  # asks for less: 1.5 left
-    (state,) = list_limits(conn, now=T0 + timedelta(seconds=10) + 5 * MS)
+    assert claim(T0 + timedelta(seconds=10) + 25 * MS, n=1) == 1  # asks for less: 1.5 left
+    (state,) = list_limits(conn, now=T0 + timedelta(seconds=10) + 25 * MS)
     assert state.second_tokens == pytest.approx(1.5)
-    assert claim(T0 + timedelta(seconds=10) + 5 * MS) == 1
+    assert claim(T0 + timedelta(seconds=10) + 25 * MS) == 1
     # Held back jobs wait as they were: pending, no attempt used.
     assert counts(conn) == {("leased", 1): 14, ("pending", 0): 186}
+
+
+def test_no_one_second_window_of_claims_exceeds_the_limit(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    """A claim every 10 ms against 100/s (bucket of 5, 1 token per 10 ms), with a stall: the
+    bucket alone would start 104 in the first second (its 5, then one a claim); the window of
+    the last second's claims stops it at 100, and after the stall the catch-up (the bucket's 5)
+    stays within the second that held the stall. Every sliding second, at every claim instant,
+    holds at most 100."""
+    enqueue(conn, 400)
+    limit(conn, queue="q", per_second=100)
+    s = stores()
+    got: list[tuple[int, int]] = []  # (ms after T0, jobs claimed)
+    for ms in [*range(0, 1500, 10), *range(2000, 3000, 10)]:  # no claim from 1.5 s to 2 s
+        got.append((ms, len(s.claim({"q": 50}, "w", LEASE, T0 + ms * MS))))
+    assert sum(n for ms, n in got if ms < 1000) == 100
+    assert dict(got)[2000] == 5  # the catch-up
+    windows = [sum(n for ms, n in got if start <= ms < start + 1000) for start, _ in got]
+    assert max(windows) == 100
+    assert sum(n for _, n in got) >= 2 * 100 + 45  # ~the limit over the seconds with claims
 
 
 def test_the_per_minute_window_applies_too(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 100)
-    limit(conn, queue="q", per_second=500, per_minute=300)  # minute: 3 tokens, 1 per 0.2 s
+    limit(conn, queue="q", per_second=100, per_minute=60)  # minute: 3 tokens, 1 per second
     s = stores()
     got = [len(s.claim({"q": 50}, "w", LEASE, T0 + timedelta(seconds=t))) for t in
-           (0, 0.1, 0.2, 0.3, 0.4, 60)]  # fmt: skip
+           (0, 0.5, 1, 1.5, 2, 60)]  # fmt: skip
     assert got == [3, 0, 1, 0, 1, 3]
 
 
@@ -114,14 +136,14 @@ def test_a_job_type_limit_counts_across_queues_and_lets_other_types_pass(
     enqueue(conn, 10, "push", "a")
     enqueue(conn, 10, "push", "b")
     enqueue(conn, 10, "email", "a")
-    limit(conn, job_type="push", per_second=500)  # 5 tokens, 1 per 2 ms
+    limit(conn, job_type="push", per_second=100)  # 5 tokens, 1 per 10 ms
     s = stores()
     got = s.claim({"a": 50, "b": 50}, "w", LEASE, T0, job_types=["push", "email"])
     assert sum(j.job_type == "push" for j in got) == 5
     assert sum(j.job_type == "email" for j in got) == 10
     # Out of tokens: push is held back in every queue, the email jobs are gone already.
     assert s.claim({"a": 50, "b": 50}, "w", LEASE, T0, job_types=["push", "email"]) == []
-    more = s.claim({"a": 50, "b": 50}, "w", LEASE, T0 + 4 * MS, job_types=["push"])
+    more = s.claim({"a": 50, "b": 50}, "w", LEASE, T0 + 20 * MS, job_types=["push"])
     assert [j.job_type for j in more] == ["push", "push"]
 
 
@@ -141,9 +163,9 @@ def test_two_concurrent_claimers_never_exceed_the_tokens(
     """Two real connections claim at the same instants, released together by a barrier: the
     bucket row's lock makes them take turns, so each instant grants exactly the tokens."""
     enqueue(conn, 2000)
-    limit(conn, queue="q", per_second=5000)  # 50 tokens, 5 per ms
+    limit(conn, queue="q", per_second=1000)  # 50 tokens, 1 per ms
     rounds = 20
-    instants = [T0 + i * 4 * MS for i in range(rounds)]  # 4 ms apart: 20 tokens each
+    instants = [T0 + i * 20 * MS for i in range(rounds)]  # 20 ms apart: 20 tokens each
     barrier = threading.Barrier(2)
     got: list[list[int]] = [[], []]
     errors: list[BaseException] = []
@@ -180,7 +202,7 @@ def test_rate_limited_pauses_the_limit_when_it_opts_in(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore], opt_in: bool
 ) -> None:
     enqueue(conn, 20)
-    limit(conn, queue="q", per_second=500, pause_on_rate_limited=opt_in)  # 5 tokens
+    limit(conn, queue="q", per_second=100, pause_on_rate_limited=opt_in)  # 5 tokens
     s = stores()
     first, *rest = s.claim({"q": 5}, "w", LEASE, T0)
     written, again = s.complete_and_claim(
@@ -204,7 +226,7 @@ def test_rate_limited_pauses_a_job_type_limit_through_complete(
 ) -> None:
     enqueue(conn, 5, "push", "a")
     enqueue(conn, 5, "push", "b")
-    limit(conn, job_type="push", per_second=500)  # 5 tokens
+    limit(conn, job_type="push", per_second=100)  # 5 tokens
     s = stores()
     (job,) = s.claim({"a": 1}, "w", LEASE, T0)
     s.complete([_rate_limited(job, 10)], "w", T0)
@@ -216,15 +238,52 @@ def test_next_due_wakes_a_worker_when_the_bucket_has_refilled(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 100)
-    limit(conn, queue="q", per_second=5000)  # 50 tokens, 5 per ms; a wake-up waits for 25
+    limit(conn, queue="q", per_second=1000)  # 50 tokens, 1 per ms; a wake-up waits for 25
     s = stores()
-    assert s.next_due(["q"], T0) is None  # tokens left: nothing is held back
+    assert s.next_due(["q"], T0) == 0.0  # tokens and ready jobs: claim now
     assert len(s.claim({"q": 100}, "w", LEASE, T0)) == 50
-    assert s.next_due(["q"], T0) == pytest.approx(0.005)
-    assert s.next_due(["q"], T0 + 2 * MS) == pytest.approx(0.003)
+    assert s.next_due(["q"], T0) == pytest.approx(0.025)
+    assert s.next_due(["q"], T0 + 10 * MS) == pytest.approx(0.015)
+    # Half a bucket back, not yet claimed (another worker's claim came first, say): claim now,
+    # not at the next poll (the bucket would fill and overflow meanwhile).
+    assert s.next_due(["q"], T0 + 30 * MS) == 0.0
     with conn.transaction():
         clear_limit(conn, queue="q")
     assert s.next_due(["q"], T0) is None
+    with conn.transaction():
+        conn.execute("UPDATE jobs SET status = 'succeeded' WHERE status = 'pending'")
+    limit(conn, queue="q", per_second=1000)
+    assert s.next_due(["q"], T0) is None  # no ready job: no limit applies
+
+
+def test_next_due_waits_for_the_limit_that_holds_the_ready_jobs_back(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    """A queue limit with tokens whose ready jobs are all of a paused job type (a provider's
+    429): the wake-up is the pause's end, not "claim now" (a spin of idle claims); likewise a
+    job type limit with tokens whose jobs are all in a queue that waits."""
+    enqueue(conn, 10, "push", "q")
+    limit(conn, queue="q", per_second=5000)  # 50 tokens
+    limit(conn, job_type="push", per_second=500)
+    with conn.transaction():
+        conn.execute(
+            "UPDATE job_rate_limits SET paused_until = %s WHERE scope = 'job_type'",
+            (T0 + timedelta(seconds=30),),
+        )
+    s = stores()
+    assert s.next_due(["q"], T0) == pytest.approx(30.0)
+    with conn.transaction():
+        conn.execute("UPDATE job_rate_limits SET paused_until = NULL")
+        conn.execute(
+            "UPDATE job_rate_limits SET paused_until = %s WHERE scope = 'queue'",
+            (T0 + timedelta(seconds=20),),
+        )
+    assert s.next_due(["q"], T0) == pytest.approx(20.0)
+    enqueue(conn, 1, "email", "q")  # not held back by the job type's limit, only by q's
+    assert s.next_due(["q"], T0) == pytest.approx(20.0)
+    with conn.transaction():
+        conn.execute("UPDATE job_rate_limits SET paused_until = NULL")
+    assert s.next_due(["q"], T0) == 0.0
 
 
 def _worker(db_url: str, handlers: dict[str, Any], **kw: Any) -> jobs.Worker:
@@ -238,8 +297,8 @@ def test_a_worker_and_a_batch_worker_start_at_most_the_tokens(
     """Time stands still: the worker runs what the bucket holds and leaves the rest pending."""
     enqueue(conn, 40, "push")
     enqueue(conn, 40, "bulk")
-    limit(conn, job_type="push", per_second=500)  # 5
-    limit(conn, job_type="bulk", per_second=1000)  # 10
+    limit(conn, job_type="push", per_second=100)  # 5
+    limit(conn, job_type="bulk", per_second=200)  # 10
     batches: list[int] = []
 
     @jobs.batch_handler(max_batch=100)
