@@ -263,6 +263,10 @@ class PgJobStore:
     ) -> None:
         self.conn = conn
         self.policy_refresh = POLICY_REFRESH if policy_refresh is None else policy_refresh
+        # Whether the server's planner skip-scans the ready indexes past their priority column
+        # (PostgreSQL 18): it picks the single-scan claim statements (*_skip_scan); before 18,
+        # the claims read ready jobs one priority at a time. Tests set it to run both.
+        self.skip_scan = conn.info.server_version >= 180000
         # The queues whose claim is job_claim_fair (those with a policy).
         self._policies: set[str] = set()
         self._policies_read = -float("inf")
@@ -312,7 +316,7 @@ class PgJobStore:
         rate limit exists (as read at the last refresh)."""
         if self._limited:
             return query("job_claim")
-        if self.conn.info.server_version >= 180000:
+        if self.skip_scan:
             return query("job_claim_unlimited_skip_scan")
         return query("job_claim_unlimited")
 
@@ -344,7 +348,7 @@ class PgJobStore:
             start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())
             cursors.append(
                 self.conn.execute(
-                    query("job_claim_fair"),
+                    query("job_claim_fair_skip_scan" if self.skip_scan else "job_claim_fair"),
                     {**params, "queues": [queue], "limits": [n], "start": start},
                 )
             )
