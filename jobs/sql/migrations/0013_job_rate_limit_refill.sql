@@ -10,10 +10,13 @@ ALTER TABLE job_rate_limits
 -- Rate-limit buckets (0013): the one place their arithmetic is written. A window's bucket
 -- holds at most 5% of its limit, at least one token (the burst), and refills at its limit per
 -- window. Plain IMMUTABLE sql expressions, so the planner inlines them into the statements
--- that call them (job_claim, job_claim_fair, job_rate_limit_*): no function call per row.
+-- that call them (job_claim, job_claim_fair, job_rate_limit_*): no function call per row
+-- (EXPLAIN VERBOSE shows the expression). SQL-standard bodies (RETURN), stored parsed and
+-- tracked as dependencies. Measured on 18: job_claim executes as fast as with the arithmetic
+-- written out, and plans about 0.1 ms slower (the inlining), text or RETURN body alike.
 CREATE FUNCTION job_rate_limit_burst(per_window integer) RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT greatest(1, per_window * 0.05)::double precision $$;
+RETURN greatest(1, per_window * 0.05)::double precision;
 
 -- A bucket's tokens at ``as_of``: ``tokens`` as of ``since``, plus what ``per_window`` per
 -- ``window_seconds`` refilled in between, capped at the burst; NULL without a limit for the
@@ -23,13 +26,11 @@ CREATE FUNCTION job_rate_limit_refill(
     since timestamptz, as_of timestamptz
 ) RETURNS double precision
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE WHEN per_window IS NOT NULL
-                THEN least(job_rate_limit_burst(per_window),
-                           tokens + per_window / window_seconds
-                                    * greatest(0, extract(epoch FROM as_of - since))::float8)
-           END
-$$;
+RETURN CASE WHEN per_window IS NOT NULL
+            THEN least(job_rate_limit_burst(per_window),
+                       tokens + per_window / window_seconds
+                                * greatest(0, extract(epoch FROM as_of - since))::float8)
+       END;
 
 -- The one-second window of a limit (0013): the claims of the last second that took tokens,
 -- as (instant, count) pairs in two parallel arrays, pruned at each claim. A claim starts at
