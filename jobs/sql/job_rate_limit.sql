@@ -100,14 +100,17 @@ RETURNING l.scope, l.name, l.paused_until;
 -- A limit paused, below half its bucket, or with less than half a bucket left in its one-second
 -- window waits until it is unpaused, has refilled half its bucket, and the oldest claim of its
 -- window has left it (half rather than one token: claimers wake at the same refill time, and
--- a claim then takes several tokens at once). A limit with half a bucket or more answers 0,
--- claim now, when its ready jobs are not all held back by another limit: a worker whose claim
--- found the bucket empty and whose handlers are done would otherwise sleep its whole poll
--- interval while the bucket filled and overflowed (measured with a bucket of 1 per cent of the
--- limit: 666 starts/s against 1,000/s). Held back by another limit: for a queue limit, its
--- first 100 ready jobs all of job types that wait (a bounded probe: a queue deep in held-back
--- types is not scanned whole on every idle poll); for a job type limit, its ready jobs all in
--- queues that wait. Such a limit answers nothing, so the wait is the other one's.
+-- a claim then takes several tokens at once). A limit with half a bucket or more that a claim
+-- spent from within the last second answers 0, claim now, when its ready jobs are not all held
+-- back by another limit: a worker whose claim found the bucket empty and whose handlers are
+-- done would otherwise sleep its whole poll interval while the bucket filled and overflowed
+-- (measured with a bucket of 1 per cent of the limit: 666 starts/s against 1,000/s). Held back
+-- by another limit: for a queue limit, its first 100 ready jobs all of job types that wait (a
+-- bounded probe: a queue deep in held-back types is not scanned whole on every idle poll); for
+-- a job type limit, its ready jobs all in queues that wait. Such a limit answers nothing, so
+-- the wait is the other one's; so does one that no claim spent from for a second (its ready
+-- jobs may be unclaimable for a reason no limit shows, a full concurrency key say: the poll
+-- interval then, not a claim every few milliseconds).
 WITH b AS MATERIALIZED (
     SELECT l.scope, l.name,
            greatest(
@@ -128,7 +131,8 @@ WITH b AS MATERIALIZED (
                                            - interval '1 second')
                              + interval '1 second' - coalesce(%(now)s::timestamptz, now()))::float8
                END,
-               0) AS wait
+               0) AS wait,
+           l.refilled_at > coalesce(%(now)s::timestamptz, now()) - interval '1 second' AS active
     FROM job_rate_limits AS l,
          LATERAL (SELECT greatest(1, floor(job_rate_limit_burst(l.per_second) / 2)) AS half) AS h
     WHERE (l.scope = 'queue' AND l.name = ANY(%(queues)b::text[]))
@@ -147,7 +151,7 @@ WHERE CASE WHEN b.scope = 'queue' AND b.wait > 0
                         WHERE j.queue = b.name AND j.status IN ('pending', 'retrying')
                           AND j.run_at <= coalesce(%(now)s::timestamptz, now()))
            WHEN b.scope = 'queue'
-           THEN EXISTS (SELECT 1
+           THEN b.active AND EXISTS (SELECT 1
                         FROM (SELECT j.job_type FROM jobs AS j
                               WHERE j.queue = b.name AND j.status IN ('pending', 'retrying')
                                 AND j.run_at <= coalesce(%(now)s::timestamptz, now())
@@ -158,7 +162,7 @@ WHERE CASE WHEN b.scope = 'queue' AND b.wait > 0
                         WHERE j.queue = ANY(%(queues)b::text[]) AND j.job_type = b.name
                           AND j.status IN ('pending', 'retrying')
                           AND j.run_at <= coalesce(%(now)s::timestamptz, now()))
-           ELSE EXISTS (SELECT 1 FROM jobs AS j
+           ELSE b.active AND EXISTS (SELECT 1 FROM jobs AS j
                         WHERE j.queue = ANY(%(queues)b::text[]) AND j.job_type = b.name
                           AND array_position(h.queues, j.queue) IS NULL
                           AND j.status IN ('pending', 'retrying')

@@ -247,6 +247,9 @@ def test_next_due_wakes_a_worker_when_the_bucket_has_refilled(
     # Half a bucket back, not yet claimed (another worker's claim came first, say): claim now,
     # not at the next poll (the bucket would fill and overflow meanwhile).
     assert s.next_due(["q"], T0 + 30 * MS) == 0.0
+    # No claim spent from the bucket for a second (its ready jobs may be unclaimable for a
+    # reason no limit shows): the poll interval, not "claim now" every few milliseconds.
+    assert s.next_due(["q"], T0 + 1100 * MS) is None
     with conn.transaction():
         clear_limit(conn, queue="q")
     assert s.next_due(["q"], T0) is None
