@@ -321,7 +321,7 @@ class StatementCounter(psycopg.Cursor[Any]):
             # Every claim statement the store may send (PgJobStore picks one by the server
             # version, the queue's policy and whether any rate limit exists).
             for claim in ("job_claim", "job_claim_unlimited", "job_claim_unlimited_skip_scan",
-                          "job_claim_fair"):  # fmt: skip
+                          "job_claim_fair", "job_claim_fair_skip_scan"):  # fmt: skip
                 names[jobs_query(claim)] = "claim"
             names[jobs_query("job_complete")] = "complete"
         name = names.get(query) if isinstance(query, str) else None

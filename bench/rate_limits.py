@@ -8,7 +8,9 @@
    ``--seconds``, then get SIGTERM. Starts are read back from the attempt rows' ``started_at``
    (stamped as each handler starts). Prints the achieved rate over the whole seconds after
    the first start (target: within 2% of the limit) and the busiest one-second windows, aligned
-   and sliding (target: none above the limit by more than 5%).
+   and sliding (target: none above the limit by more than 5%, the issue's; claims never exceed
+   the limit in a second, so what is left is the spread of starts behind claims, and a quiet
+   machine stays under 3.5%).
 2. **Claim cost.** The claim statement alone (``PgJobStore.claim`` of 10 jobs on one
    connection), alternating in rounds: no limit row; limits on other queues and job types
    only; a limit on the claimed queue and one on the job type (rates far above what the loop
@@ -162,12 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     rate = args.rate
     ok_rate = abs(held["achieved"] - rate) <= 0.02 * rate
     ok_window = held["max_sliding"] <= 1.05 * rate
+    quiet_window = held["max_sliding"] <= 1.035 * rate
     print(f"held rate, {args.workers} worker processes, limit {rate}/s, {held['seconds']} s:")
     print(f"  achieved           {held['achieved']:10.1f} starts/s  ({held['achieved'] / rate:.3f}"
           f" of the limit; target within 2%: {'ok' if ok_rate else 'MISSED'})")  # fmt: skip
     print(f"  busiest second     {held['max_aligned']:10d} aligned, {held['max_sliding']} sliding"
           f" ({held['max_sliding'] / rate:.3f}; target <= 1.05: "
-          f"{'ok' if ok_window else 'MISSED'})")  # fmt: skip
+          f"{'ok' if ok_window else 'MISSED'}; quiet machine <= 1.035: "
+          f"{'ok' if quiet_window else 'over'})")  # fmt: skip
     print(f"  quietest second    {held['min_aligned']:10d} aligned")
     print("claim of 10 jobs, median per claim:")
     for mode, label in (("none", "no limit row"), ("others", "limits elsewhere only"),

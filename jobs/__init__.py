@@ -66,7 +66,12 @@ from jobs.outcomes import (
     Snooze,
     TransientError,
 )
-from jobs.policy import clear_queue_policy, queue_policies, set_queue_policy
+from jobs.policy import (
+    MAX_CONCURRENCY_PER_KEY,
+    clear_queue_policy,
+    queue_policies,
+    set_queue_policy,
+)
 from jobs.relay import MAX_BATCH as RELAY_MAX_BATCH
 from jobs.relay import Relay
 from jobs.retry import RetryPolicies, RetryPolicy
@@ -81,6 +86,7 @@ from timezones.errors import InvalidInput, TockworkError
 logging.getLogger("tockwork").addHandler(logging.NullHandler())
 
 __all__ = [
+    "MAX_CONCURRENCY_PER_KEY",
     "Attempt",
     "Batch",
     "BatchHandler",

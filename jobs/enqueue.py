@@ -58,6 +58,7 @@ def _params(
     now: Any,
     unique_key: Any = None,
     on_active: Any = "keep",
+    concurrency_key: Any = None,
 ) -> dict[str, Any]:
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
     params: dict[str, Any] = {
@@ -73,6 +74,7 @@ def _params(
         "trace_parent": trace_parent,
         "trace_state": trace_state,
         "unique_key": validate.unique_key(unique_key),
+        "concurrency_key": validate.concurrency_key(concurrency_key),
     }
     params["on_active"] = validate.on_active(on_active, params["unique_key"])
     validate.keys(params["idempotency_key"], params["unique_key"])
@@ -171,8 +173,8 @@ def enqueue(
         now,
         unique_key,
         on_active,
+        concurrency_key,
     )
-    ckey = validate.concurrency_key(concurrency_key)
     with conn.cursor() as cur:
         if params["unique_key"] is not None:
             result = _drive(cur, _unique_steps(params))
@@ -183,8 +185,6 @@ def enqueue(
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
             if row is not None:
-                if ckey is not None:
-                    cur.execute(query("job_set_concurrency_keys"), _key_params([row[0]], [ckey]))
                 return Enqueued(id=row[0], created=True)
             cur.execute(_lookup_query(params), params)
             row = cur.fetchone()
@@ -222,8 +222,8 @@ async def enqueue_async(
         now,
         unique_key,
         on_active,
+        concurrency_key,
     )
-    ckey = validate.concurrency_key(concurrency_key)
     async with conn.cursor() as cur:
         if params["unique_key"] is not None:
             result = await _drive_async(cur, _unique_steps(params))
@@ -236,35 +236,12 @@ async def enqueue_async(
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()
             if row is not None:
-                if ckey is not None:
-                    await cur.execute(
-                        query("job_set_concurrency_keys"), _key_params([row[0]], [ckey])
-                    )
                 return Enqueued(id=row[0], created=True)
             await cur.execute(_lookup_query(params), params)
             row = await cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=False)
     raise RuntimeError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
-
-
-def _key_params(ids: list[int], keys: list[str]) -> dict[str, Any]:
-    """job_set_concurrency_keys' parameters."""
-    return {"ids": ids, "keys": keys}
-
-
-def _created_key_params(
-    results: list[Enqueued], columns: Mapping[str, list[Any]]
-) -> dict[str, Any] | None:
-    """The concurrency keys of the jobs this batch created (None: none has one). A spec that
-    hit an idempotency key created nothing: the existing job keeps its own key."""
-    keys: list[str | None] = columns["concurrency_keys"]
-    if keys.count(None) == len(keys):
-        return None
-    pairs = [(r.id, k) for r, k in zip(results, keys, strict=True) if r.created and k is not None]
-    if not pairs:
-        return None
-    return _key_params([i for i, _ in pairs], [k for _, k in pairs])
 
 
 def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
@@ -287,7 +264,7 @@ _COLUMNS = (
     "priorities",
     "run_ats",
     "max_attempts",
-    "concurrency_keys",  # set after the insert (job_set_concurrency_keys), not copied
+    "concurrency_keys",
     "unique_keys",
     "on_active",
 )
@@ -307,11 +284,7 @@ def enqueue_many(
     before anything is written; an error names the spec's index and the field.
     """
     columns = _build_columns(specs)
-    results = enqueue_columns(conn, columns, now=validate.aware(now, "now"))
-    key_params = _created_key_params(results, columns)
-    if key_params is not None:
-        conn.execute(query("job_set_concurrency_keys"), key_params)
-    return results
+    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
 
 
 def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -413,8 +386,9 @@ def enqueue_columns(
     ``columns`` holds parallel lists: ``organization_ids`` (UUID or None), ``queues``,
     ``job_types``, ``payloads`` (JSON text), ``idempotency_keys``,
     ``priorities``, ``run_ats`` (aware or None) and ``max_attempts``, and optionally
-    ``unique_keys`` and ``on_active`` (a batch with a unique key goes through ``INSERT ...
-    SELECT FROM unnest``, never COPY, which has no ON CONFLICT). The scheduler uses it for
+    ``concurrency_keys`` (None each: no key) and ``unique_keys`` and ``on_active`` (a batch with
+    a unique key goes through ``INSERT ... SELECT FROM unnest``, never COPY, which has no ON
+    CONFLICT). The scheduler uses it for
     occurrences of schedules it validated when they were created; anything else should call
     :func:`enqueue_many`.
 
@@ -427,6 +401,7 @@ def enqueue_columns(
     n = len(columns["queues"])
     if not n:
         return []
+    columns = _with_concurrency_keys(columns, n)
     with conn.cursor() as cur:
         # First, so that the caller's transaction (if any) is open before the savepoint:
         # conn.transaction() on an idle connection would begin and commit a transaction of
@@ -462,6 +437,13 @@ def enqueue_columns(
         return _insert(cur, ids, columns, run_ats, db_now, trace)
 
 
+def _with_concurrency_keys(columns: Mapping[str, list[Any]], n: int) -> Mapping[str, list[Any]]:
+    """``columns`` with a ``concurrency_keys`` column (the scheduler's may have none)."""
+    if "concurrency_keys" in columns:
+        return columns
+    return {**columns, "concurrency_keys": [None] * n}
+
+
 _KEY_CONSTRAINT = "jobs_idempotency_uq"
 _JSONB_OID = pg_types["jsonb"].oid
 # COPY's binary format carries no types: the order of job_copy's columns.
@@ -475,6 +457,7 @@ _COPY_TYPES = (
     "int4",
     "timestamptz",
     "int4",
+    "text",
     "timestamptz",
 )
 _COPY_TYPES_TRACED = (*_COPY_TYPES, "text", "text")  # job_copy_traced: trace_parent, trace_state
@@ -548,6 +531,7 @@ def _copy(
             columns["priorities"],
             run_ats,
             columns["max_attempts"],
+            columns["concurrency_keys"],
             strict=True,
         ):
             write_row((*item, *tail))
@@ -556,11 +540,12 @@ def _copy(
 def _all_defaults(columns: Mapping[str, list[Any]], n: int, now: datetime | None) -> bool:
     """Whether the database would fill every other column as we would: run_at and created_at
     with its clock (now() of this transaction, as job_allocate_ids read it), priority 0, the
-    default max_attempts, no organization."""
+    default max_attempts, no organization, no concurrency key."""
     return (
         now is None
         and columns["run_ats"].count(None) == n
         and columns["organization_ids"].count(None) == n
+        and columns["concurrency_keys"].count(None) == n
         and columns["priorities"].count(0) == n
         and columns["max_attempts"].count(DEFAULT_MAX_ATTEMPTS) == n
     )
@@ -816,11 +801,7 @@ async def enqueue_many_async(
     to ``INSERT ... ON CONFLICT DO NOTHING`` when a key is taken.
     """
     columns = _build_columns(specs)
-    results = await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
-    key_params = _created_key_params(results, columns)
-    if key_params is not None:
-        await conn.execute(query("job_set_concurrency_keys"), key_params)
-    return results
+    return await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
 
 
 async def enqueue_columns_async(
@@ -833,6 +814,7 @@ async def enqueue_columns_async(
     n = len(columns["queues"])
     if not n:
         return []
+    columns = _with_concurrency_keys(columns, n)
     async with conn.cursor() as cur:
         # First, so that the caller's transaction is open before the savepoint (see
         # enqueue_columns).
@@ -907,6 +889,7 @@ async def _copy_async(
             columns["priorities"],
             run_ats,
             columns["max_attempts"],
+            columns["concurrency_keys"],
             strict=True,
         ):
             await copy.write_row((*item, *tail))

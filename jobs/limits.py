@@ -8,17 +8,21 @@ most the whole tokens they hold and takes away what it started, in the one state
 number of workers share a limit without a leader, and a limit set, changed or cleared here is
 read by every running worker at its next claim (a worker claims at least once per poll
 interval, one second by default, while it has free threads). While no limit exists at all, a
-worker's store claims with the lighter ``job_claim_unlimited`` and re-reads once a second
-whether one exists (jobs/store.py), so the first limit of a database applies within about a
-second.
+worker's store claims with the lighter ``job_claim_unlimited``; setting or clearing a limit
+notifies every worker at commit ('~policies' on ``tockwork_jobs``), whose store then re-reads
+whether one exists before its next claim (and at least every ``jobs.store.POLICY_REFRESH``
+seconds should a notification be lost), so the first limit of a database applies at once.
 
 The invariants:
 
 * A job held back by a limit stays pending (or retrying) as it was: no attempt is used, and it
   starts, in its queue's order, when tokens are back.
-* Each window's bucket holds at most 5% of its limit, at least one token (the burst): any one
-  second sees at most ``per_second`` plus that burst starts, any minute at most ``per_minute``
-  plus its burst. A limit on a job type counts its starts in every queue.
+* Each window's bucket holds at most 5% of its limit, at least one token (the burst), and a
+  claim starts at most ``per_second`` minus what the claims of the last second took (the row
+  keeps them): no one-second window sees more than ``per_second`` claimed, any minute at most
+  ``per_minute`` plus its burst. A limit on a job type counts its starts in every queue. The
+  arithmetic is ``job_rate_limit_burst``, ``job_rate_limit_refill`` (inlined into every
+  statement that reads a bucket) and ``job_rate_limit_window`` (jobs/sql/schema.sql).
 * A limit is read only by claims that may take its jobs: a queue limit by claims of that queue,
   a job type limit by workers that have a handler for the job type (a worker without one does
   not claim jobs of a limited job type). With no limit row, a claim locks nothing more.
@@ -137,7 +141,8 @@ def set_limit(
 ) -> RateLimit:
     """Create or replace ``limit`` (in the caller's transaction); its buckets start full.
 
-    Running workers apply it at their next claim. A pause in force stays.
+    Running workers apply it at their next claim (they are notified at commit). A pause in
+    force stays.
     """
     if not isinstance(limit, RateLimit):
         raise InvalidJob("limit", limit, "must be a jobs.RateLimit")

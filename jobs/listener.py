@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
 CHANNEL = "tockwork_jobs"
 
+POLICIES_CHANGED = "~policies"
+"""The payload on :data:`CHANNEL` that says a queue policy or a rate limit was set or cleared
+(jobs.policy, jobs.limits): a worker re-reads which claim statements to use at once. No queue
+name starts with '~', so it never reads as "work may exist on queue Q". The reconnect wake-up
+("*") means the same, since notifications may have been lost while not listening."""
+
 log = logging.getLogger("tockwork.listener")
 
 

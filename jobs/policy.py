@@ -2,7 +2,8 @@
 
 A policy is a row of job_queue_policies, written in the caller's transaction and read by every
 worker's claim (so all workers agree, whichever options they were started with; a running
-worker sees a change within ``jobs.store.POLICY_REFRESH`` seconds):
+worker sees a change at its next claim: setting or clearing a policy notifies the workers at
+commit, and they re-read at least every ``jobs.store.POLICY_REFRESH`` seconds anyway):
 
 - ``fair``: a claim of n jobs in the queue takes them round robin across the organizations that
   have ready work (``organization_id``; jobs without one count as one organization), so a flood

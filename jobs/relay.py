@@ -107,6 +107,7 @@ def _enqueue(
                     now=now,
                     unique_key=spec.unique_key,
                     on_active=spec.on_active,
+                    concurrency_key=spec.concurrency_key,
                 )
             )
         except InvalidJob as exc:

@@ -419,13 +419,18 @@ class Service(ABC, Generic[R]):
             conninfo = self.conninfo
         self._listener = Listener(
             conninfo,
-            lambda _payload: self.wake(),
+            self._notified,
             channel=channel,
             connect_kwargs=self.connect_kwargs,
             metrics=metrics,
         )
         self._listener.start()
         self._listener.wait_ready(2.0)
+
+    def _notified(self, payload: str) -> None:
+        """A notification (or "*" after LISTEN was re-established), on the listener's thread:
+        wake the loop. Services that cache what a notification may invalidate extend this."""
+        self.wake()
 
     def _unlisten(self) -> None:
         listener, self._listener = self._listener, None

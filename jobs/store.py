@@ -12,14 +12,20 @@ claim id, and an outcome leaves its attempt row.
 
 Queue policies (:mod:`jobs.policy`, the job_queue_policies table every worker reads): a queue
 with one is claimed by ``job_claim_fair`` instead of ``job_claim``, in the same transaction as
-the plain queues' claim. Which queues have one is cached for ``policy_refresh`` seconds (a
-policy takes effect on running workers within that time); the claim reads the policy itself,
-so the cache only picks the statement. Per-key limits: the claim first locks the queue's policy
-row in a statement of its own (``job_queue_policy_lock``), so under READ COMMITTED the claim's
-snapshot is taken after every other claimer of that queue committed and the leases it counts
-per key are all there: two workers claiming at the same instant cannot lease K + 1 jobs of one
-key. The count is of leased rows, so every end of a lease (complete, retry, reap, release)
-frees the slot with no bookkeeping of its own.
+the plain queues' claim. Which queues have one, and whether any rate limit exists (without one,
+plain queues are claimed by the lighter ``job_claim_unlimited``), is read in one statement
+(``job_queue_policy_refresh``) and cached: re-read before the next claim when the worker's
+listener hears that a policy or a limit changed (:meth:`PgJobStore.policies_changed`; setting
+or clearing one notifies at commit), and at least every ``policy_refresh`` seconds in case a
+notification was lost (LISTEN is only a wake-up). The claim reads the policy and the buckets
+itself, so the cache only picks the statement.
+
+Per-key limits: the claim first locks the queue's policy row in a statement of its own
+(``job_queue_policy_lock``), so under READ COMMITTED the claim's snapshot is taken after every
+other claimer of that queue committed and the leases it counts per key are all there: two
+workers claiming at the same instant cannot lease K + 1 jobs of one key. The count is of leased
+rows, so every end of a lease (complete, retry, reap, release) frees the slot with no
+bookkeeping of its own.
 """
 
 from __future__ import annotations
@@ -51,8 +57,10 @@ is sent cannot loop forever (docs/jobs.md, "Leases")."""
 
 _NIL = UUID(int=0)  # the organization of jobs without one, in job_claim_fair
 
-POLICY_REFRESH = 1.0
-"""Seconds a store trusts its list of the queues that have a policy (job_queue_policies)."""
+POLICY_REFRESH = 0.5
+"""Seconds a store trusts its list of the queues that have a policy (job_queue_policies) and
+whether a rate limit exists, when no notification said they changed: the fallback for lost
+notifications, so a change applies within a second even then."""
 
 EffectFailed = Callable[[Sequence[Job], Exception], Sequence[Decision]]
 """What becomes of the jobs whose completion effect raised: one decision per job."""
@@ -251,13 +259,22 @@ class PgJobStore:
     """:class:`JobStore` on one psycopg connection in autocommit mode."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], *, policy_refresh: float = POLICY_REFRESH
+        self, conn: psycopg.Connection[Any], *, policy_refresh: float | None = None
     ) -> None:
         self.conn = conn
-        self.policy_refresh = policy_refresh
+        self.policy_refresh = POLICY_REFRESH if policy_refresh is None else policy_refresh
+        # Whether the server's planner skip-scans the ready indexes past their priority column
+        # (PostgreSQL 18): it picks the single-scan claim statements (*_skip_scan); before 18,
+        # the claims read ready jobs one priority at a time. Tests set it to run both.
+        self.skip_scan = conn.info.server_version >= 180000
         # The queues whose claim is job_claim_fair (those with a policy).
         self._policies: set[str] = set()
         self._policies_read = -float("inf")
+        # Bumped by policies_changed (from the listener's thread); the refresh records the value
+        # it saw before reading, so a change notified while a read is under way (its snapshot
+        # may predate the change) is read again.
+        self._changes = 0
+        self._changes_read = 0
         # Whether any rate limit exists (job_rate_limits): without one, plain queues are
         # claimed by job_claim_unlimited, a lighter statement. Read with the policies.
         self._limited = True
@@ -266,16 +283,26 @@ class PgJobStore:
         # (and stores start at random places, so they do not all serve the same ones).
         self._fair_start: dict[str, UUID] = {}
 
+    def policies_changed(self) -> None:
+        """A queue policy or a rate limit was set or cleared: re-read them before the next
+        claim. Safe to call from another thread (the worker's listener)."""
+        self._changes += 1
+
     def _refresh_policies(self) -> None:
-        """Re-read which queues have a policy when the list is older than policy_refresh (a
-        statement of its own, outside any claim transaction: never inside a pipeline)."""
-        if time.monotonic() - self._policies_read < self.policy_refresh:
+        """Re-read which queues have a policy and whether a limit exists, when told they
+        changed or when the last read is older than policy_refresh (one statement of its own,
+        outside any claim transaction: never inside a pipeline)."""
+        changes = self._changes
+        if (
+            changes == self._changes_read
+            and time.monotonic() - self._policies_read < self.policy_refresh
+        ):
             return
-        rows = self.conn.execute(query("job_queue_policy_list")).fetchall()
-        self._policies = {q for q, fair, k in rows if fair or k is not None}
-        row = self.conn.execute(query("job_rate_limit_any")).fetchone()
-        self._limited = bool(row and row[0])
+        row = self.conn.execute(query("job_queue_policy_refresh")).fetchone()
+        assert row is not None
+        self._policies, self._limited = set(row[0]), bool(row[1])
         self._policies_read = time.monotonic()
+        self._changes_read = changes
 
     def _policy_queues(self, params: Mapping[str, Any] | None) -> bool:
         """Whether a claim with these parameters goes (in part) through job_claim_fair."""
@@ -289,7 +316,7 @@ class PgJobStore:
         rate limit exists (as read at the last refresh)."""
         if self._limited:
             return query("job_claim")
-        if self.conn.info.server_version >= 180000:
+        if self.skip_scan:
             return query("job_claim_unlimited_skip_scan")
         return query("job_claim_unlimited")
 
@@ -321,7 +348,7 @@ class PgJobStore:
             start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())
             cursors.append(
                 self.conn.execute(
-                    query("job_claim_fair"),
+                    query("job_claim_fair_skip_scan" if self.skip_scan else "job_claim_fair"),
                     {**params, "queues": [queue], "limits": [n], "start": start},
                 )
             )

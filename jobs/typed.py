@@ -8,6 +8,7 @@
     send_welcome.enqueue(conn, user_id=42)              # mypy checks the arguments
     send_welcome.with_options(idempotency_key="welcome-42").enqueue(conn, user_id=42)
     recompute.with_options(unique_key="stats:42", on_active="replace").enqueue(conn, user_id=42)
+    send_welcome.with_options(concurrency_key="user-42").enqueue(conn, user_id=42)
     jobs.enqueue_many(conn, [send_welcome.spec(user_id=u) for u in (1, 2, 3)])
     Worker(url, jobs.handlers(send_welcome), {"emails": 4})
 
@@ -71,6 +72,7 @@ class _Options:
     now: datetime | None = None
     unique_key: str | None = None
     on_active: OnActive = "keep"
+    concurrency_key: str | None = None
 
     def job_fields(self) -> dict[str, Any]:
         """The options a job row takes (:class:`jobs.JobSpec`'s and ``enqueue``'s names)."""
@@ -83,6 +85,7 @@ class _Options:
             "max_attempts": self.max_attempts,
             "unique_key": self.unique_key,
             "on_active": self.on_active,
+            "concurrency_key": self.concurrency_key,
         }
 
 
@@ -223,6 +226,7 @@ class JobDefinition(Generic[P, R]):
         now: datetime | None = None,
         unique_key: str | None = None,
         on_active: OnActive | None = None,
+        concurrency_key: str | None = None,
     ) -> JobDefinition[P, R]:
         """A copy whose enqueues use these options (None keeps the definition's)."""
         changes: dict[str, Any] = {
@@ -237,6 +241,7 @@ class JobDefinition(Generic[P, R]):
                 ("now", now),
                 ("unique_key", unique_key),
                 ("on_active", on_active),
+                ("concurrency_key", concurrency_key),
             )
             if value is not None
         }
@@ -274,6 +279,7 @@ def _check_options(o: _Options) -> None:
     validate.unique_key(o.unique_key)
     validate.on_active(o.on_active, o.unique_key)
     validate.keys(o.idempotency_key, o.unique_key)
+    validate.concurrency_key(o.concurrency_key)
 
 
 def job(
@@ -282,10 +288,18 @@ def job(
     queue: str = "default",
     priority: int = 0,
     max_attempts: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]:
-    """Declare ``job_type`` with the decorated function as its handler (see the module doc)."""
+    """Declare ``job_type`` with the decorated function as its handler (see the module doc).
+
+    ``concurrency_key``: the key of every job it enqueues (a queue's per-key limit counts it,
+    :func:`jobs.set_queue_policy`); usually given per enqueue instead, with
+    :meth:`JobDefinition.with_options`.
+    """
     validate.job_type(job_type)
-    options = _Options(queue=queue, priority=priority, max_attempts=max_attempts)
+    options = _Options(
+        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=concurrency_key
+    )
     _check_options(options)
 
     def decorate(fn: Callable[P, R]) -> JobDefinition[P, R]:

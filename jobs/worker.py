@@ -97,7 +97,7 @@ from jobs.batch import (
     single_effects,
 )
 from jobs.errors import InvalidJob
-from jobs.listener import CHANNEL
+from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
 from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
@@ -365,6 +365,14 @@ class Worker(Service[WorkerStats]):
             # left to the server's setting there (docs/jobs.md, "PgBouncer").
             conn.execute(query("pg_session_jit_off"))
         self._store = PgJobStore(conn)
+
+    def _notified(self, payload: str) -> None:
+        # A policy or a limit changed (or notifications may have been lost): the store re-reads
+        # which claim statements to use before its next claim (jobs/store.py).
+        store = self._store
+        if payload in (POLICIES_CHANGED, "*") and isinstance(store, PgJobStore):
+            store.policies_changed()
+        self.wake()
 
     def _shutdown(self) -> None:
         try:

@@ -236,8 +236,9 @@ CREATE INDEX outbox_processed_idx ON outbox_events USING brin (processed_at)
 -- it, refills them by the time elapsed, starts at most the whole tokens they hold and takes
 -- away what it started, all in the one statement: every worker on every host shares the same
 -- buckets without a leader (jobs/limits.py, docs/jobs.md "Rate limits"). Each window's bucket
--- holds at most 5% of its limit (at least one token), so no window of its length sees more
--- than its limit plus that burst. paused_until: a handler's RateLimited paused the limit.
+-- holds at most 5% of its limit (at least one token), and since 0013 the claims of the last
+-- second are kept (recent_at, recent_n), so no one-second window of claims exceeds the limit
+-- and no minute sees more than its limit plus its burst. paused_until: a handler's RateLimited paused the limit.
 CREATE TABLE job_rate_limits (
     scope text NOT NULL,
     name text NOT NULL,
@@ -250,6 +251,9 @@ CREATE TABLE job_rate_limits (
     pause_on_rate_limited boolean NOT NULL DEFAULT true,
     source text NOT NULL DEFAULT 'api',
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- 0013: the claims of the last second (job_rate_limit_window), oldest first.
+    recent_at timestamptz[] NOT NULL DEFAULT '{}',
+    recent_n integer[] NOT NULL DEFAULT '{}',
     PRIMARY KEY (scope, name),
     CONSTRAINT job_rate_limits_scope_check CHECK (scope IN ('queue', 'job_type')),
     CONSTRAINT job_rate_limits_name_check CHECK (
@@ -262,3 +266,43 @@ CREATE TABLE job_rate_limits (
     CONSTRAINT job_rate_limits_minute_check CHECK ((per_minute IS NULL) = (minute_tokens IS NULL)),
     CONSTRAINT job_rate_limits_source_check CHECK (source IN ('api', 'definitions'))
 );
+
+-- Rate-limit buckets (0013): the one place their arithmetic is written. A window's bucket
+-- holds at most 5% of its limit, at least one token (the burst), and refills at its limit per
+-- window. Plain IMMUTABLE sql expressions, so the planner inlines them into the statements
+-- that call them (job_claim, job_claim_fair, job_rate_limit_*): no function call per row
+-- (EXPLAIN VERBOSE shows the expression). SQL-standard bodies (RETURN), stored parsed and
+-- tracked as dependencies. Measured on 18: job_claim executes as fast as with the arithmetic
+-- written out, and plans about 0.1 ms slower (the inlining), text or RETURN body alike.
+CREATE FUNCTION job_rate_limit_burst(per_window integer) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN greatest(1, per_window * 0.05)::double precision;
+
+-- A bucket's tokens at ``as_of``: ``tokens`` as of ``since``, plus what ``per_window`` per
+-- ``window_seconds`` refilled in between, capped at the burst; NULL without a limit for the
+-- window (a NULL per_window).
+CREATE FUNCTION job_rate_limit_refill(
+    tokens double precision, per_window integer, window_seconds double precision,
+    since timestamptz, as_of timestamptz
+) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE WHEN per_window IS NOT NULL
+            THEN least(job_rate_limit_burst(per_window),
+                       tokens + per_window / window_seconds
+                                * greatest(0, extract(epoch FROM as_of - since))::float8)
+       END;
+
+-- The one-second window of a limit (0013): the claims of the last second that took tokens,
+-- as (instant, count) pairs in two parallel arrays, pruned at each claim. A claim starts at
+-- most per_second minus what the window holds, so no one-second window of claims exceeds the
+-- limit, while the bucket (5%) still lets claims catch up after a stall: the catch-up stays
+-- within the window that held the stall. Not inlined (a set-returning body); called once per
+-- limit row of a claim.
+CREATE FUNCTION job_rate_limit_window(recent_at timestamptz[], recent_n integer[],
+                                      as_of timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(sum(r.n), 0)::bigint
+    FROM unnest(recent_at, recent_n) AS r(at, n)
+    WHERE r.at > as_of - interval '1 second'
+$$;

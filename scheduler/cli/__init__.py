@@ -5,6 +5,7 @@
 - ``schedules.py``: ``scheduler``, ``schedules sync|list|show|preview``
 - ``outbox.py``: ``relay``, ``outbox dead|retry``
 - ``limits.py``: ``limits set|list|clear`` (global rate limits)
+- ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
 - ``ops.py``: ``healthz``, ``metrics-server``
 - ``preview.py``: ``preview``, ``zones`` (no database)
 - ``dev.py``: ``dev-db url|status|stop`` (the embedded development server)
@@ -37,7 +38,7 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dashboard as dashboard_command
-from scheduler.cli import dev, limits, ops, outbox, preview, schedules, worker
+from scheduler.cli import dev, limits, ops, outbox, policies, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv
 from timezones.errors import InvalidInput, TockworkError
@@ -49,6 +50,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     schedules.register,
     outbox.register,
     limits.register,
+    policies.register,
     ops.register,
     preview.register,
     dev.register,

@@ -25,13 +25,18 @@ def org(i: int) -> UUID:
     return UUID(int=(i + 1) << 64)
 
 
-@pytest.fixture
-def stores(db_url: str) -> Iterator[Callable[[], PgJobStore]]:
+@pytest.fixture(params=[True, False], ids=["skip_scan", "loose_scan"])
+def stores(db_url: str, request: pytest.FixtureRequest) -> Iterator[Callable[[], PgJobStore]]:
+    """Stores that claim with the statements of PostgreSQL 18 (skip_scan: one ordered scan per
+    organization) and with those of 15-17 (loose_scan: one priority at a time), whichever
+    server runs the tests."""
     opened: list[psycopg.Connection[Any]] = []
 
     def make() -> PgJobStore:
         opened.append(psycopg.connect(db_url, autocommit=True))
-        return PgJobStore(opened[-1])
+        store = PgJobStore(opened[-1])
+        store.skip_scan = request.param
+        return store
 
     yield make
     for c in opened:
@@ -64,6 +69,32 @@ def test_one_claim_takes_round_robin_across_organizations(
     fill(db_url, [JobSpec("noop", organization_id=org(i % 3)) for i in range(30)])
     claimed = stores().claim({"default": 6}, "w", LEASE, T0)
     assert orgs_of(claimed) == {org(0): 2, org(1): 2, org(2): 2}
+
+
+def test_future_jobs_are_passed_over_and_priorities_kept_within_an_organization(
+    db_url: str, stores: Callable[[], PgJobStore]
+) -> None:
+    """A herd enqueued ahead (future jobs at several priorities) beside a few due ones: a claim
+    takes the due ones only, each organization's by priority, then run_at (the loose scan reads
+    them one priority at a time, the skip scan in one pass: the same jobs)."""
+    later = T0 + timedelta(days=1)
+    herd = [JobSpec("noop", {"herd": i}, organization_id=org(1), priority=i % 3, run_at=later)
+            for i in range(300)]  # fmt: skip
+    due = [
+        JobSpec("noop", {"n": "a0"}, organization_id=org(1), priority=0),
+        JobSpec("noop", {"n": "a9"}, organization_id=org(1), priority=9),
+        JobSpec("noop", {"n": "a2"}, organization_id=org(1), priority=2),
+        JobSpec("noop", {"n": "b1"}, organization_id=org(2), priority=1),
+        JobSpec("noop", {"n": "c0"}, organization_id=None),
+    ]
+    fill(db_url, [*herd, *due])
+    store = stores()
+    first = store.claim({"default": 3}, "w", LEASE, T0)
+    assert orgs_of(first) == {org(1): 1, org(2): 1, None: 1}
+    assert [j.payload["n"] for j in first if j.organization_id == org(1)] == ["a9"]
+    rest = store.claim({"default": 10}, "w", LEASE, T0)
+    assert sorted(j.payload["n"] for j in rest) == ["a0", "a2"]
+    assert store.claim({"default": 10}, "w", LEASE, T0) == []
 
 
 def test_without_the_policy_the_flood_comes_first(

@@ -93,6 +93,110 @@ def test_the_stored_key_is_the_enqueued_one(db_url: str) -> None:
     assert rows == [(one.id, "user-9"), (many[0].id, "user-7")]  # a hit keeps its own key
 
 
+def test_the_key_goes_in_with_the_row_on_every_insert_path(db_url: str) -> None:
+    """One INSERT or COPY per path, the key a column of it: single enqueues (plain, unique),
+    enqueue_many's COPY (and its idempotency-key savepoint), its INSERT fallback (a repeated
+    key), its unique path, enqueue_columns with and without the column, a typed definition's
+    options. No second statement: the test counts the UPDATEs of the jobs table."""
+    org = "6f1c2d58-0c1b-4b6e-9a39-9f1d2b3c4d5e"
+
+    @jobs.job("typed_noop")
+    def typed_noop(n: int) -> None: ...
+
+    with psycopg.connect(db_url) as c:
+        updates = c.execute(
+            "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'jobs'"
+        ).fetchone()
+        assert updates == (0,)
+        jobs.enqueue(c, "noop", {"n": 1}, concurrency_key="k1")
+        jobs.enqueue(c, "noop", {"n": 2}, concurrency_key="k2", unique_key="u2")
+        jobs.enqueue_many(c, [JobSpec("noop", {"n": 3}, concurrency_key="k3")])  # defaults
+        copied = [
+            JobSpec("noop", {"n": 4}, concurrency_key="k4", priority=2),
+            JobSpec("noop", {"n": 5}, organization_id=org),
+        ]
+        jobs.enqueue_many(c, copied)  # binary COPY
+        jobs.enqueue_many(
+            c, [JobSpec("noop", {"n": 6}, concurrency_key="k6", idempotency_key="i6")]
+        )
+        repeated = [  # a key repeated in the batch: INSERT ... ON CONFLICT
+            JobSpec("noop", {"n": 7}, concurrency_key="k7", idempotency_key="i7"),
+            JobSpec("noop", {"n": 7}, concurrency_key="x", idempotency_key="i7"),
+        ]
+        jobs.enqueue_many(c, repeated)
+        unique = [
+            JobSpec("noop", {"n": 8}, concurrency_key="k8", unique_key="u8"),
+            JobSpec("noop", {"n": 9}, concurrency_key="k9"),
+        ]
+        jobs.enqueue_many(c, unique)
+        base: dict[str, list[Any]] = {
+            "organization_ids": [None], "queues": ["default"], "job_types": ["noop"],
+            "idempotency_keys": [None], "priorities": [0], "run_ats": [None], "max_attempts": [5],
+        }  # fmt: skip
+        jobs.enqueue_columns(c, {**base, "payloads": ['{"n": 10}'], "concurrency_keys": ["k10"]})
+        jobs.enqueue_columns(c, {**base, "payloads": ['{"n": 11}']})
+        typed_noop.with_options(concurrency_key="k12").enqueue(c, n=12)
+        jobs.enqueue_many(c, [typed_noop.with_options(concurrency_key="k13").spec(n=13)])
+        updates = c.execute(
+            "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'jobs'"
+        ).fetchone()
+        rows = c.execute(
+            "SELECT (payload->>'n')::int, concurrency_key FROM jobs ORDER BY 1, 2"
+        ).fetchall()
+    assert updates == (0,)
+    assert rows == [(1, "k1"), (2, "k2"), (3, "k3"), (4, "k4"), (5, None), (6, "k6"),
+                    (7, "k7"), (8, "k8"), (9, "k9"), (10, "k10"), (11, None), (12, "k12"),
+                    (13, "k13")]  # fmt: skip
+
+
+def test_a_relayed_event_keeps_the_key_of_its_jobs(db_url: str) -> None:
+    """An outbox projection's JobSpec carries concurrency_key through the relay, on its
+    one-INSERT path (a few jobs) and its enqueue_many path (more)."""
+    from jobs import outbox
+    from jobs.outbox import Event, Projection
+    from jobs.relay import Relay
+    from timezones.clock import FrozenClock
+
+    def build(event: Event) -> list[JobSpec]:
+        n = event.payload["n"]
+        return [JobSpec("noop", {"n": n, "i": i}, concurrency_key=f"user-{n}") for i in range(n)]
+
+    with psycopg.connect(db_url) as c:
+        for n in (1, 6):  # 1 job: the single-INSERT path; 6: enqueue_many
+            outbox.record(c, aggregate_type="user", aggregate_id=str(n), event_type="signed_up",
+                          payload={"n": n}, occurred_at=T0)  # fmt: skip
+    projections = [Projection("keyed", frozenset({"signed_up"}), build)]
+    stats = Relay(db_url, projections, clock=FrozenClock(T0), listen=False).run_until_idle()
+    assert stats.jobs_created == 7
+    with psycopg.connect(db_url) as c:
+        rows = c.execute(
+            "SELECT concurrency_key, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert rows == [("user-1", 1), ("user-6", 6)]
+
+
+@pytest.mark.parametrize("value", ["", "x" * 513, 5])
+def test_a_bad_key_is_refused_wherever_a_job_is_described(
+    conn: psycopg.Connection[Any], value: Any
+) -> None:
+    @jobs.job("typed_noop")
+    def typed_noop() -> None: ...
+
+    with pytest.raises(jobs.InvalidInput) as one:
+        jobs.enqueue(conn, "noop", concurrency_key=value)
+    assert one.value.field == "concurrency_key"
+    with pytest.raises(jobs.InvalidInput) as many:
+        jobs.enqueue_many(conn, [JobSpec("noop"), JobSpec("noop", concurrency_key=value)])
+    assert many.value.field == "specs[1].concurrency_key"
+    with pytest.raises(jobs.InvalidInput) as typed:
+        typed_noop.with_options(concurrency_key=value)
+    assert typed.value.field == "concurrency_key"
+    with pytest.raises(jobs.InvalidInput) as declared:
+        jobs.job("other", concurrency_key=value)
+    assert declared.value.field == "concurrency_key"
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
 def hold_claim_open(
     store: PgJobStore, n: int, entered: threading.Event, release: threading.Event
 ) -> list[Job]:
@@ -240,7 +344,34 @@ def test_an_organization_that_is_not_a_uuid_is_refused(
     with pytest.raises(jobs.InvalidInput) as many:
         jobs.enqueue_many(conn, [JobSpec("noop", organization_id=value)])
     assert many.value.field == "specs[0].organization_id"
+
+    @jobs.job("typed_noop")
+    def typed_noop() -> None: ...
+
+    with pytest.raises(jobs.InvalidInput) as typed:
+        typed_noop.with_options(organization_id=value)
+    assert typed.value.field == "organization_id"
     assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("value", ["not-a-uuid", 5])
+def test_an_async_enqueue_refuses_an_organization_that_is_not_a_uuid(
+    db_url: str, value: Any
+) -> None:
+    async def enqueue() -> tuple[str, str, int]:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            with pytest.raises(jobs.InvalidInput) as one:
+                await jobs.enqueue_async(aconn, "noop", organization_id=value)
+            with pytest.raises(jobs.InvalidInput) as many:
+                await jobs.enqueue_many_async(
+                    aconn, [JobSpec("noop"), JobSpec("noop", organization_id=value)]
+                )
+            await aconn.commit()
+            row = await (await aconn.execute("SELECT count(*) FROM jobs")).fetchone()
+            assert row is not None
+            return one.value.field, many.value.field, row[0]
+
+    assert asyncio.run(enqueue()) == ("organization_id", "specs[1].organization_id", 0)
 
 
 def test_the_policy_is_read_back(conn: psycopg.Connection[Any]) -> None:

@@ -2,11 +2,13 @@
 
 Time is pinned: every claim passes ``now``, so the refill is exact arithmetic. A window's bucket
 holds 5% of its limit (at least one token): per_second=100 holds 5 tokens and refills 1 every
-10 ms.
+10 ms. A claim also starts no more than the limit minus what the claims of the last second
+took (the one-second window).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,9 +20,11 @@ import pytest
 import jobs
 from jobs import JobSpec, RateLimit, RateLimited
 from jobs.limits import clear_limit, list_limits, set_limit, sync_limits
+from jobs.listener import POLICIES_CHANGED
 from jobs.model import Job
 from jobs.retry import SUCCEEDED, RetryPolicy, decide
 from jobs.store import Finished, PgJobStore
+from tests.processes import wait_for
 from timezones.clock import FrozenClock
 
 T0 = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
@@ -84,6 +88,27 @@ def test_the_bucket_refills_by_elapsed_time_and_caps_at_its_burst(
     assert counts(conn) == {("leased", 1): 14, ("pending", 0): 186}
 
 
+def test_no_one_second_window_of_claims_exceeds_the_limit(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    """A claim every 10 ms against 100/s (bucket of 5, 1 token per 10 ms), with a stall: the
+    bucket alone would start 104 in the first second (its 5, then one a claim); the window of
+    the last second's claims stops it at 100, and after the stall the catch-up (the bucket's 5)
+    stays within the second that held the stall. Every sliding second, at every claim instant,
+    holds at most 100."""
+    enqueue(conn, 400)
+    limit(conn, queue="q", per_second=100)
+    s = stores()
+    got: list[tuple[int, int]] = []  # (ms after T0, jobs claimed)
+    for ms in [*range(0, 1500, 10), *range(2000, 3000, 10)]:  # no claim from 1.5 s to 2 s
+        got.append((ms, len(s.claim({"q": 50}, "w", LEASE, T0 + ms * MS))))
+    assert sum(n for ms, n in got if ms < 1000) == 100
+    assert dict(got)[2000] == 5  # the catch-up
+    windows = [sum(n for ms, n in got if start <= ms < start + 1000) for start, _ in got]
+    assert max(windows) == 100
+    assert sum(n for _, n in got) >= 2 * 100 + 45  # ~the limit over the seconds with claims
+
+
 def test_the_per_minute_window_applies_too(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
@@ -111,7 +136,7 @@ def test_a_job_type_limit_counts_across_queues_and_lets_other_types_pass(
     enqueue(conn, 10, "push", "a")
     enqueue(conn, 10, "push", "b")
     enqueue(conn, 10, "email", "a")
-    limit(conn, job_type="push", per_second=100)  # 5 tokens
+    limit(conn, job_type="push", per_second=100)  # 5 tokens, 1 per 10 ms
     s = stores()
     got = s.claim({"a": 50, "b": 50}, "w", LEASE, T0, job_types=["push", "email"])
     assert sum(j.job_type == "push" for j in got) == 5
@@ -177,7 +202,7 @@ def test_rate_limited_pauses_the_limit_when_it_opts_in(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore], opt_in: bool
 ) -> None:
     enqueue(conn, 20)
-    limit(conn, queue="q", per_second=100, pause_on_rate_limited=opt_in)
+    limit(conn, queue="q", per_second=100, pause_on_rate_limited=opt_in)  # 5 tokens
     s = stores()
     first, *rest = s.claim({"q": 5}, "w", LEASE, T0)
     written, again = s.complete_and_claim(
@@ -201,7 +226,7 @@ def test_rate_limited_pauses_a_job_type_limit_through_complete(
 ) -> None:
     enqueue(conn, 5, "push", "a")
     enqueue(conn, 5, "push", "b")
-    limit(conn, job_type="push", per_second=100)
+    limit(conn, job_type="push", per_second=100)  # 5 tokens
     s = stores()
     (job,) = s.claim({"a": 1}, "w", LEASE, T0)
     s.complete([_rate_limited(job, 10)], "w", T0)
@@ -213,15 +238,55 @@ def test_next_due_wakes_a_worker_when_the_bucket_has_refilled(
     conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
 ) -> None:
     enqueue(conn, 100)
-    limit(conn, queue="q", per_second=1000)  # 50 tokens; a wake-up waits for 25
+    limit(conn, queue="q", per_second=1000)  # 50 tokens, 1 per ms; a wake-up waits for 25
     s = stores()
-    assert s.next_due(["q"], T0) is None  # tokens left: nothing is held back
+    assert s.next_due(["q"], T0) == 0.0  # tokens and ready jobs: claim now
     assert len(s.claim({"q": 100}, "w", LEASE, T0)) == 50
     assert s.next_due(["q"], T0) == pytest.approx(0.025)
     assert s.next_due(["q"], T0 + 10 * MS) == pytest.approx(0.015)
+    # Half a bucket back, not yet claimed (another worker's claim came first, say): claim now,
+    # not at the next poll (the bucket would fill and overflow meanwhile).
+    assert s.next_due(["q"], T0 + 30 * MS) == 0.0
+    # No claim spent from the bucket for a second (its ready jobs may be unclaimable for a
+    # reason no limit shows): the poll interval, not "claim now" every few milliseconds.
+    assert s.next_due(["q"], T0 + 1100 * MS) is None
     with conn.transaction():
         clear_limit(conn, queue="q")
     assert s.next_due(["q"], T0) is None
+    with conn.transaction():
+        conn.execute("UPDATE jobs SET status = 'succeeded' WHERE status = 'pending'")
+    limit(conn, queue="q", per_second=1000)
+    assert s.next_due(["q"], T0) is None  # no ready job: no limit applies
+
+
+def test_next_due_waits_for_the_limit_that_holds_the_ready_jobs_back(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    """A queue limit with tokens whose ready jobs are all of a paused job type (a provider's
+    429): the wake-up is the pause's end, not "claim now" (a spin of idle claims); likewise a
+    job type limit with tokens whose jobs are all in a queue that waits."""
+    enqueue(conn, 10, "push", "q")
+    limit(conn, queue="q", per_second=5000)  # 50 tokens
+    limit(conn, job_type="push", per_second=500)
+    with conn.transaction():
+        conn.execute(
+            "UPDATE job_rate_limits SET paused_until = %s WHERE scope = 'job_type'",
+            (T0 + timedelta(seconds=30),),
+        )
+    s = stores()
+    assert s.next_due(["q"], T0) == pytest.approx(30.0)
+    with conn.transaction():
+        conn.execute("UPDATE job_rate_limits SET paused_until = NULL")
+        conn.execute(
+            "UPDATE job_rate_limits SET paused_until = %s WHERE scope = 'queue'",
+            (T0 + timedelta(seconds=20),),
+        )
+    assert s.next_due(["q"], T0) == pytest.approx(20.0)
+    enqueue(conn, 1, "email", "q")  # not held back by the job type's limit, only by q's
+    assert s.next_due(["q"], T0) == pytest.approx(20.0)
+    with conn.transaction():
+        conn.execute("UPDATE job_rate_limits SET paused_until = NULL")
+    assert s.next_due(["q"], T0) == 0.0
 
 
 def _worker(db_url: str, handlers: dict[str, Any], **kw: Any) -> jobs.Worker:
@@ -284,6 +349,88 @@ def test_a_running_worker_sees_a_cleared_limit_at_its_next_claim(
     finally:
         worker.stop()
         thread.join(30)
+
+
+def test_a_first_limit_reaches_a_running_worker_by_its_notification(
+    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While no limit exists the worker claims without buckets (job_claim_unlimited). Its
+    store's fallback re-read is pushed out of reach here, so only the notification set_limit
+    sends at commit can make the worker use the limit: with time frozen, the bucket's one
+    token lets exactly one of the three jobs enqueued with it start."""
+    monkeypatch.setattr(jobs.store, "POLICY_REFRESH", 3600.0)
+    ran: queue.SimpleQueue[int] = queue.SimpleQueue()
+    worker = jobs.Worker(
+        db_url,
+        {"push": lambda job: ran.put(job.payload["i"])},
+        {"q": 4},
+        clock=FrozenClock(T0),
+        # Nothing but a notification wakes it within the test (no poll, reap or heartbeat).
+        poll_interval=timedelta(minutes=10),
+        reap_interval=timedelta(minutes=10),
+        lease=timedelta(minutes=30),
+    )
+    worker.start()
+    try:
+        assert worker.wait_started(10) and worker.wait_listening(10)
+        with conn.transaction():
+            jobs.enqueue(conn, "push", {"i": 0}, queue="q", now=T0)
+        assert ran.get(timeout=10) == 0  # claimed: the worker has read that no limit exists
+        with psycopg.connect(db_url, autocommit=True) as watch:
+            wait_for(watch, "SELECT count(*) = 1 FROM jobs WHERE status = 'succeeded'")
+            with conn.transaction():
+                set_limit(conn, RateLimit(queue="q", per_second=1), now=T0)  # 1 token at T0
+                jobs.enqueue_many(
+                    conn, [JobSpec("push", {"i": i}, queue="q") for i in (1, 2, 3)], now=T0
+                )
+            assert ran.get(timeout=10) in (1, 2, 3)
+            wait_for(watch, "SELECT count(*) = 2 FROM jobs WHERE status = 'succeeded'")
+            rows = watch.execute(
+                "SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1"
+            ).fetchall()
+        assert rows == [("pending", 0, 2), ("succeeded", 1, 2)]
+    finally:
+        worker.stop()
+        worker.wait(30)
+
+
+def test_setting_or_clearing_a_limit_or_a_policy_notifies_the_workers(db_url: str) -> None:
+    """Each change sends '~policies' at commit (none before, none for a clear that removed
+    nothing); a store told of a change re-reads before its next claim, however recent its
+    last read."""
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN tockwork_jobs")
+
+        def heard() -> list[str]:
+            return sorted({n.payload for n in listener.notifies(timeout=0.3)})
+
+        with psycopg.connect(db_url) as c:
+            set_limit(c, RateLimit(job_type="push", per_second=5))
+            assert heard() == []  # not before the commit
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            assert clear_limit(c, job_type="push")
+            assert not clear_limit(c, queue="q")
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            jobs.set_queue_policy(c, "q", fair=True)
+            c.commit()
+            assert heard() == [POLICIES_CHANGED]
+            assert not jobs.clear_queue_policy(c, "other")
+            c.commit()
+            assert heard() == []
+            with c.transaction():
+                sync_limits(c, [RateLimit(queue="q", per_second=5)])
+            assert heard() == ["q", POLICIES_CHANGED]  # the queue limit also wakes q
+    with psycopg.connect(db_url, autocommit=True) as a, psycopg.connect(db_url) as c:
+        store = PgJobStore(a, policy_refresh=3600.0)
+        store.claim({"q": 1}, "w", LEASE, T0)  # reads the policies and limits now
+        assert jobs.clear_queue_policy(c, "q")
+        c.commit()
+        assert store._policies == {"q"}  # cached
+        store.policies_changed()
+        store.claim({"q": 1}, "w", LEASE, T0)
+        assert store._policies == set()
 
 
 def test_sync_limits_sets_changes_and_clears_only_its_own(conn: psycopg.Connection[Any]) -> None:
