@@ -177,10 +177,7 @@ def enqueue(
     )
     with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            result = _drive(cur, _unique_steps(params))
-            if ckey is not None and (result.created or result.replaced):
-                cur.execute(query("job_set_concurrency_keys"), _key_params([result.id], [ckey]))
-            return result
+            return _drive(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
@@ -226,12 +223,7 @@ async def enqueue_async(
     )
     async with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            result = await _drive_async(cur, _unique_steps(params))
-            if ckey is not None and (result.created or result.replaced):
-                await cur.execute(
-                    query("job_set_concurrency_keys"), _key_params([result.id], [ckey])
-                )
-            return result
+            return await _drive_async(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()

@@ -92,9 +92,9 @@ FROM ins;
 
 -- name: job_replace_by_unique_key
 -- on_active='replace': the waiting (pending or retrying) job holding the unique key takes the
--- new payload, run_at, priority and max_attempts; its id, queue, attempts and history stay. A
--- leased job is running and is not touched (nor locked: the status test comes before the row
--- lock, so a worker's completion never waits on the enqueuer's transaction).
+-- new payload, run_at, priority and max_attempts; its id, queue, concurrency key, attempts and
+-- history stay. A leased job is running and is not touched (nor locked: the status test comes
+-- before the row lock, so a worker's completion never waits on the enqueuer's transaction).
 UPDATE jobs
 SET payload = %(payload)s::jsonb,
     run_at = coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()),

@@ -288,4 +288,7 @@ def test_enqueue_async_keeps_the_concurrency_key_of_a_unique_job(
     )
     assert (made.created, replaced.replaced, replaced.id) == (True, True, made.id)
     record = jobs.get_job(conn, made.id)
-    assert (record.unique_key, record.concurrency_key) == ("stats:user-9", "user-9b")
+    # A replace takes the payload, run_at, priority and max_attempts; the queue and the
+    # concurrency key stay the holder's (docs/jobs.md, "Unique while active").
+    assert (record.unique_key, record.concurrency_key) == ("stats:user-9", "user-9")
+    assert record.payload == {"v": 2}
