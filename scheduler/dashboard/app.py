@@ -326,20 +326,18 @@ async def _action_form_any(request: Request) -> FormData:
 # -- pages --------------------------------------------------------------------------------------
 
 
-def _chart(minutes: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-    """Bars per minute of the last hour (server-rendered SVG)."""
-    start = now.replace(second=0, microsecond=0) - timedelta(minutes=59)
-    by_minute = {m["minute"].astimezone(UTC).replace(tzinfo=None): m for m in minutes}
+def _chart(minutes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bars per minute of the last hour (server-rendered SVG), from :func:`views.attempt_minutes`
+    (60 minutes, oldest first); a minute not counted in time is a gap marked as such."""
     bars, peak = [], 1
-    for i in range(60):
-        at = (start + timedelta(minutes=i)).astimezone(UTC).replace(tzinfo=None)
-        m = by_minute.get(at, {"succeeded": 0, "failed": 0})
+    for i, m in enumerate(minutes):
         bars.append(
             {
                 "x": i * 10,
                 "ok": m["succeeded"],
                 "failed": m["failed"],
-                "label": at.strftime("%H:%M"),
+                "label": m["minute"].astimezone(UTC).strftime("%H:%M"),
+                "counted": m["source"] != "not counted",
             }
         )
         peak = max(peak, m["succeeded"] + m["failed"])
@@ -355,7 +353,7 @@ async def overview_page(request: Request) -> Response:
     Params(request.query_params, [])
     state = _state(request)
     data = await _db(request, views.overview, state.sql_now())
-    chart = _chart(data["minutes"], state.sql_now() or datetime.now(UTC))
+    chart = _chart(data["minutes"])
     return _page(request, "overview.html", {"data": data, "chart": chart})
 
 

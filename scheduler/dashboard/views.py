@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -33,6 +34,12 @@ PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
+CHART_LIVE_BUDGET = 0.1  # seconds the chart may spend counting minutes the rollup lacks
+CHART_LIVE_CHUNK = 5  # minutes counted from the attempts per statement
+# The minutes the rollup cannot have yet: the open one and those within its settle time (1 min)
+# and its run interval (every minute), with a minute to spare. Older ones missing means the
+# maintenance is not running.
+CHART_OPEN_MINUTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +114,82 @@ def queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str
     return result
 
 
+def attempt_minutes(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
+    """The last hour's completions and failures per minute, for the chart.
+
+    Closed minutes come from the rollup (``job_attempt_minutes``, 60 primary-key probes); the
+    minutes it lacks (always the open ones; all of them when the maintenance is not running)
+    are counted from the attempts, newest first, ``CHART_LIVE_CHUNK`` minutes per statement,
+    for at most ``CHART_LIVE_BUDGET`` seconds: the minutes left when the budget runs out are
+    ``"source": "not counted"`` (zeros), so the page stays bounded however many attempts an
+    hour holds. Returns ``minutes`` (60, oldest first, each with its ``source``: ``rollup``,
+    ``live`` or ``not counted``), ``lacking`` (closed minutes older than the rollup's usual
+    lag that it has no row for) and ``not_counted``."""
+    rows = conn.execute(query("dashboard_attempt_minutes"), {"now": now}).fetchall()
+    minutes = [
+        {"minute": m, "succeeded": ok, "failed": bad, "source": "rollup" if rolled else "live"}
+        for m, rolled, ok, bad in rows
+    ]
+    by_minute = {m["minute"]: m for m in minutes}
+    missing = [m["minute"] for m in reversed(minutes) if m["source"] == "live"]
+    chunks: list[list[datetime]] = []
+    for minute in missing:  # newest first, consecutive minutes together
+        last = chunks[-1] if chunks else None
+        if last and last[-1] - minute == timedelta(minutes=1) and len(last) < CHART_LIVE_CHUNK:
+            last.append(minute)
+        else:
+            chunks.append([minute])
+    deadline = time.monotonic() + CHART_LIVE_BUDGET
+    for i, chunk in enumerate(chunks):
+        live = _live_minutes(conn, chunk, deadline - time.monotonic(), now)
+        if live is None:
+            for rest in chunks[i:]:
+                for minute in rest:
+                    by_minute[minute]["source"] = "not counted"
+            break
+        for minute, ok, bad in live:
+            if minute in by_minute:
+                by_minute[minute].update(succeeded=ok, failed=bad)
+    lacking = 0
+    if minutes:
+        open_from = minutes[-1]["minute"] - timedelta(minutes=CHART_OPEN_MINUTES - 1)
+        lacking = sum(1 for m in missing if m < open_from)
+    return {
+        "minutes": minutes,
+        "lacking": lacking,
+        "not_counted": sum(1 for m in minutes if m["source"] == "not counted"),
+    }
+
+
+def _live_minutes(
+    conn: psycopg.Connection[Any], chunk: list[datetime], seconds: float, now: datetime | None
+) -> list[tuple[datetime, int, int]] | None:
+    """Count these consecutive minutes (newest first) from the attempts within ``seconds``;
+    None when there is no time left or the statement ran out of it."""
+    if seconds < 0.001:
+        return None
+    try:
+        with conn.transaction():
+            conn.execute(query("dashboard_local_timeout"), {"timeout": f"{seconds * 1000:.0f}ms"})
+            rows = conn.execute(
+                query("dashboard_attempt_minutes_live"),
+                {"start": chunk[-1], "stop": chunk[0] + timedelta(minutes=1), "now": now},
+            ).fetchall()
+    except psycopg.errors.QueryCanceled:
+        return None
+    return [(m, ok, bad) for m, ok, bad in rows]
+
+
 def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
-    minutes = conn.execute(query("dashboard_attempt_minutes"), {"now": now}).fetchall()
+    chart = attempt_minutes(conn, now)
     workers = conn.execute(query("dashboard_workers"), {"now": now}).fetchall()
     maintenance = conn.execute(query("dashboard_maintenance_runs")).fetchall()
     box = outbox.stats(conn, now=now)
     return {
         "queues": queues(conn, now),
-        "minutes": [{"minute": m, "succeeded": s, "failed": f} for m, s, f in minutes],
+        "minutes": chart["minutes"],
+        "chart_lacking": chart["lacking"],
+        "chart_not_counted": chart["not_counted"],
         "scheduler_lag_s": scheduler_lag(conn, now),
         "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
         "workers": [

@@ -175,14 +175,36 @@ FROM queues AS q
 ORDER BY q.queue;
 
 -- name: dashboard_attempt_minutes
--- Attempts finished in the last hour, per minute: completions and failures (the BRIN index on
--- finished_at keeps this to the last hour's blocks).
-SELECT date_trunc('minute', finished_at) AS minute,
+-- The chart's 60 minutes (UTC, the current one last) and what the rollup of attempts holds for
+-- each (job_attempt_minutes, written by the built-in maintenance: jobs migration 0012):
+-- completions and failures, or rolled = false where it has no row for a minute that is over
+-- (the open minutes always; every minute when the maintenance is not running). 60 probes of
+-- its primary key.
+SELECT m.minute, r.minute IS NOT NULL AS rolled,
+       coalesce((r.outcomes ->> 'succeeded')::bigint, 0) AS succeeded,
+       coalesce((SELECT sum(o.value::bigint) FROM jsonb_each_text(r.outcomes) AS o
+                 WHERE o.key IN ('retry', 'rate_limited', 'dead', 'lease_expired',
+                                 'interrupted', 'fenced')), 0)::bigint AS failed
+FROM generate_series(
+    date_trunc('minute', coalesce(%(now)s::timestamptz, now()), 'UTC') - interval '59 minutes',
+    date_trunc('minute', coalesce(%(now)s::timestamptz, now()), 'UTC'),
+    interval '1 minute') AS m(minute)
+LEFT JOIN job_attempt_minutes AS r
+  ON r.minute = m.minute
+ AND r.minute + interval '1 minute' <= coalesce(%(now)s::timestamptz, now())
+ORDER BY m.minute;
+
+-- name: dashboard_attempt_minutes_live
+-- Minutes the rollup lacks, counted from the attempts themselves: those finished in
+-- [%(start)s, %(stop)s) and by now, per minute (the BRIN index on finished_at reads only
+-- these minutes' blocks). The caller bounds it (a few minutes per statement, under a timeout).
+SELECT date_trunc('minute', finished_at, 'UTC') AS minute,
        count(*) FILTER (WHERE outcome = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE outcome IN ('retry', 'rate_limited', 'dead', 'lease_expired',
                                           'interrupted', 'fenced')) AS failed
 FROM job_attempts
-WHERE finished_at > coalesce(%(now)s::timestamptz, now()) - interval '1 hour'
+WHERE finished_at >= %(start)s::timestamptz
+  AND finished_at < %(stop)s::timestamptz
   AND finished_at <= coalesce(%(now)s::timestamptz, now())
 GROUP BY 1
 ORDER BY 1;
