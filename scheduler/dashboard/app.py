@@ -381,8 +381,9 @@ async def jobs_page(request: Request) -> Response:
     flt, before = _job_filter(p), p.integer("before")
 
     def load(conn: Any) -> tuple[Any, Any, Any, views.Count]:
-        page, nxt, scanned = views.job_page_scan(conn, flt, before)
-        return page, nxt, scanned, views.job_count(conn, flt)
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, plan=plan)
+        return page, nxt, scanned, views.job_count(conn, flt, plan)
 
     page, nxt, scanned, count = await _db(request, load)
     return _page(
@@ -679,12 +680,13 @@ async def api_jobs(request: Request) -> Response:
     limit = p.integer("limit", high=500) or views.PAGE_SIZE
 
     def load(conn: Any) -> dict[str, Any]:
-        page, nxt, scanned = views.job_page_scan(conn, flt, before, limit)
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, limit, plan)
         return {
             "jobs": page,
             "next_before": nxt,
             "scanned_down_to": scanned,
-            **views.job_count(conn, flt).as_json(),
+            **views.job_count(conn, flt, plan).as_json(),
         }
 
     return _json(await _db(request, load))

@@ -30,6 +30,8 @@ from timezones.errors import InvalidInput
 
 COUNT_CAP = 10_000
 COUNT_TIMEOUT = "150ms"  # a count that cannot finish in time is shown as "not counted"
+COUNT_TIMEOUT_SCAN = "50ms"  # the same for a filter no index serves (a scan of the table)
+STATUS_SORT_CAP = 10_000  # rows of a status filter's partial indexes a page may read and sort
 PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
@@ -237,6 +239,31 @@ def _id_ordered_index(flt: JobFilter) -> bool:
     return flt.error_code is not None or flt.statuses == ["dead"]
 
 
+def job_plan(conn: psycopg.Connection[Any], flt: JobFilter) -> str:
+    """How a filter's pages are read: ``"index"`` (an index holds its rows in id order, or an
+    idempotency key: one page of it), ``"status"`` (statuses whose partial indexes hold at most
+    STATUS_SORT_CAP rows for the queue: read them all and sort by id) or ``"window"`` (the
+    primary key backwards, SCAN_WINDOW ids a page). A backlog of ready jobs is too many to sort
+    on every page: a status filter over one takes the window, whose scan is bounded."""
+    if _id_ordered_index(flt) or flt.idempotency_key is not None:
+        return "index"
+    if flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
+        wanted = set(flt.statuses)
+        row = conn.execute(
+            query("dashboard_job_status_rows"),
+            {
+                "ready": bool(wanted & {"pending", "retrying"}),
+                "leased": "leased" in wanted,
+                "dead": "dead" in wanted,
+                "queue": flt.queue,
+                "cap": STATUS_SORT_CAP + 1,
+            },
+        ).fetchone()
+        if row is not None and row[0] <= STATUS_SORT_CAP:
+            return "status"
+    return "window"
+
+
 def job_page(
     conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
 ) -> tuple[list[dict[str, Any]], int | None]:
@@ -250,14 +277,19 @@ def job_page(
 
 
 def job_page_scan(
-    conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
+    conn: psycopg.Connection[Any],
+    flt: JobFilter,
+    before: int | None,
+    limit: int = PAGE_SIZE,
+    plan: str | None = None,
 ) -> tuple[list[dict[str, Any]], int | None, int | None]:
     """:func:`job_page`, and the lowest id its bounded scan looked at (None: not bounded, or
-    the scan reached the first job)."""
+    the scan reached the first job). ``plan``: :func:`job_plan`'s answer, if already asked."""
     params = flt.params() | {"before": before, "limit": limit + 1}
-    if _id_ordered_index(flt) or flt.idempotency_key is not None:
+    plan = plan or job_plan(conn, flt)
+    if plan == "index":
         name, floor = "dashboard_job_page", None
-    elif flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
+    elif plan == "status":
         name, floor = "dashboard_job_page_indexed", None
     else:
         bounds = conn.execute(query("dashboard_job_id_bounds")).fetchone()
@@ -275,11 +307,15 @@ def job_page_scan(
     return page, floor, floor
 
 
-def job_count(conn: psycopg.Connection[Any], flt: JobFilter) -> Count:
-    """Matching jobs, up to 10,001, or not counted if that takes longer than COUNT_TIMEOUT."""
+def job_count(conn: psycopg.Connection[Any], flt: JobFilter, plan: str | None = None) -> Count:
+    """Matching jobs, up to 10,001, or not counted if that takes longer than COUNT_TIMEOUT
+    (COUNT_TIMEOUT_SCAN for a filter no index serves: its count reads the table until it finds
+    10,001 or runs out of time, so it gets less of the page's time)."""
+    plan = plan or job_plan(conn, flt)
+    timeout = COUNT_TIMEOUT_SCAN if plan == "window" else COUNT_TIMEOUT
     try:
         with conn.transaction():
-            conn.execute(query("dashboard_local_timeout"), {"timeout": COUNT_TIMEOUT})
+            conn.execute(query("dashboard_local_timeout"), {"timeout": timeout})
             row = conn.execute(query("dashboard_job_count"), flt.params()).fetchone()
     except psycopg.errors.QueryCanceled:
         return Count(None)

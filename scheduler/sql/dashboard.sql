@@ -12,7 +12,10 @@ SELECT set_config('plan_cache_mode', 'force_custom_plan', false),
        set_config('statement_timeout', %(timeout)s, false),
        -- The last hour's attempts and an index-first page are sorted in memory, not on disk
        -- (a few connections: the pool's size bounds what this costs).
-       set_config('work_mem', '32MB', false);
+       set_config('work_mem', '32MB', false),
+       -- No JIT compilation: a bounded statement over a big table can be estimated above
+       -- jit_above_cost, and compiling it takes longer than running it (as for the workers).
+       set_config('jit', 'off', false);
 
 -- name: dashboard_local_timeout
 -- A tighter bound for one statement in the current transaction (the bounded counts).
@@ -80,6 +83,20 @@ WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
   AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
 ORDER BY id + 0 DESC
 LIMIT %(limit)s;
+
+-- name: dashboard_job_status_rows
+-- How many rows the partial indexes of a status filter hold (for the queue, if given), up to
+-- %(cap)s per index, index-only: whether reading them all and sorting by id is cheap. An index
+-- not asked for (%(ready)s, %(leased)s, %(dead)s false) is not read.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE %(ready)s AND status IN ('pending', 'retrying')
+              AND (%(queue)s::text IS NULL OR queue = %(queue)s) LIMIT %(cap)s) AS r)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE %(leased)s AND status = 'leased'
+              AND (%(queue)s::text IS NULL OR queue = %(queue)s) LIMIT %(cap)s) AS l)
+     + (SELECT count(*) FROM (SELECT 1 FROM jobs
+            WHERE %(dead)s AND status = 'dead'
+              AND (%(queue)s::text IS NULL OR queue = %(queue)s) LIMIT %(cap)s) AS d);
 
 -- name: dashboard_job_count
 -- How many jobs match, counted up to 10,001 (shown as "10,000+").

@@ -145,3 +145,43 @@ def test_a_filter_no_index_serves_scans_a_bounded_window_per_page(
         page = client.get("/jobs", params={"organization_id": str(org)}).text
     assert walked == [([800], 701, 701), ([], 401, 401), ([], 101, 101), ([5], None, None)]
     assert "Looked through job ids down to 701" in page
+
+
+def test_a_status_filter_over_a_backlog_pages_through_bounded_windows(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status whose partial index holds more than STATUS_SORT_CAP rows (a backlog of ready
+    jobs) is not read whole and sorted for every page: its pages walk the primary key a window
+    at a time, and together they hold every match once, newest first. A small status set is
+    still read through its index in one page."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (id, job_type, status, completed_at)"
+            " SELECT g, CASE WHEN g % 20 = 0 THEN 'a' ELSE 'b' END,"
+            "        CASE WHEN g % 10 = 0 THEN 'pending' WHEN g % 97 = 0 THEN 'retrying'"
+            "             ELSE 'succeeded' END,"
+            "        CASE WHEN g % 10 <> 0 AND g % 97 <> 0 THEN now() END"
+            " FROM generate_series(1, 1000) AS g"
+        )
+        conn.commit()
+        monkeypatch.setattr(views, "STATUS_SORT_CAP", 50)
+        monkeypatch.setattr(views, "SCAN_WINDOW", 300)
+        assert views.job_plan(conn, views.JobFilter(statuses=["pending"])) == "window"
+        assert views.job_plan(conn, views.JobFilter(statuses=["retrying"])) == "window"  # ready
+        assert views.job_plan(conn, views.JobFilter(statuses=["leased"])) == "status"
+        assert views.job_plan(conn, views.JobFilter(statuses=["pending"], queue="x")) == "status"
+    app = create_app(db_url, token=TOKEN)
+    seen: list[int] = []
+    scanned: list[int | None] = []
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        params = {"status": "pending", "job_type": "a"}
+        for _ in range(20):
+            body = client.get("/api/jobs", params=params).json()
+            seen += [j["id"] for j in body["jobs"]]
+            scanned.append(body["scanned_down_to"])
+            if body["next_before"] is None:
+                break
+            params["before"] = str(body["next_before"])
+    assert seen == list(range(1000, 0, -20))
+    assert scanned[0] == 701 and scanned[-1] is None
