@@ -160,11 +160,13 @@ def fill(url: str, n_jobs: int, n_attempts: int, n_schedules: int) -> None:
 
 
 # The latest hour of attempts again before a --reuse run (the fill's dense hour has moved out of
-# the chart's window by then): as many as the fill put there, in finished_at order.
+# the chart's window by then): as many as the fill put there, in finished_at order, second
+# attempts as the fill's latest hour holds (so the lateness page, which reads first attempts,
+# sees what it saw after the fill).
 REFRESH_HOUR = """
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
                           outcome, error_code, duration_ms)
-SELECT 1 + g, 1, 'q' || (g %% 10), 'type_' || (g %% 20), 'worker-' || (g %% 8),
+SELECT 1 + g, 2, 'q' || (g %% 10), 'type_' || (g %% 20), 'worker-' || (g %% 8),
        f.at - interval '40 ms', f.at,
        CASE WHEN g %% 50 = 0 THEN 'retry' ELSE 'succeeded' END,
        CASE WHEN g %% 50 = 0 THEN 'E_1' END, 40
