@@ -217,6 +217,8 @@ def routes(url: str) -> list[str]:
         "/api/jobs",
         "/api/jobs?status=dead&queue=q3",
         "/api/jobs?status=pending&queue=q1&job_type=type_11",
+        "/api/jobs?status=pending",
+        "/jobs?status=pending&queue=q1",
         f"/api/jobs?before={dead_id}&limit=50",
         "/api/jobs?idempotency_key=key-70",
         "/api/jobs?organization_id=00000000-0000-0000-0000-000000000003&status=dead",

@@ -36,7 +36,7 @@ PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
-CHART_LIVE_BUDGET = 0.1  # seconds the chart may spend counting minutes the rollup lacks
+CHART_LIVE_BUDGET = 0.06  # seconds the chart may spend counting minutes the rollup lacks
 CHART_LIVE_CHUNK = 5  # minutes counted from the attempts per statement
 # The minutes the rollup cannot have yet: the open one and those within its settle time (1 min)
 # and its run interval (every minute), with a minute to spare. Older ones missing means the
