@@ -316,7 +316,12 @@ def job_count(conn: psycopg.Connection[Any], flt: JobFilter, plan: str | None = 
     try:
         with conn.transaction():
             conn.execute(query("dashboard_local_timeout"), {"timeout": timeout})
-            row = conn.execute(query("dashboard_job_count"), flt.params()).fetchone()
+            name = (
+                "dashboard_job_count"
+                if flt.error_code is None
+                else "dashboard_job_count_error_code"
+            )
+            row = conn.execute(query(name), flt.params()).fetchone()
     except psycopg.errors.QueryCanceled:
         return Count(None)
     assert row is not None

@@ -114,6 +114,27 @@ SELECT count(*) FROM (
     LIMIT 10001
 ) AS bounded;
 
+-- name: dashboard_job_count_error_code
+-- The same count when an error code is given: through the code's index (jobs_error_code_idx,
+-- whose rows all carry the code), each row's status checked in the heap. The status test is
+-- written so that no status's partial index can answer it (status || ''): left plain, the
+-- planner reads the dead letters' index in id order and checks the code of every dead job
+-- (it expects their heap order to follow the ids, and reads 26,000 pages for 50,000 rows: 540 ms
+-- at 10M jobs, against 50 ms through the code's index).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM jobs
+    WHERE last_error_code = %(error_code)s
+      AND (%(statuses)s::text[] IS NULL OR (status || '') = ANY(%(statuses)s::text[]))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+      AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+    LIMIT 10001
+) AS bounded;
+
 -- name: dashboard_dead_ids
 -- The dead jobs a filter selects, up to %(limit)s (the confirmation counts them; the action
 -- then touches exactly these ids).

@@ -101,6 +101,15 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
         ).fetchall()
         assert [j["id"] for j in page] == [r[0] for r in rows][:5] and nxt is not None
         assert views.job_count(conn, flt).value == len(rows) == 10
+        # A count with an error code reads the code's index, whatever the status asked for.
+        coded = base | {"error_code": "E_RARE", "statuses": ["dead"]}
+        plan = conn.execute("EXPLAIN " + query("dashboard_job_count_error_code"), coded)
+        assert "jobs_error_code_idx" in "\n".join(r[0] for r in plan.fetchall())
+        (dead_rare,) = conn.execute(
+            "SELECT count(*) FROM jobs WHERE status = 'dead' AND last_error_code = 'E_RARE'"
+        ).fetchone() or (None,)
+        got = views.job_count(conn, views.JobFilter(error_code="E_RARE", statuses=["dead"]))
+        assert got.value == dead_rare == 20
 
 
 def test_the_retrying_count_per_queue(db_url: str) -> None:
