@@ -103,8 +103,8 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
         assert views.job_count(conn, flt).value == len(rows) == 10
         # A count with an error code reads the code's index, whatever the status asked for.
         coded = base | {"error_code": "E_RARE", "statuses": ["dead"]}
-        plan = conn.execute("EXPLAIN " + query("dashboard_job_count_error_code"), coded)
-        assert "jobs_error_code_idx" in "\n".join(r[0] for r in plan.fetchall())
+        explained = conn.execute("EXPLAIN " + query("dashboard_job_count_error_code"), coded)
+        assert "jobs_error_code_idx" in "\n".join(r[0] for r in explained.fetchall())
         (dead_rare,) = conn.execute(
             "SELECT count(*) FROM jobs WHERE status = 'dead' AND last_error_code = 'E_RARE'"
         ).fetchone() or (None,)
