@@ -380,12 +380,12 @@ async def jobs_page(request: Request) -> Response:
     p = Params(request.query_params, [*JOB_FILTERS, "before"])
     flt, before = _job_filter(p), p.integer("before")
 
-    def load(conn: Any) -> tuple[Any, Any, Any, views.Count]:
+    def load(conn: Any) -> tuple[Any, Any, Any, views.Count, str]:
         plan = views.job_plan(conn, flt)
         page, nxt, scanned = views.job_page_scan(conn, flt, before, plan=plan)
-        return page, nxt, scanned, views.job_count(conn, flt, plan)
+        return page, nxt, scanned, views.job_count(conn, flt, plan), plan
 
-    page, nxt, scanned, count = await _db(request, load)
+    page, nxt, scanned, count, plan = await _db(request, load)
     return _page(
         request,
         "jobs.html",
@@ -393,12 +393,23 @@ async def jobs_page(request: Request) -> Response:
             "jobs": page,
             "count": count,
             "scanned_down_to": scanned,
-            "window": views.SCAN_WINDOW,
+            "scan_note": _scan_note(plan),
             "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
             "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
             "first_query": _filters_query(request, JOB_FILTERS) if before else None,
             "statuses": ["pending", "leased", "retrying", "succeeded", "dead", "cancelled"],
         },
+    )
+
+
+def _scan_note(plan: str) -> str:
+    """Why a page stopped looking (shown with how far it looked)."""
+    if plan == "window":
+        return f"no index serves this filter, so a page reads at most {views.SCAN_WINDOW:,} ids"
+    what = "dead jobs" if plan == "dead" else "jobs with this error code"
+    return (
+        f"the other filters are checked job by job, so a page reads at most "
+        f"{views.SCAN_ENTRIES:,} {what}"
     )
 
 
@@ -428,17 +439,21 @@ async def dead_page(request: Request) -> Response:
     done = p.integer("done", low=0)
     action = p.choice("action", ["requeue", "cancel"])
 
-    def load(conn: Any) -> tuple[Any, Any, views.Count, Any]:
-        page, nxt = views.job_page(conn, flt, before)
-        return page, nxt, views.job_count(conn, flt), views.recent_audit(conn)
+    def load(conn: Any) -> tuple[Any, Any, Any, views.Count, Any, str]:
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, plan=plan)
+        count = views.job_count(conn, flt, plan)
+        return page, nxt, scanned, count, views.recent_audit(conn), plan
 
-    page, nxt, count, audit = await _db(request, load)
+    page, nxt, scanned, count, audit, plan = await _db(request, load)
     return _page(
         request,
         "dead.html",
         {
             "jobs": page,
             "count": count,
+            "scanned_down_to": scanned,
+            "scan_note": _scan_note(plan),
             "audit": audit,
             "filters": {n: request.query_params.get(n, "") for n in DEAD_FILTERS},
             "next_query": _filters_query(request, DEAD_FILTERS, before=nxt) if nxt else None,

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -35,6 +35,7 @@ STATUS_SORT_CAP = 10_000  # rows of a status filter's partial indexes a page may
 PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
+SCAN_ENTRIES = 10_000  # index entries one page reads at most when other filters are checked
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
 CHART_LIVE_BUDGET = 0.06  # seconds the chart may spend counting minutes the rollup lacks
 CHART_LIVE_CHUNK = 5  # minutes counted from the attempts per statement
@@ -230,23 +231,34 @@ _JOB_COLUMNS = (
 )
 
 
-def _id_ordered_index(flt: JobFilter) -> bool:
-    """Whether an index holds this filter's rows in id order (migration 0011): an error code
-    (jobs_error_code_idx), the dead letters (jobs_dead_recent_idx, and
-    jobs_dead_organization_idx for one organization's). Then the
-    plain page reads that index backwards and stops after one page. (An idempotency key is one
-    probe of jobs_idempotency_uq.)"""
-    return flt.error_code is not None or flt.statuses == ["dead"]
+_FLOORS: dict[str, LiteralString] = {
+    "error_code": "dashboard_job_error_code_floor",
+    "dead": "dashboard_job_dead_floor",
+}
 
 
 def job_plan(conn: psycopg.Connection[Any], flt: JobFilter) -> str:
-    """How a filter's pages are read: ``"index"`` (an index holds its rows in id order, or an
-    idempotency key: one page of it), ``"status"`` (statuses whose partial indexes hold at most
-    STATUS_SORT_CAP rows for the queue: read them all and sort by id) or ``"window"`` (the
-    primary key backwards, SCAN_WINDOW ids a page). A backlog of ready jobs is too many to sort
-    on every page: a status filter over one takes the window, whose scan is bounded."""
-    if _id_ordered_index(flt) or flt.idempotency_key is not None:
+    """How a filter's pages are read (migration 0011's indexes; docs/dashboard.md):
+
+    * ``"index"``: an index holds exactly this filter's rows in id order: an error code alone
+      (jobs_error_code_idx), the dead letters alone or of one organization
+      (jobs_dead_recent_idx, jobs_dead_organization_idx), or an idempotency key (one probe of
+      jobs_idempotency_uq). The page reads it backwards and stops after one page.
+    * ``"error_code"`` / ``"dead"``: that index with other filters besides (a queue, a job type,
+      a time range...). Read backwards with the others checked in the heap, a filter that
+      matches rarely would read the whole index, so a page reads at most SCAN_ENTRIES entries of
+      it (below the cursor) and says how far it looked.
+    * ``"status"``: statuses whose partial indexes hold at most STATUS_SORT_CAP rows (for the
+      queue): read them all and sort by id. A backlog of ready jobs is too many to sort on every
+      page: a status filter over one takes the window.
+    * ``"window"``: the primary key backwards, at most SCAN_WINDOW ids a page."""
+    if flt.idempotency_key is not None:
         return "index"
+    given = {k for k, v in flt.params().items() if v is not None}
+    if flt.error_code is not None:
+        return "index" if given == {"error_code"} else "error_code"
+    if flt.statuses == ["dead"]:
+        return "index" if given <= {"statuses", "organization_id"} else "dead"
     if flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
         wanted = set(flt.statuses)
         row = conn.execute(
@@ -291,6 +303,18 @@ def job_page_scan(
         name, floor = "dashboard_job_page", None
     elif plan == "status":
         name, floor = "dashboard_job_page_indexed", None
+    elif plan in ("error_code", "dead"):
+        # The id of the SCAN_ENTRIES-th newest entry of the index below the cursor (an
+        # index-only read); fewer left: the page reads them all and is the last.
+        entries = conn.execute(
+            query(_FLOORS[plan]),
+            {"before": before, "error_code": flt.error_code, "entries": SCAN_ENTRIES},
+        ).fetchone()
+        lowest, seen = entries if entries is not None else (None, 0)
+        if lowest is None:
+            return [], None, None
+        floor = lowest if seen >= SCAN_ENTRIES else None
+        name, params["floor"] = "dashboard_job_page_window", lowest
     else:
         bounds = conn.execute(query("dashboard_job_id_bounds")).fetchone()
         lowest, highest = bounds if bounds is not None else (None, None)
