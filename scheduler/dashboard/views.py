@@ -231,6 +231,7 @@ _JOB_COLUMNS = (
 )
 
 
+_LOWEST_ID = -(2**63)
 _FLOORS: dict[str, LiteralString] = {
     "error_code": "dashboard_job_error_code_floor",
     "dead": "dashboard_job_dead_floor",
@@ -304,17 +305,17 @@ def job_page_scan(
     elif plan == "status":
         name, floor = "dashboard_job_page_indexed", None
     elif plan in ("error_code", "dead"):
-        # The id of the SCAN_ENTRIES-th newest entry of the index below the cursor (an
-        # index-only read); fewer left: the page reads them all and is the last.
-        entries = conn.execute(
-            query(_FLOORS[plan]),
-            {"before": before, "error_code": flt.error_code, "entries": SCAN_ENTRIES},
-        ).fetchone()
-        lowest, seen = entries if entries is not None else (None, 0)
-        if lowest is None:
-            return [], None, None
-        floor = lowest if seen >= SCAN_ENTRIES else None
-        name, params["floor"] = "dashboard_job_page_window", lowest
+        # The SCAN_ENTRIES-th newest entry of the index below the cursor, and whether any is
+        # left below it (an index-only read): the page reads the entries down to it.
+        ids = [
+            row[0]
+            for row in conn.execute(
+                query(_FLOORS[plan]),
+                {"before": before, "error_code": flt.error_code, "skip": SCAN_ENTRIES - 1},
+            ).fetchall()
+        ]
+        floor = ids[0] if len(ids) > 1 else None
+        name, params["floor"] = "dashboard_job_page_window", ids[0] if ids else _LOWEST_ID
     else:
         bounds = conn.execute(query("dashboard_job_id_bounds")).fetchone()
         lowest, highest = bounds if bounds is not None else (None, None)

@@ -60,24 +60,22 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: dashboard_job_dead_floor
--- How far a page of dead letters with other filters reads: the lowest id of the %(entries)s
--- newest dead jobs below the cursor, and how many there were (fewer: none are left below).
--- Index-only on jobs_dead_recent_idx; the page then reads that range of it.
-SELECT min(id), count(*) FROM (
-    SELECT id FROM jobs
-    WHERE status = 'dead' AND (%(before)s::bigint IS NULL OR id < %(before)s)
-    ORDER BY id DESC
-    LIMIT %(entries)s
-) AS newest;
+-- How far a page of dead letters with other filters reads: the %(skip)s+1-th newest dead job
+-- below the cursor, and the next one if any is left below it (none: fewer are left, the page
+-- reads them all). Index-only on jobs_dead_recent_idx; the page then reads that range of it.
+SELECT id FROM jobs
+WHERE status = 'dead' AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+OFFSET %(skip)s
+LIMIT 2;
 
 -- name: dashboard_job_error_code_floor
 -- The same for an error code with other filters, on jobs_error_code_idx (code, id).
-SELECT min(id), count(*) FROM (
-    SELECT id FROM jobs
-    WHERE last_error_code = %(error_code)s AND (%(before)s::bigint IS NULL OR id < %(before)s)
-    ORDER BY id DESC
-    LIMIT %(entries)s
-) AS newest;
+SELECT id FROM jobs
+WHERE last_error_code = %(error_code)s AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC
+OFFSET %(skip)s
+LIMIT 2;
 
 -- name: dashboard_job_id_bounds
 -- The lowest and highest job ids (two probes of the primary key): where a bounded scan starts
