@@ -623,7 +623,7 @@ async def lateness_page(request: Request) -> Response:
     data = await _db(request, views.lateness, window, queue, state.sql_now())
     labels = views.lateness_labels()
     charts = []
-    for q, kinds in sorted(data.items()):
+    for q, kinds in sorted(data["queues"].items()):
         for kind in ("start", "nominal"):
             counts = kinds[kind]
             total = sum(counts)
@@ -646,6 +646,10 @@ async def lateness_page(request: Request) -> Response:
         "lateness.html",
         {
             "charts": charts,
+            "counted": data["counted"],
+            "since": data["since"],
+            "sample": views.LATENESS_SAMPLE,
+            "scan": views.LATENESS_SCAN,
             "window": request.query_params.get("window") or "1h",
             "queue": queue or "",
         },

@@ -37,6 +37,8 @@ ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
 SCAN_ENTRIES = 10_000  # index entries one page reads at most when other filters are checked
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
+LATENESS_SCAN = 100_000  # newest attempts the lateness page reads at most
+LATENESS_SAMPLE = 10_000  # first attempts among them it counts at most
 CHART_LIVE_BUDGET = 0.06  # seconds the chart may spend counting minutes the rollup lacks
 CHART_LIVE_CHUNK = 5  # minutes counted from the attempts per statement
 # The minutes the rollup cannot have yet: the open one and those within its settle time (1 min)
@@ -564,15 +566,26 @@ def preview(
 
 def lateness(
     conn: psycopg.Connection[Any], window: timedelta, queue: str | None, now: datetime | None
-) -> dict[str, dict[str, list[int]]]:
-    """``{queue: {"start": counts, "nominal": counts}}``, one count per bucket of LATENESS_BOUNDS
-    (index 0: below 0 s, i: below bounds[i-1]... see the labels) over the window."""
+) -> dict[str, Any]:
+    """``{"queues": {queue: {"start": counts, "nominal": counts}}, "counted": n, "since":
+    instant}``: one count per bucket of LATENESS_BOUNDS (index 0: below 0 s, i: below
+    bounds[i-1]... see the labels) over the latest first attempts of the window, at most
+    LATENESS_SAMPLE of them among the newest LATENESS_SCAN attempts; ``counted`` first attempts
+    were counted, the earliest finished at ``since`` (None: none)."""
     rows = conn.execute(
         query("dashboard_lateness"),
-        {"now": now, "window": window, "queue": queue, "bounds": LATENESS_BOUNDS},
+        {
+            "now": now,
+            "window": window,
+            "queue": queue,
+            "bounds": LATENESS_BOUNDS,
+            "scan": LATENESS_SCAN,
+            "sample": LATENESS_SAMPLE,
+        },
     ).fetchall()
     result: dict[str, dict[str, list[int]]] = {}
-    for q, kind, bucket, n in rows:
+    counted, since = (rows[0][4], rows[0][5]) if rows else (0, None)
+    for q, kind, bucket, n, _, _ in rows:
         per = result.setdefault(
             q,
             {
@@ -581,7 +594,7 @@ def lateness(
             },
         )
         per[kind][bucket] += n
-    return result
+    return {"queues": result, "counted": counted, "since": since}
 
 
 def lateness_labels() -> list[str]:

@@ -287,23 +287,34 @@ ORDER BY locked_by
 LIMIT 200;
 
 -- name: dashboard_lateness
--- Lateness of the latest first attempts started in the window (at most 100,000 of them), per
--- queue, in buckets: "start" is started_at - run_at (the queue's own delay), "nominal" is
--- started_at - the schedule's nominal occurrence (jitter and queue delay together; only jobs a
--- schedule enqueued carry it). Bucket i counts values below bounds[i] (past the last: above).
-WITH recent AS (
-    SELECT job_id, queue, started_at
-    FROM job_attempts
+-- Lateness of the latest first attempts that finished in the window, per queue, in buckets:
+-- "start" is started_at - run_at (the queue's own delay), "nominal" is started_at - the
+-- schedule's nominal occurrence (jitter and queue delay together; only jobs a schedule enqueued
+-- carry it). Bucket i counts values below bounds[i] (past the last: above). Bounded twice,
+-- whatever the window: the attempts are read newest first through the primary key (an
+-- attempt's id is drawn in the transaction that sets its finished_at, so the ids follow the
+-- finishes to within a transaction's length), at most %(scan)s of them, and at most
+-- %(sample)s first attempts among them are counted, one probe of the jobs' primary key each.
+-- Reading the window through the BRIN index instead read all of it (4.6 million attempts for
+-- 7 days at 10M jobs) and sorted it. The last two columns: how many were counted, and the
+-- earliest finish among them.
+WITH recent AS MATERIALIZED (
+    SELECT job_id, queue, started_at, finished_at
+    FROM (SELECT job_id, queue, started_at, finished_at, attempt
+          FROM job_attempts
+          ORDER BY id DESC
+          LIMIT %(scan)s) AS newest
     WHERE finished_at > coalesce(%(now)s::timestamptz, now()) - %(window)s::interval
       AND finished_at <= coalesce(%(now)s::timestamptz, now())
       AND attempt = 1 AND started_at IS NOT NULL
       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-    ORDER BY finished_at DESC
-    LIMIT 100000
+    LIMIT %(sample)s
 )
 SELECT r.queue, m.kind,
        width_bucket(m.seconds, %(bounds)s::float8[]) AS bucket,
-       count(*) AS n
+       count(*) AS n,
+       (SELECT count(*) FROM recent) AS counted,
+       (SELECT min(finished_at) FROM recent) AS since
 FROM recent AS r
 JOIN jobs AS j ON j.id = r.job_id
 CROSS JOIN LATERAL (
