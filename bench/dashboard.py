@@ -235,12 +235,15 @@ def routes(url: str) -> list[str]:
         f"/jobs/{dead_id}",
         "/dead",
         "/dead?queue=q4&error_code=E_4",
+        "/dead?job_type=type_3",  # few dead letters of the type: a bounded run of the index
+        "/api/jobs?error_code=E_2&queue=q0",  # none: the code's index, bounded
         "/jobs?error_code=E_3&status=dead",
         "/schedules",
         "/schedules?key=tockwork.",
         f"/schedules/{schedule_id}",
         "/preview?rule=daily@02:30&zone=Europe/Berlin",
         "/lateness?window=1h",
+        "/lateness?window=7d",
         "/outbox",
     ]
 
