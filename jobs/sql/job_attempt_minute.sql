@@ -28,7 +28,7 @@ ORDER BY m.minute DESC;
 -- Count the attempts of the minutes in [%(start)s, %(stop)s) per outcome (the BRIN index on
 -- finished_at reads only those minutes' blocks) and write one row per minute, an empty one for
 -- a minute without attempts; a minute rolled up before is recomputed (idempotent: a duplicate
--- run writes the same counts).
+-- run writes the same counts, and takes the rows' locks in the same order, oldest first).
 WITH counted AS (
     SELECT date_trunc('minute', finished_at, 'UTC') AS minute, outcome, count(*) AS n
     FROM job_attempts
@@ -44,6 +44,7 @@ FROM generate_series(%(start)s::timestamptz, %(stop)s::timestamptz - interval '1
                      interval '1 minute') AS m(minute)
 LEFT JOIN counted AS c ON c.minute = m.minute
 GROUP BY m.minute
+ORDER BY m.minute
 ON CONFLICT (minute) DO UPDATE
 SET attempts = excluded.attempts, outcomes = excluded.outcomes, rolled_at = excluded.rolled_at;
 

@@ -4,6 +4,7 @@ it summarizes (a brute-force count in Python), with pinned time."""
 from __future__ import annotations
 
 import random
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -147,3 +148,34 @@ def test_bad_rollup_settings_are_refused(options: dict[str, Any], field: str) ->
     with pytest.raises(jobs.InvalidJob) as info:
         RollupConfig(**options)
     assert info.value.field == field
+
+
+def test_two_runs_at_once_write_the_same_counts(db_url: str) -> None:
+    """Duplicate maintenance runs (two workers, one late occurrence) on real concurrent
+    connections: neither fails and the rows hold the attempts' counts."""
+    finished = [(NOW - timedelta(seconds=7 * i), OUTCOMES[i % len(OUTCOMES)]) for i in range(900)]
+    with psycopg.connect(db_url) as conn:
+        add_attempts(conn, finished)
+    barrier = threading.Barrier(2)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                barrier.wait()
+                results.append(rollup_attempts(conn, RollupConfig(batch_minutes=7), now=NOW))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == [120, 120]
+    with psycopg.connect(db_url) as conn:
+        rows = rolled(conn)
+    assert len(rows) == 120
+    for minute, (n, counts) in rows.items():
+        assert counts == oracle(finished, minute) and n == sum(counts.values())
