@@ -14,6 +14,14 @@ left to do.
 * :func:`clean` deletes what is finished and old: succeeded and cancelled jobs, attempt
   history, effect records and processed outbox events. Dead jobs and dead events wait for a
   person unless ``dead_retention`` is set.
+* :func:`rollup_attempts` counts the attempts of each closed minute per outcome into
+  ``job_attempt_minutes`` (the dashboard's chart of the last hour reads 60 rows instead of an
+  hour of attempts). It runs beside the completions, never inside them: a counter row updated by
+  every completion would serialize the workers' completions on its lock. A minute is rolled up
+  once it ended ``settle`` ago, and computed again while it is within ``recheck`` of that (an
+  attempt whose transaction committed late); a minute the rollup lacks (the maintenance was not
+  running) is filled in by the next run within ``backfill``, and a reader counts what is still
+  missing from the attempts themselves.
 
 Nothing here schedules itself: the scheduler declares when these run
 (``scheduler.maintenance``), as procrastinate's ``builtin_tasks`` wrap the manager that owns the
@@ -39,6 +47,8 @@ log = logging.getLogger("tockwork.maintenance")
 
 BatchSignal = Callable[[str, int], None]
 """Called after each batch with the kind (``"leases"``, ``"jobs"``, ...) and its row count."""
+
+ROLLUP_DELETE_BATCH = 5000
 
 Rescued = tuple[int, str, str]
 """An expired lease recovered: ``(job id, queue, new status)``."""
@@ -106,6 +116,41 @@ class RetentionConfig:
         _age("effect_retention", self.effect_retention)
         _age("outbox_retention", self.outbox_retention)
         _batch_size(self.batch_size)
+
+
+@dataclass(frozen=True, slots=True)
+class RollupConfig:
+    """How the per-minute rollup of attempts works (:func:`rollup_attempts`)."""
+
+    settle: timedelta = timedelta(minutes=1)
+    """A minute is rolled up once it ended this long ago (its attempts have committed by then:
+    ``finished_at`` is the start of a completion's short transaction)."""
+
+    recheck: timedelta = timedelta(minutes=3)
+    """Closed minutes this recent are computed again by every run, rolled up or not."""
+
+    backfill: timedelta = timedelta(hours=2)
+    """How far back a run fills in minutes that have no row (the maintenance was stopped)."""
+
+    keep: timedelta = timedelta(days=7)
+    """Rows older than this are deleted (by the same run, in batches)."""
+
+    batch_minutes: int = 60
+    """Minutes computed per statement (each its own transaction)."""
+
+    def __post_init__(self) -> None:
+        _age("settle", self.settle)
+        _age("recheck", self.recheck)
+        if not isinstance(self.backfill, timedelta) or self.backfill < timedelta(minutes=1):
+            raise InvalidJob("backfill", self.backfill, "must be a timedelta of a minute or more")
+        if not isinstance(self.keep, timedelta) or self.keep < self.backfill:
+            raise InvalidJob("keep", self.keep, "must be a timedelta >= backfill")
+        if (
+            isinstance(self.batch_minutes, bool)
+            or not isinstance(self.batch_minutes, int)
+            or self.batch_minutes < 1
+        ):
+            raise InvalidJob("batch_minutes", self.batch_minutes, "must be a positive integer")
 
 
 def _batches(
@@ -178,14 +223,14 @@ def _delete(
     kind: str,
     name: LiteralString,
     params: dict[str, Any],
-    config: RetentionConfig,
+    batch_size: int,
     on_batch: BatchSignal | None,
 ) -> int:
     def batch() -> int:
         with conn.transaction():
-            return conn.execute(query(name), {**params, "limit": config.batch_size}).rowcount
+            return conn.execute(query(name), {**params, "limit": batch_size}).rowcount
 
-    return _batches(kind, batch, config.batch_size, on_batch=on_batch)
+    return _batches(kind, batch, batch_size, on_batch=on_batch)
 
 
 def clean(
@@ -225,8 +270,71 @@ def clean(
         ),
     ]
     counts = {
-        kind: _delete(conn, kind, name, {**params, "now": now}, config, on_batch)
+        kind: _delete(conn, kind, name, {**params, "now": now}, config.batch_size, on_batch)
         for kind, name, params in tasks
     }
     log.debug("queue retention: deleted %s", counts)
     return counts
+
+
+def _runs(minutes: list[datetime], most: int) -> list[tuple[datetime, datetime]]:
+    """Newest-first minutes as ``[start, stop)`` ranges of consecutive minutes, each at most
+    ``most`` minutes long, newest first."""
+    ranges: list[tuple[datetime, datetime]] = []
+    step = timedelta(minutes=1)
+    for minute in minutes:
+        if ranges:
+            start, stop = ranges[-1]
+            if minute == start - step and stop - minute <= most * step:
+                ranges[-1] = (minute, stop)
+                continue
+        ranges.append((minute, minute + step))
+    return ranges
+
+
+def rollup_attempts(
+    conn: psycopg.Connection[Any],
+    config: RollupConfig | None = None,
+    *,
+    now: datetime | None = None,
+    on_batch: BatchSignal | None = None,
+) -> int:
+    """Count the attempts of the closed minutes into ``job_attempt_minutes``; the minutes
+    written.
+
+    Writes the closed minutes of the last ``backfill`` that have no row and the ``recheck``
+    latest ones again, ``batch_minutes`` consecutive minutes per statement (each its own
+    transaction: ``conn`` must not be inside one), newest first; then deletes rows older than
+    ``keep``. Idempotent, and safe to run twice at once (both write the same counts).
+    ``on_batch`` is called with ``("attempt_minutes", minutes)`` after each statement.
+    """
+    config = config or RollupConfig()
+    params = {
+        "now": now,
+        "settle": config.settle.total_seconds(),
+        "recheck": config.recheck.total_seconds(),
+        "backfill": config.backfill.total_seconds(),
+    }
+    with conn.transaction():
+        rows = conn.execute(query("job_attempt_minute_wanted"), params).fetchall()
+    wanted: list[datetime] = [row[0] for row in rows]
+    written = 0
+    for start, stop in _runs(wanted, config.batch_minutes):
+        with conn.transaction():
+            conn.execute(
+                query("job_attempt_minute_roll"), {"start": start, "stop": stop, "now": now}
+            )
+        minutes = round((stop - start) / timedelta(minutes=1))
+        written += minutes
+        if on_batch is not None:
+            on_batch("attempt_minutes", minutes)
+    _delete(
+        conn,
+        "attempt_minutes_deleted",
+        "job_attempt_minute_delete_before",
+        {"age": config.keep.total_seconds(), "now": now},
+        ROLLUP_DELETE_BATCH,
+        on_batch,
+    )
+    log.debug("attempt rollup: %d minutes", written)
+    return written

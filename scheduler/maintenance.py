@@ -11,12 +11,15 @@ definition key               rule (UTC)            what the job does
                                                    processed outbox events older than their age
 ``tockwork.tzdb_recompute``  ``cron:7 * * * *``    recomputes schedules computed with another
                                                    tz database version
+``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
+                                                   per outcome (the dashboard's chart reads
+                                                   these rows, not an hour of attempts)
 ===========================  ===================  =============================================
 
 This module declares and schedules the work; the work on the queue's tables (lease recovery,
-retention of jobs, attempts, effects and outbox events) lives with those tables in
-:mod:`jobs.maintenance`, as procrastinate's ``builtin_tasks`` wrap the manager that owns the
-table. Only the retention of the scheduler's own ``schedule_skips`` is done here.
+retention of jobs, attempts, effects and outbox events, the rollup of attempts) lives with
+those tables in :mod:`jobs.maintenance`, as procrastinate's ``builtin_tasks`` wrap the manager
+that owns the table. Only the retention of the scheduler's own ``schedule_skips`` is done here.
 
 Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
 of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
@@ -70,6 +73,8 @@ def definitions(
                    job_type="tockwork.retention", payload=ages, catch_up="latest"),
         Definition(key=f"{PREFIX}tzdb_recompute", rule="cron:7 * * * *", zone=zone,
                    job_type="tockwork.tzdb_recompute", catch_up="latest"),
+        Definition(key=f"{PREFIX}attempt_rollup", rule="every:1m", zone=zone,
+                   job_type="tockwork.attempt_rollup", catch_up="latest"),
     ]  # fmt: skip
 
 
@@ -148,6 +153,13 @@ def lease_recovery(conn: psycopg.Connection[Any], *, now: datetime | None = None
     return queue_maintenance.recover_leases(conn, config, now=now)
 
 
+def attempt_rollup(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> int:
+    """Count the attempts of the closed minutes into ``job_attempt_minutes`` (the defaults of
+    :class:`jobs.maintenance.RollupConfig`); the minutes written. ``conn`` must not be inside a
+    transaction (each batch commits)."""
+    return queue_maintenance.rollup_attempts(conn, now=now)
+
+
 def app() -> dict[str, jobs.Handler]:
     """``tockwork worker --app scheduler.maintenance:app --queue maintenance=1``.
 
@@ -176,7 +188,12 @@ def app() -> dict[str, jobs.Handler]:
         finally:
             replica.close()
 
+    def run_attempt_rollup(_job: jobs.Job) -> None:
+        with jobs.connect(url) as conn:
+            attempt_rollup(conn)
+
     return {
+        "tockwork.attempt_rollup": run_attempt_rollup,
         "tockwork.retention": run_retention,
         "tockwork.lease_recovery": run_lease_recovery,
         "tockwork.tzdb_recompute": run_tzdb,

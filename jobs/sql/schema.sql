@@ -153,6 +153,18 @@ CREATE INDEX job_attempts_job_idx ON job_attempts (job_id, attempt);
 -- Retention of history: append-only, so a BRIN index is enough and nearly free to maintain.
 CREATE INDEX job_attempts_finished_idx ON job_attempts USING brin (finished_at);
 
+-- Attempts per closed minute (UTC) and outcome (migration 0012), rolled up from job_attempts by
+-- the built-in maintenance (jobs.maintenance.rollup_attempts), never by a completion: no counter
+-- row for workers to contend on. A rolled-up minute has its row even with no attempts ('{}'),
+-- so a reader tells "none" from "not rolled up yet". outcomes: {outcome: attempts}.
+CREATE TABLE job_attempt_minutes (
+    minute timestamptz PRIMARY KEY,
+    attempts bigint NOT NULL,
+    outcomes jsonb NOT NULL,
+    rolled_at timestamptz NOT NULL,
+    CONSTRAINT job_attempt_minutes_attempts_check CHECK (attempts >= 0)
+);
+
 -- Effect-side deduplication: a handler records "push sent for job 42" here in the same
 -- transaction as its check, so a re-run after a crash does not repeat the effect.
 CREATE TABLE job_effects (

@@ -249,7 +249,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--maintenance",
         action="store_true",
-        help="sync the built-in maintenance definitions (lease recovery, retention, tzdb)",
+        help="sync the built-in maintenance definitions (lease recovery, retention, tzdb, "
+        "attempt rollup)",
     )
     metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
     log_args(p)

@@ -326,20 +326,18 @@ async def _action_form_any(request: Request) -> FormData:
 # -- pages --------------------------------------------------------------------------------------
 
 
-def _chart(minutes: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-    """Bars per minute of the last hour (server-rendered SVG)."""
-    start = now.replace(second=0, microsecond=0) - timedelta(minutes=59)
-    by_minute = {m["minute"].astimezone(UTC).replace(tzinfo=None): m for m in minutes}
+def _chart(minutes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bars per minute of the last hour (server-rendered SVG), from :func:`views.attempt_minutes`
+    (60 minutes, oldest first); a minute not counted in time is a gap marked as such."""
     bars, peak = [], 1
-    for i in range(60):
-        at = (start + timedelta(minutes=i)).astimezone(UTC).replace(tzinfo=None)
-        m = by_minute.get(at, {"succeeded": 0, "failed": 0})
+    for i, m in enumerate(minutes):
         bars.append(
             {
                 "x": i * 10,
                 "ok": m["succeeded"],
                 "failed": m["failed"],
-                "label": at.strftime("%H:%M"),
+                "label": m["minute"].astimezone(UTC).strftime("%H:%M"),
+                "counted": m["source"] != "not counted",
             }
         )
         peak = max(peak, m["succeeded"] + m["failed"])
@@ -355,7 +353,7 @@ async def overview_page(request: Request) -> Response:
     Params(request.query_params, [])
     state = _state(request)
     data = await _db(request, views.overview, state.sql_now())
-    chart = _chart(data["minutes"], state.sql_now() or datetime.now(UTC))
+    chart = _chart(data["minutes"])
     return _page(request, "overview.html", {"data": data, "chart": chart})
 
 
@@ -382,11 +380,12 @@ async def jobs_page(request: Request) -> Response:
     p = Params(request.query_params, [*JOB_FILTERS, "before"])
     flt, before = _job_filter(p), p.integer("before")
 
-    def load(conn: Any) -> tuple[Any, Any, Any, views.Count]:
-        page, nxt, scanned = views.job_page_scan(conn, flt, before)
-        return page, nxt, scanned, views.job_count(conn, flt)
+    def load(conn: Any) -> tuple[Any, Any, Any, views.Count, str]:
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, plan=plan)
+        return page, nxt, scanned, views.job_count(conn, flt, plan), plan
 
-    page, nxt, scanned, count = await _db(request, load)
+    page, nxt, scanned, count, plan = await _db(request, load)
     return _page(
         request,
         "jobs.html",
@@ -394,12 +393,23 @@ async def jobs_page(request: Request) -> Response:
             "jobs": page,
             "count": count,
             "scanned_down_to": scanned,
-            "window": views.SCAN_WINDOW,
+            "scan_note": _scan_note(plan),
             "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
             "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
             "first_query": _filters_query(request, JOB_FILTERS) if before else None,
             "statuses": ["pending", "leased", "retrying", "succeeded", "dead", "cancelled"],
         },
+    )
+
+
+def _scan_note(plan: str) -> str:
+    """Why a page stopped looking (shown with how far it looked)."""
+    if plan == "window":
+        return f"no index serves this filter, so a page reads at most {views.SCAN_WINDOW:,} ids"
+    what = "dead jobs" if plan == "dead" else "jobs with this error code"
+    return (
+        f"the other filters are checked job by job, so a page reads at most "
+        f"{views.SCAN_ENTRIES:,} {what}"
     )
 
 
@@ -429,17 +439,21 @@ async def dead_page(request: Request) -> Response:
     done = p.integer("done", low=0)
     action = p.choice("action", ["requeue", "cancel"])
 
-    def load(conn: Any) -> tuple[Any, Any, views.Count, Any]:
-        page, nxt = views.job_page(conn, flt, before)
-        return page, nxt, views.job_count(conn, flt), views.recent_audit(conn)
+    def load(conn: Any) -> tuple[Any, Any, Any, views.Count, Any, str]:
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, plan=plan)
+        count = views.job_count(conn, flt, plan)
+        return page, nxt, scanned, count, views.recent_audit(conn), plan
 
-    page, nxt, count, audit = await _db(request, load)
+    page, nxt, scanned, count, audit, plan = await _db(request, load)
     return _page(
         request,
         "dead.html",
         {
             "jobs": page,
             "count": count,
+            "scanned_down_to": scanned,
+            "scan_note": _scan_note(plan),
             "audit": audit,
             "filters": {n: request.query_params.get(n, "") for n in DEAD_FILTERS},
             "next_query": _filters_query(request, DEAD_FILTERS, before=nxt) if nxt else None,
@@ -609,7 +623,7 @@ async def lateness_page(request: Request) -> Response:
     data = await _db(request, views.lateness, window, queue, state.sql_now())
     labels = views.lateness_labels()
     charts = []
-    for q, kinds in sorted(data.items()):
+    for q, kinds in sorted(data["queues"].items()):
         for kind in ("start", "nominal"):
             counts = kinds[kind]
             total = sum(counts)
@@ -632,6 +646,10 @@ async def lateness_page(request: Request) -> Response:
         "lateness.html",
         {
             "charts": charts,
+            "counted": data["counted"],
+            "since": data["since"],
+            "sample": views.LATENESS_SAMPLE,
+            "scan": views.LATENESS_SCAN,
             "window": request.query_params.get("window") or "1h",
             "queue": queue or "",
         },
@@ -681,12 +699,13 @@ async def api_jobs(request: Request) -> Response:
     limit = p.integer("limit", high=500) or views.PAGE_SIZE
 
     def load(conn: Any) -> dict[str, Any]:
-        page, nxt, scanned = views.job_page_scan(conn, flt, before, limit)
+        plan = views.job_plan(conn, flt)
+        page, nxt, scanned = views.job_page_scan(conn, flt, before, limit, plan)
         return {
             "jobs": page,
             "next_before": nxt,
             "scanned_down_to": scanned,
-            **views.job_count(conn, flt).as_json(),
+            **views.job_count(conn, flt, plan).as_json(),
         }
 
     return _json(await _db(request, load))

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -29,10 +30,21 @@ from timezones.errors import InvalidInput
 
 COUNT_CAP = 10_000
 COUNT_TIMEOUT = "150ms"  # a count that cannot finish in time is shown as "not counted"
+COUNT_TIMEOUT_SCAN = "50ms"  # the same for a filter no index serves (a scan of the table)
+STATUS_SORT_CAP = 10_000  # rows of a status filter's partial indexes a page may read and sort
 PAGE_SIZE = 50
 ACTION_CAP = 10_000  # jobs one dead-letter action may touch
 SCAN_WINDOW = 50_000  # ids one page reads at most when no index serves its filter
+SCAN_ENTRIES = 10_000  # index entries one page reads at most when other filters are checked
 LATENESS_BOUNDS = [0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0]
+LATENESS_SCAN = 100_000  # newest attempts the lateness page reads at most
+LATENESS_SAMPLE = 10_000  # first attempts among them it counts at most
+CHART_LIVE_BUDGET = 0.06  # seconds the chart may spend counting minutes the rollup lacks
+CHART_LIVE_CHUNK = 5  # minutes counted from the attempts per statement
+# The minutes the rollup cannot have yet: the open one and those within its settle time (1 min)
+# and its run interval (every minute), with a minute to spare. Older ones missing means the
+# maintenance is not running.
+CHART_OPEN_MINUTES = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +119,82 @@ def queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str
     return result
 
 
+def attempt_minutes(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
+    """The last hour's completions and failures per minute, for the chart.
+
+    Closed minutes come from the rollup (``job_attempt_minutes``, 60 primary-key probes); the
+    minutes it lacks (always the open ones; all of them when the maintenance is not running)
+    are counted from the attempts, newest first, ``CHART_LIVE_CHUNK`` minutes per statement,
+    for at most ``CHART_LIVE_BUDGET`` seconds: the minutes left when the budget runs out are
+    ``"source": "not counted"`` (zeros), so the page stays bounded however many attempts an
+    hour holds. Returns ``minutes`` (60, oldest first, each with its ``source``: ``rollup``,
+    ``live`` or ``not counted``), ``lacking`` (closed minutes older than the rollup's usual
+    lag that it has no row for) and ``not_counted``."""
+    rows = conn.execute(query("dashboard_attempt_minutes"), {"now": now}).fetchall()
+    minutes = [
+        {"minute": m, "succeeded": ok, "failed": bad, "source": "rollup" if rolled else "live"}
+        for m, rolled, ok, bad in rows
+    ]
+    by_minute = {m["minute"]: m for m in minutes}
+    missing = [m["minute"] for m in reversed(minutes) if m["source"] == "live"]
+    chunks: list[list[datetime]] = []
+    for minute in missing:  # newest first, consecutive minutes together
+        last = chunks[-1] if chunks else None
+        if last and last[-1] - minute == timedelta(minutes=1) and len(last) < CHART_LIVE_CHUNK:
+            last.append(minute)
+        else:
+            chunks.append([minute])
+    deadline = time.monotonic() + CHART_LIVE_BUDGET
+    for i, chunk in enumerate(chunks):
+        live = _live_minutes(conn, chunk, deadline - time.monotonic(), now)
+        if live is None:
+            for rest in chunks[i:]:
+                for minute in rest:
+                    by_minute[minute]["source"] = "not counted"
+            break
+        for minute, ok, bad in live:
+            if minute in by_minute:
+                by_minute[minute].update(succeeded=ok, failed=bad)
+    lacking = 0
+    if minutes:
+        open_from = minutes[-1]["minute"] - timedelta(minutes=CHART_OPEN_MINUTES - 1)
+        lacking = sum(1 for m in missing if m < open_from)
+    return {
+        "minutes": minutes,
+        "lacking": lacking,
+        "not_counted": sum(1 for m in minutes if m["source"] == "not counted"),
+    }
+
+
+def _live_minutes(
+    conn: psycopg.Connection[Any], chunk: list[datetime], seconds: float, now: datetime | None
+) -> list[tuple[datetime, int, int]] | None:
+    """Count these consecutive minutes (newest first) from the attempts within ``seconds``;
+    None when there is no time left or the statement ran out of it."""
+    if seconds < 0.001:
+        return None
+    try:
+        with conn.transaction():
+            conn.execute(query("dashboard_local_timeout"), {"timeout": f"{seconds * 1000:.0f}ms"})
+            rows = conn.execute(
+                query("dashboard_attempt_minutes_live"),
+                {"start": chunk[-1], "stop": chunk[0] + timedelta(minutes=1), "now": now},
+            ).fetchall()
+    except psycopg.errors.QueryCanceled:
+        return None
+    return [(m, ok, bad) for m, ok, bad in rows]
+
+
 def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
-    minutes = conn.execute(query("dashboard_attempt_minutes"), {"now": now}).fetchall()
+    chart = attempt_minutes(conn, now)
     workers = conn.execute(query("dashboard_workers"), {"now": now}).fetchall()
     maintenance = conn.execute(query("dashboard_maintenance_runs")).fetchall()
     box = outbox.stats(conn, now=now)
     return {
         "queues": queues(conn, now),
-        "minutes": [{"minute": m, "succeeded": s, "failed": f} for m, s, f in minutes],
+        "minutes": chart["minutes"],
+        "chart_lacking": chart["lacking"],
+        "chart_not_counted": chart["not_counted"],
         "scheduler_lag_s": scheduler_lag(conn, now),
         "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
         "workers": [
@@ -153,13 +233,50 @@ _JOB_COLUMNS = (
 )
 
 
-def _id_ordered_index(flt: JobFilter) -> bool:
-    """Whether an index holds this filter's rows in id order (migration 0011): an error code
-    (jobs_error_code_idx), the dead letters (jobs_dead_recent_idx, and
-    jobs_dead_organization_idx for one organization's). Then the
-    plain page reads that index backwards and stops after one page. (An idempotency key is one
-    probe of jobs_idempotency_uq.)"""
-    return flt.error_code is not None or flt.statuses == ["dead"]
+_LOWEST_ID = -(2**63)
+_FLOORS: dict[str, LiteralString] = {
+    "error_code": "dashboard_job_error_code_floor",
+    "dead": "dashboard_job_dead_floor",
+}
+
+
+def job_plan(conn: psycopg.Connection[Any], flt: JobFilter) -> str:
+    """How a filter's pages are read (migration 0011's indexes; docs/dashboard.md):
+
+    * ``"index"``: an index holds exactly this filter's rows in id order: an error code alone
+      (jobs_error_code_idx), the dead letters alone or of one organization
+      (jobs_dead_recent_idx, jobs_dead_organization_idx), or an idempotency key (one probe of
+      jobs_idempotency_uq). The page reads it backwards and stops after one page.
+    * ``"error_code"`` / ``"dead"``: that index with other filters besides (a queue, a job type,
+      a time range...). Read backwards with the others checked in the heap, a filter that
+      matches rarely would read the whole index, so a page reads at most SCAN_ENTRIES entries of
+      it (below the cursor) and says how far it looked.
+    * ``"status"``: statuses whose partial indexes hold at most STATUS_SORT_CAP rows (for the
+      queue): read them all and sort by id. A backlog of ready jobs is too many to sort on every
+      page: a status filter over one takes the window.
+    * ``"window"``: the primary key backwards, at most SCAN_WINDOW ids a page."""
+    if flt.idempotency_key is not None:
+        return "index"
+    given = {k for k, v in flt.params().items() if v is not None}
+    if flt.error_code is not None:
+        return "index" if given == {"error_code"} else "error_code"
+    if flt.statuses == ["dead"]:
+        return "index" if given <= {"statuses", "organization_id"} else "dead"
+    if flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
+        wanted = set(flt.statuses)
+        row = conn.execute(
+            query("dashboard_job_status_rows"),
+            {
+                "ready": bool(wanted & {"pending", "retrying"}),
+                "leased": "leased" in wanted,
+                "dead": "dead" in wanted,
+                "queue": flt.queue,
+                "cap": STATUS_SORT_CAP + 1,
+            },
+        ).fetchone()
+        if row is not None and row[0] <= STATUS_SORT_CAP:
+            return "status"
+    return "window"
 
 
 def job_page(
@@ -175,15 +292,32 @@ def job_page(
 
 
 def job_page_scan(
-    conn: psycopg.Connection[Any], flt: JobFilter, before: int | None, limit: int = PAGE_SIZE
+    conn: psycopg.Connection[Any],
+    flt: JobFilter,
+    before: int | None,
+    limit: int = PAGE_SIZE,
+    plan: str | None = None,
 ) -> tuple[list[dict[str, Any]], int | None, int | None]:
     """:func:`job_page`, and the lowest id its bounded scan looked at (None: not bounded, or
-    the scan reached the first job)."""
+    the scan reached the first job). ``plan``: :func:`job_plan`'s answer, if already asked."""
     params = flt.params() | {"before": before, "limit": limit + 1}
-    if _id_ordered_index(flt) or flt.idempotency_key is not None:
+    plan = plan or job_plan(conn, flt)
+    if plan == "index":
         name, floor = "dashboard_job_page", None
-    elif flt.statuses is not None and set(flt.statuses) <= INDEXED_STATUSES:
+    elif plan == "status":
         name, floor = "dashboard_job_page_indexed", None
+    elif plan in ("error_code", "dead"):
+        # The SCAN_ENTRIES-th newest entry of the index below the cursor, and whether any is
+        # left below it (an index-only read): the page reads the entries down to it.
+        ids = [
+            row[0]
+            for row in conn.execute(
+                query(_FLOORS[plan]),
+                {"before": before, "error_code": flt.error_code, "skip": SCAN_ENTRIES - 1},
+            ).fetchall()
+        ]
+        floor = ids[0] if len(ids) > 1 else None
+        name, params["floor"] = "dashboard_job_page_window", ids[0] if ids else _LOWEST_ID
     else:
         bounds = conn.execute(query("dashboard_job_id_bounds")).fetchone()
         lowest, highest = bounds if bounds is not None else (None, None)
@@ -200,12 +334,21 @@ def job_page_scan(
     return page, floor, floor
 
 
-def job_count(conn: psycopg.Connection[Any], flt: JobFilter) -> Count:
-    """Matching jobs, up to 10,001, or not counted if that takes longer than COUNT_TIMEOUT."""
+def job_count(conn: psycopg.Connection[Any], flt: JobFilter, plan: str | None = None) -> Count:
+    """Matching jobs, up to 10,001, or not counted if that takes longer than COUNT_TIMEOUT
+    (COUNT_TIMEOUT_SCAN for a filter no index serves: its count reads the table until it finds
+    10,001 or runs out of time, so it gets less of the page's time)."""
+    plan = plan or job_plan(conn, flt)
+    timeout = COUNT_TIMEOUT_SCAN if plan == "window" else COUNT_TIMEOUT
     try:
         with conn.transaction():
-            conn.execute(query("dashboard_local_timeout"), {"timeout": COUNT_TIMEOUT})
-            row = conn.execute(query("dashboard_job_count"), flt.params()).fetchone()
+            conn.execute(query("dashboard_local_timeout"), {"timeout": timeout})
+            name = (
+                "dashboard_job_count"
+                if flt.error_code is None
+                else "dashboard_job_count_error_code"
+            )
+            row = conn.execute(query(name), flt.params()).fetchone()
     except psycopg.errors.QueryCanceled:
         return Count(None)
     assert row is not None
@@ -423,15 +566,26 @@ def preview(
 
 def lateness(
     conn: psycopg.Connection[Any], window: timedelta, queue: str | None, now: datetime | None
-) -> dict[str, dict[str, list[int]]]:
-    """``{queue: {"start": counts, "nominal": counts}}``, one count per bucket of LATENESS_BOUNDS
-    (index 0: below 0 s, i: below bounds[i-1]... see the labels) over the window."""
+) -> dict[str, Any]:
+    """``{"queues": {queue: {"start": counts, "nominal": counts}}, "counted": n, "since":
+    instant}``: one count per bucket of LATENESS_BOUNDS (index 0: below 0 s, i: below
+    bounds[i-1]... see the labels) over the latest first attempts of the window, at most
+    LATENESS_SAMPLE of them among the newest LATENESS_SCAN attempts; ``counted`` first attempts
+    were counted, the earliest finished at ``since`` (None: none)."""
     rows = conn.execute(
         query("dashboard_lateness"),
-        {"now": now, "window": window, "queue": queue, "bounds": LATENESS_BOUNDS},
+        {
+            "now": now,
+            "window": window,
+            "queue": queue,
+            "bounds": LATENESS_BOUNDS,
+            "scan": LATENESS_SCAN,
+            "sample": LATENESS_SAMPLE,
+        },
     ).fetchall()
     result: dict[str, dict[str, list[int]]] = {}
-    for q, kind, bucket, n in rows:
+    counted, since = (rows[0][4], rows[0][5]) if rows else (0, None)
+    for q, kind, bucket, n, _, _ in rows:
         per = result.setdefault(
             q,
             {
@@ -440,7 +594,7 @@ def lateness(
             },
         )
         per[kind][bucket] += n
-    return result
+    return {"queues": result, "counted": counted, "since": since}
 
 
 def lateness_labels() -> list[str]:

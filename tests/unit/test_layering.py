@@ -130,6 +130,7 @@ OWNERS: dict[str, frozenset[str]] = {
         {
             "jobs",
             "job_attempts",
+            "job_attempt_minutes",
             "job_effects",
             "job_rate_limits",
             "job_queue_policies",
@@ -157,6 +158,8 @@ KNOWN_FOREIGN_TABLES = {
     # jobs API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead).
     ("scheduler/sql/dashboard.sql", "jobs"),
     ("scheduler/sql/dashboard.sql", "job_attempts"),
+    # The chart of the last hour reads the jobs component's per-minute rollup of attempts.
+    ("scheduler/sql/dashboard.sql", "job_attempt_minutes"),
     ("scheduler/sql/dashboard.sql", "outbox_events"),
 }
 

@@ -101,6 +101,15 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
         ).fetchall()
         assert [j["id"] for j in page] == [r[0] for r in rows][:5] and nxt is not None
         assert views.job_count(conn, flt).value == len(rows) == 10
+        # A count with an error code reads the code's index, whatever the status asked for.
+        coded = base | {"error_code": "E_RARE", "statuses": ["dead"]}
+        explained = conn.execute("EXPLAIN " + query("dashboard_job_count_error_code"), coded)
+        assert "jobs_error_code_idx" in "\n".join(r[0] for r in explained.fetchall())
+        (dead_rare,) = conn.execute(
+            "SELECT count(*) FROM jobs WHERE status = 'dead' AND last_error_code = 'E_RARE'"
+        ).fetchone() or (None,)
+        got = views.job_count(conn, views.JobFilter(error_code="E_RARE", statuses=["dead"]))
+        assert got.value == dead_rare == 20
 
 
 def test_the_retrying_count_per_queue(db_url: str) -> None:
@@ -145,3 +154,103 @@ def test_a_filter_no_index_serves_scans_a_bounded_window_per_page(
         page = client.get("/jobs", params={"organization_id": str(org)}).text
     assert walked == [([800], 701, 701), ([], 401, 401), ([], 101, 101), ([5], None, None)]
     assert "Looked through job ids down to 701" in page
+
+
+def test_a_status_filter_over_a_backlog_pages_through_bounded_windows(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status whose partial index holds more than STATUS_SORT_CAP rows (a backlog of ready
+    jobs) is not read whole and sorted for every page: its pages walk the primary key a window
+    at a time, and together they hold every match once, newest first. A small status set is
+    still read through its index in one page."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (id, job_type, status, completed_at)"
+            " SELECT g, CASE WHEN g % 20 = 0 THEN 'a' ELSE 'b' END,"
+            "        CASE WHEN g % 10 = 0 THEN 'pending' WHEN g % 97 = 0 THEN 'retrying'"
+            "             ELSE 'succeeded' END,"
+            "        CASE WHEN g % 10 <> 0 AND g % 97 <> 0 THEN now() END"
+            " FROM generate_series(1, 1000) AS g"
+        )
+        conn.commit()
+        monkeypatch.setattr(views, "STATUS_SORT_CAP", 50)
+        monkeypatch.setattr(views, "SCAN_WINDOW", 300)
+        assert views.job_plan(conn, views.JobFilter(statuses=["pending"])) == "window"
+        assert views.job_plan(conn, views.JobFilter(statuses=["retrying"])) == "window"  # ready
+        assert views.job_plan(conn, views.JobFilter(statuses=["leased"])) == "status"
+        assert views.job_plan(conn, views.JobFilter(statuses=["pending"], queue="x")) == "status"
+    app = create_app(db_url, token=TOKEN)
+    seen: list[int] = []
+    scanned: list[int | None] = []
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        params = {"status": "pending", "job_type": "a"}
+        for _ in range(20):
+            body = client.get("/api/jobs", params=params).json()
+            seen += [j["id"] for j in body["jobs"]]
+            scanned.append(body["scanned_down_to"])
+            if body["next_before"] is None:
+                break
+            params["before"] = str(body["next_before"])
+    assert seen == list(range(1000, 0, -20))
+    assert scanned[0] == 701 and scanned[-1] is None
+
+
+def test_filters_beside_an_id_ordered_index_read_a_bounded_run_of_it(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With filters besides the ones its index holds (a job type of the dead letters, a queue
+    with an error code), a page reads at most SCAN_ENTRIES entries of that index below its
+    cursor and goes on below them: the pages together hold every match once, newest first, and
+    each says how far it looked (a filter that matches rarely never reads the whole index)."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO jobs (id, job_type, queue, status, last_error_code, completed_at)"
+            " SELECT g, CASE WHEN g IN (30, 40, 990) THEN 'rare' ELSE 'b' END,"
+            "        CASE WHEN g IN (20, 500) THEN 'q2' ELSE 'q1' END,"
+            "        CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'succeeded' END,"
+            "        CASE WHEN g % 10 = 0 THEN 'E' END, now()"
+            " FROM generate_series(1, 1000) AS g"
+        )
+        conn.commit()
+        plans = {
+            "dead": views.JobFilter(statuses=["dead"]),
+            "dead, organization": views.JobFilter(statuses=["dead"], organization_id=uuid.uuid4()),
+            "dead, job type": views.JobFilter(statuses=["dead"], job_type="rare"),
+            "code": views.JobFilter(error_code="E"),
+            "code, queue": views.JobFilter(error_code="E", queue="q2"),
+            "key": views.JobFilter(idempotency_key="k", queue="q2"),
+        }
+        assert {k: views.job_plan(conn, f) for k, f in plans.items()} == {
+            "dead": "index",
+            "dead, organization": "index",
+            "dead, job type": "dead",
+            "code": "index",
+            "code, queue": "error_code",
+            "key": "index",
+        }
+    monkeypatch.setattr(views, "SCAN_ENTRIES", 20)
+    app = create_app(db_url, token=TOKEN)
+    with TestClient(app) as client:
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+
+        def walk(params: dict[str, str]) -> tuple[list[int], list[int | None]]:
+            seen: list[int] = []
+            scanned: list[int | None] = []
+            for _ in range(20):
+                body = client.get("/api/jobs", params=params).json()
+                seen += [j["id"] for j in body["jobs"]]
+                scanned.append(body["scanned_down_to"])
+                if body["next_before"] is None:
+                    return seen, scanned
+                params = params | {"before": str(body["next_before"])}
+            raise AssertionError("the pages did not end")
+
+        # 100 dead jobs (every tenth id): 20 a page, the last 20 down to id 10 with none left.
+        assert walk({"status": "dead", "job_type": "rare"}) == (
+            [990, 40, 30],
+            [810, 610, 410, 210, None],
+        )
+        assert walk({"error_code": "E", "queue": "q2"}) == ([500, 20], [810, 610, 410, 210, None])
+        page = client.get("/dead", params={"job_type": "rare", "before": "810"}).text
+    assert "Looked through job ids down to 610" in page and "at most 20 dead jobs" in page

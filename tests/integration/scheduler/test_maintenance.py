@@ -72,7 +72,8 @@ def test_builtin_and_user_definitions_never_remove_each_other(
 ) -> None:
     created = maintenance.sync_maintenance(conn, now=NOW)
     assert sorted(created.created) == [
-        "tockwork.lease_recovery", "tockwork.retention", "tockwork.tzdb_recompute",
+        "tockwork.attempt_rollup", "tockwork.lease_recovery", "tockwork.retention",
+        "tockwork.tzdb_recompute",
     ]  # fmt: skip
     user_file = tmp_path / "defs.toml"
     user_file.write_text('[[schedule]]\nkey = "report"\nrule = "daily@06:00"\njob_type = "r"\n')
@@ -135,3 +136,30 @@ def test_retention_deletes_old_schedule_skips(conn: psycopg.Connection[Any]) -> 
     left = [r[0] for r in conn.execute("SELECT occurrence_key FROM schedule_skips").fetchall()]
     assert left == ["k29"]
     assert maintenance.retention(conn, {"skips_days": 0}, now=NOW)["skips"] == 1
+
+
+def test_every_definition_has_a_handler_and_the_rollup_job_runs(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    handlers = maintenance.app()
+    assert {d.job_type for d in maintenance.definitions()} == set(handlers)
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        conn.execute(
+            "INSERT INTO job_attempts (job_id, attempt, queue, job_type, finished_at, outcome)"
+            " VALUES (1, 1, 'default', 't', now() - interval '10 minutes', 'succeeded')"
+        )
+        jobs.enqueue(conn, "tockwork.attempt_rollup", {}, queue="maintenance")
+    worker = jobs.Worker(db_url, handlers, {"maintenance": 1}, listen=False)
+    worker.run_until_idle()
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT count(*), sum(attempts), min(minute) <= now() - interval '2 hours'"
+            " FROM job_attempt_minutes"
+        ).fetchone()
+        (status,) = conn.execute(
+            "SELECT status FROM jobs WHERE job_type = 'tockwork.attempt_rollup'"
+        ).fetchone() or (None,)
+    # Two hours of closed minutes filled in (backfill), the one attempt among them.
+    assert status == "succeeded" and rows is not None
+    assert rows == (120, 1, True)
