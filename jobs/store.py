@@ -39,7 +39,7 @@ from jobs.errors import EffectLeftTransactionInError
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.queries import query
-from jobs.retry import Decision, RetryPolicy, decide, summarize
+from jobs.retry import SUCCEEDED, Decision, RetryPolicy, decide, summarize
 
 RATE_LIMITED = "rate_limited"
 """The outcome of an attempt whose handler raised :class:`jobs.RateLimited`."""
@@ -404,18 +404,26 @@ class PgJobStore:
     def _complete_params(
         finished: Sequence[Finished], worker: str, now: datetime | None
     ) -> dict[str, Any]:
+        jobs = [f.job for f in finished]
+        decisions = [f.decision for f in finished]
+        # When every attempt succeeded (the usual batch), the columns of failures are all NULL
+        # (delay, error code, summary; attempt delta 0): each is sent as one NULL array, which
+        # unnest pads with NULLs, rather than as a list psycopg would scan and encode element
+        # by element (a quarter of the parameters' encoding time). job_complete reads a NULL
+        # attempt delta as 0.
+        quiet = all(d is SUCCEEDED for d in decisions)
         return {
-            "ids": [f.job.id for f in finished],
-            "tokens": [f.job.lease_token for f in finished],
-            "attempts": [f.job.attempt for f in finished],
-            "queues": [f.job.queue for f in finished],
-            "job_types": [f.job.job_type for f in finished],
-            "statuses": [str(f.decision.status) for f in finished],
-            "outcomes": [f.decision.outcome for f in finished],
-            "delays": [f.decision.delay for f in finished],
-            "attempt_deltas": [f.decision.attempt_delta for f in finished],
-            "codes": [f.decision.code for f in finished],
-            "summaries": [f.decision.summary for f in finished],
+            "ids": [j.id for j in jobs],
+            "tokens": [j.lease_token for j in jobs],
+            "attempts": [j.attempt for j in jobs],
+            "queues": [j.queue for j in jobs],
+            "job_types": [j.job_type for j in jobs],
+            "statuses": [str(d.status) for d in decisions],
+            "outcomes": [d.outcome for d in decisions],
+            "delays": None if quiet else [d.delay for d in decisions],
+            "attempt_deltas": None if quiet else [d.attempt_delta for d in decisions],
+            "codes": None if quiet else [d.code for d in decisions],
+            "summaries": None if quiet else [d.summary for d in decisions],
             "started": [f.started_at for f in finished],
             "durations": [f.duration_ms for f in finished],
             "worker": worker,

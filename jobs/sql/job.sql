@@ -673,7 +673,8 @@ WHERE status = 'leased' AND claim_id = %(claim)s::uuid;
 -- name: job_complete
 -- Record the outcomes of a batch of attempts. A row is updated only while the caller still
 -- holds its lease (same fencing token); an outcome that lost its lease is kept in the history
--- as 'fenced' and changes nothing else.
+-- as 'fenced' and changes nothing else. delays, attempt_deltas, codes and summaries may each be
+-- a NULL array (a batch of successes): unnest pads it with NULLs, and a NULL delta is 0.
 WITH input AS (
     SELECT *
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(attempts)b::int[],
@@ -690,7 +691,7 @@ updated AS (
         run_at = CASE WHEN i.status IN ('pending', 'retrying')
                       THEN coalesce(%(now)s::timestamptz, now()) + i.delay
                       ELSE j.run_at END,
-        attempts = j.attempts + i.attempt_delta,
+        attempts = j.attempts + coalesce(i.attempt_delta, 0),
         unstarted_expiries = 0,  -- it ran: a run of unstarted expiries ends (job_reap)
         locked_at = NULL,
         locked_by = NULL,
