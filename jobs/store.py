@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any, LiteralString, Protocol
 from uuid import UUID, uuid4
 
@@ -220,6 +221,10 @@ def _job(row: tuple[Any, ...]) -> Job:
     return Job(*row)
 
 
+_RUN_AT_ID = attrgetter("run_at", "id")
+_PRIORITY = attrgetter("priority")
+
+
 def _written(finished: Sequence[Finished], fenced: Sequence[tuple[Any, ...]]) -> dict[int, str]:
     """The outcomes job_complete wrote, from the fenced ids it returned: every other attempt
     was written with its decision's outcome."""
@@ -380,7 +385,9 @@ class PgJobStore:
     def _claimed(rows: Sequence[tuple[Any, ...]]) -> list[Job]:
         # RETURNING has no order: hand jobs out in claim order.
         claimed = [_job(row) for row in rows]
-        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        # (-priority, run_at, id) as two stable sorts on C-level keys: no tuple per job.
+        claimed.sort(key=_RUN_AT_ID)
+        claimed.sort(key=_PRIORITY, reverse=True)
         return claimed
 
     @staticmethod

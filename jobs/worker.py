@@ -101,7 +101,7 @@ from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.queries import query
-from jobs.retry import Decision, RetryPolicies, decide, summarize
+from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide, summarize
 from jobs.service import Reconnect, Service, default_name
 from jobs.store import Finished, JobStore, PgJobStore, effect_failure_decisions
 from timezones.clock import Clock
@@ -810,7 +810,8 @@ class Worker(Service[WorkerStats]):
     ) -> _Run:
         """Classify a single handler call's outcome (sync or async), log and report it."""
         duration_ms = (time.perf_counter() - t0) * 1000.0
-        decision = decide(job, error, self.retry.for_job(job))
+        # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
+        decision = SUCCEEDED if error is None else decide(job, error, self.retry.for_job(job))
         self._log_outcome(job, decision, duration_ms, error)
         if self.on_outcome is not None:
             self.on_outcome(job, decision, duration_ms)
