@@ -24,7 +24,7 @@ concurrency counts handler calls at once, not jobs.
 :func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
 of its own started with the run. Each queue owes handler calls in claim order and starts them
 while it has a free slot, whatever their kind: ``concurrency`` counts sync threads and
-coroutines together. A call's end (a pool thread's, or a task's done-callback on the loop)
+coroutines together. A call's end (a pool thread's, or its task's last step on the loop)
 frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls. Both
 kinds share the outcome classification (``_single_run``, ``_batch_run`` and the bisection of
 :mod:`jobs.batch`). When stopping, running coroutines get the grace like threads; then their
