@@ -24,7 +24,7 @@ concurrency counts handler calls at once, not jobs.
 :func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
 of its own started with the run. Each queue owes handler calls in claim order and starts them
 while it has a free slot, whatever their kind: ``concurrency`` counts sync threads and
-coroutines together. A call's end (a pool thread's, or a task's done-callback on the loop)
+coroutines together. A call's end (a pool thread's, or its task's last step on the loop)
 frees its slot, hands its outcomes to the dispatcher and starts the queue's next calls. Both
 kinds share the outcome classification (``_single_run``, ``_batch_run`` and the bisection of
 :mod:`jobs.batch`). When stopping, running coroutines get the grace like threads; then their
@@ -63,8 +63,6 @@ nothing stays leased.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import json
 import logging
 import math
@@ -103,7 +101,7 @@ from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.queries import query
-from jobs.retry import Decision, RetryPolicies, decide, summarize
+from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide, summarize
 from jobs.service import Reconnect, Service, default_name
 from jobs.store import Finished, JobStore, PgJobStore, effect_failure_decisions
 from timezones.clock import Clock
@@ -308,12 +306,16 @@ class Worker(Service[WorkerStats]):
         self._waiting: defaultdict[tuple[str, str], deque[Job]] = defaultdict(deque)
         self._busy: dict[str, int] = dict.fromkeys(queues, 0)
         self._unstarted: dict[str, int] = dict.fromkeys(queues, 0)
-        # Leases (id, token) handed to a thread and not yet reported started to the database:
-        # sent with the next claim or heartbeat, so a reaper counts their attempt (job_reap).
+        # Leases (id, token) handed to a thread and not yet reported started to the database,
+        # so that a reaper counts their attempt (job_reap): those taken since the last cycle
+        # (shared with the pool threads), and, owned by the dispatcher, those taken before it
+        # and not finished then. A cycle marks the second kind that are still running, the
+        # heartbeat both: a job that finishes within a cycle or two is never marked.
         self._unmarked: set[tuple[int, int]] = set()
+        self._unmarked_before: set[tuple[int, int]] = set()
         self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
         self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
-        self._labelled: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # see _observe
+        self._labelled: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # see _settle
         self._pools: dict[str, ThreadPoolExecutor] = {}
         # Handler calls owed per queue, in claim order (the job type of each), started while the
         # queue has a free slot: sync ones on its pool, async ones on the event loop.
@@ -321,7 +323,7 @@ class Worker(Service[WorkerStats]):
         self._async = frozenset(t for t, h in self.handlers.items() if is_async_handler(h))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
-        self._tasks: set[asyncio.Task[_Run]] = set()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
@@ -505,8 +507,14 @@ class Worker(Service[WorkerStats]):
         claim_id = uuid4() if wanted else None
         done = {f.job.id for f in finished}  # their outcomes end the leases: no mark needed
         with self._pool_lock:
-            marks = [lease for lease in self._unmarked if lease[0] not in done]
-            self._unmarked.clear()
+            fresh, self._unmarked = self._unmarked, set()
+        # Marked: the jobs started before the previous cycle and still running. Those started
+        # since then wait for the next cycle: most of them finish before it (a short job then
+        # costs no mark, its outcome ends the lease), and what a crash in between costs is
+        # the attempt given back, bounded (docs/jobs.md, "Crashes and jobs claimed ahead").
+        inflight = self._inflight
+        marks = [m for m in self._unmarked_before if m[0] in inflight and m[0] not in done]
+        self._unmarked_before = {lease for lease in fresh if lease[0] not in done}
         started = time.perf_counter()
 
         def attempt(s: JobStore) -> tuple[dict[int, str], list[Job]]:
@@ -557,26 +565,46 @@ class Worker(Service[WorkerStats]):
             self.stats.batches += r.batch
             self.stats.reruns += r.reruns
         self._settle(finished, written)
+        got = self._by_queue(claimed)
         if wanted:
-            got = Counter(j.queue for j in claimed)
             with self._pool_lock:
                 for q, n in wanted.items():
-                    self._sizers[q].claimed(n, got[q])
-        self._dispatch(claimed)
+                    self._sizers[q].claimed(n, got.get(q, 0))
+        self._dispatch(claimed, got)
         return len(claimed)
 
-    def _dispatch(self, claimed: Sequence[Job]) -> None:
+    @staticmethod
+    def _by_queue(claimed: Sequence[Job]) -> dict[str, int]:
+        """How many of the claimed jobs each queue got (one pass, no generator per job)."""
+        if not claimed:
+            return {}
+        first = claimed[0].queue
+        if claimed[-1].queue == first and all(j.queue == first for j in claimed):
+            return {first: len(claimed)}
+        got: dict[str, int] = {}
+        for job in claimed:
+            got[job.queue] = got.get(job.queue, 0) + 1
+        return got
+
+    def _dispatch(self, claimed: Sequence[Job], by_queue: Mapping[str, int]) -> None:
         """Queue the claimed jobs by (queue, job type), owe each queue one handler call per
         job (per ``max_batch`` jobs for a batch handler), and start what the free slots allow
-        (a call that finds its jobs taken by an earlier one ends at once)."""
+        (a call that finds its jobs taken by an earlier one ends at once). ``by_queue``: how
+        many each queue got."""
         if not claimed:
             return
         groups: dict[tuple[str, str], list[Job]] = {}
+        inflight = self._inflight
         for job in claimed:
-            self._inflight[job.id] = job
-            groups.setdefault((job.queue, job.job_type), []).append(job)
+            inflight[job.id] = job
+            key = (job.queue, job.job_type)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [job]
+            else:
+                group.append(job)
         self.stats.claimed += len(claimed)
-        for q, n in Counter(job.queue for job in claimed).items():
+        for q, n in by_queue.items():
             self.metrics.claimed.labels(q).inc(n)  # once per queue, not per job
         with self._pool_lock:
             for (q, t), group in groups.items():
@@ -596,17 +624,24 @@ class Worker(Service[WorkerStats]):
         """Under the pool lock: take the jobs of the handler calls the queue's free slots can
         start now. Sync and async calls of a queue share its ``concurrency`` slots."""
         calls, started = self._calls[queue], []
-        while calls and self._busy[queue] < self.queues[queue]:
+        busy, limit = self._busy[queue], self.queues[queue]
+        while calls and busy < limit:
             job_type = calls.popleft()
             waiting = self._waiting.get((queue, job_type))
             if not waiting:
                 continue
             handler = self.handlers.get(job_type)
-            n = min(handler.max_batch if isinstance(handler, BatchHandler) else 1, len(waiting))
-            started.append((job_type, [waiting.popleft() for _ in range(n)]))
-            self._unstarted[queue] -= n
-            self._unmarked.update((j.id, j.lease_token) for j in started[-1][1])
-            self._busy[queue] += 1
+            if isinstance(handler, BatchHandler):
+                taken = [waiting.popleft() for _ in range(min(handler.max_batch, len(waiting)))]
+                self._unmarked.update((j.id, j.lease_token) for j in taken)
+            else:  # one job: this runs once per job, so no comprehension
+                job = waiting.popleft()
+                taken = [job]
+                self._unmarked.add((job.id, job.lease_token))
+            started.append((job_type, taken))
+            self._unstarted[queue] -= len(taken)
+            busy += 1
+        self._busy[queue] = busy
         return started
 
     def _launch(self, starts: Sequence[tuple[str, list[Job]]], *, on_loop: bool = False) -> None:
@@ -629,12 +664,11 @@ class Worker(Service[WorkerStats]):
     def _create_tasks(self, calls: Sequence[tuple[str, list[Job]]]) -> None:
         """On the loop's thread: one task per async handler call."""
         assert self._loop is not None
+        create, tasks, t0 = self._loop.create_task, self._tasks, time.perf_counter()
         for job_type, taken in calls:
-            task = self._loop.create_task(self._execute_async(job_type, taken))
-            self._tasks.add(task)  # the loop holds tasks weakly
-            task.add_done_callback(
-                functools.partial(self._async_done, taken[0].queue, len(taken), time.perf_counter())
-            )
+            # The loop holds tasks weakly: this keeps each until its call ends, keyed by its
+            # list of jobs (one per call) so that the call can drop it without current_task().
+            tasks[id(taken)] = create(self._call_async(job_type, taken, t0))
 
     def _finished_call(
         self, queue: str, n: int, t0: float, run: _Run | None, *, on_loop: bool = False
@@ -647,12 +681,18 @@ class Worker(Service[WorkerStats]):
             starts = self._take(queue)
         if run is not None:
             self._done.put(run)
-            self.wake()
+            # Put first, then look: a wake-up already pending covers this run too (the
+            # dispatcher clears it before it drains the finished runs). A busy dispatcher so
+            # costs no condition-variable round per job.
+            if not self._wake.is_set():
+                self.wake()
         if starts:
-            # Stopping, the pool or the loop may be shut: these jobs' leases are then given
-            # back with the other running ones.
-            with contextlib.suppress(RuntimeError):
+            try:  # noqa: SIM105 (not contextlib.suppress: a context manager per job)
                 self._launch(starts, on_loop=on_loop)
+            except RuntimeError:
+                # Stopping, the pool or the loop may be shut: these jobs' leases are then
+                # given back with the other running ones.
+                pass
 
     def _task(self, job_type: str, taken: list[Job]) -> None:
         """One pool task: run one handler call on the jobs taken for it, report."""
@@ -690,16 +730,22 @@ class Worker(Service[WorkerStats]):
         span.finish(run.finished, error)
         return run
 
-    def _async_done(self, queue: str, n: int, t0: float, future: asyncio.Task[_Run]) -> None:
-        self._tasks.discard(future)
-        run = None if future.cancelled() or future.exception() is not None else future.result()
-        if run is None and not future.cancelled():
+    async def _call_async(self, job_type: str, taken: list[Job], t0: float) -> None:
+        """One async handler call, a task of its own, that reports its own end (a done
+        callback would cost the loop one more scheduled callback per job). Cancelled (at
+        stop), it frees its slot and reports no outcome: its lease is given back."""
+        run: _Run | None = None
+        try:
+            run = await self._execute_async(job_type, taken)
+        except Exception as exc:
             log.error(
                 "worker %s: an async handler call failed outside its handler: %s",
                 self.name,
-                summarize(future.exception() or Exception()),
+                summarize(exc),
             )
-        self._finished_call(queue, n, t0, run, on_loop=True)
+        finally:
+            self._tasks.pop(id(taken), None)
+            self._finished_call(taken[0].queue, len(taken), t0, run, on_loop=True)
 
     def _start_loop(self) -> None:
         """The event loop of the async handlers, in one thread of its own."""
@@ -772,7 +818,8 @@ class Worker(Service[WorkerStats]):
     ) -> _Run:
         """Classify a single handler call's outcome (sync or async), log and report it."""
         duration_ms = (time.perf_counter() - t0) * 1000.0
-        decision = decide(job, error, self.retry.for_job(job))
+        # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
+        decision = SUCCEEDED if error is None else decide(job, error, self.retry.for_job(job))
         self._log_outcome(job, decision, duration_ms, error)
         if self.on_outcome is not None:
             self.on_outcome(job, decision, duration_ms)
@@ -877,6 +924,9 @@ class Worker(Service[WorkerStats]):
     def _log_outcome(
         self, job: Job, decision: Decision, duration_ms: float, error: BaseException | None
     ) -> None:
+        quiet = error is None or decision.status is JobStatus.PENDING
+        if quiet and not job_log.isEnabledFor(logging.DEBUG):
+            return  # the common case: no record, so no fields to build (a fast job's cost)
         fields = {
             "job_id": job.id,
             "job_type": job.job_type,
@@ -887,7 +937,7 @@ class Worker(Service[WorkerStats]):
             "outcome": decision.outcome,
             "error_code": decision.code,
         }
-        if error is None or decision.status is JobStatus.PENDING:
+        if quiet:
             job_log.debug("job %s %s", job.id, decision.outcome, extra={"job": fields})
         else:
             job_log.warning(
@@ -912,38 +962,49 @@ class Worker(Service[WorkerStats]):
         self._cycle(claim=False)
 
     def _settle(self, finished: list[Finished], written: dict[int, str]) -> None:
-        self._labelled.clear()
+        # The labelled children of this settle are looked up once per label set, not per job
+        # (``labels`` is the costliest part of a fast job's bookkeeping), and the outcome
+        # counters are added to once per label set: only the duration histogram is per job.
+        labelled = self._labelled
+        labelled.clear()
+        tally: dict[tuple[str, str, str], int] = {}
+        inflight, replaced = self._inflight, self._replaced
         for item in finished:
-            outcome = written.get(item.job.id, "fenced")
+            job = item.job
+            outcome = written.get(job.id, "fenced")
             if outcome == "fenced":
                 self.stats.fenced += 1
                 log.warning(
                     "job %s: outcome %s not recorded: its lease had ended before it was "
                     "written (expired and recovered, then perhaps claimed again)",
-                    item.job.id,
+                    job.id,
                     item.decision.outcome,
                 )
-            self.stats.count(outcome)
-            self._observe(item, self._replaced.get(item.job.id, item.decision), outcome)
-            self._inflight.pop(item.job.id, None)
+            job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
+            key = (job.queue, job_type, outcome)
+            children = labelled.get(key)
+            if children is None:
+                children = labelled[key] = self._children(key)
+            children[0].observe(item.duration_ms / 1000.0)
+            tally[key] = tally.get(key, 0) + 1
+            decision = replaced.get(job.id, item.decision)
+            if outcome != "fenced" and decision.status is JobStatus.RETRYING:
+                m = self.metrics
+                m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
+            inflight.pop(job.id, None)
+        outcomes = self.stats.outcomes
+        for key, n in tally.items():
+            labelled[key][1].inc(n)
+            outcomes[key[2]] = outcomes.get(key[2], 0) + n
 
-    def _observe(self, item: Finished, decision: Decision, outcome: str) -> None:
-        job, m = item.job, self.metrics
-        job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
-        # The labelled children of this settle, looked up once per label set, not per job
-        # (``labels`` is the costliest part of a fast job's bookkeeping).
-        key = (job.queue, job_type, outcome)
-        children = self._labelled.get(key)
-        if children is None:
-            children = (
-                m.execution_duration.labels(job.queue, job_type),
-                m.outcomes.labels(job.queue, job_type, outcome),
-            )
-            self._labelled[key] = children
-        children[0].observe(item.duration_ms / 1000.0)
-        children[1].inc()
-        if outcome != "fenced" and decision.status is JobStatus.RETRYING:
-            m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
+    def _children(self, key: tuple[str, str, str]) -> tuple[Any, Any]:
+        """The duration histogram and the outcome counter of (queue, job type, outcome)."""
+        queue, job_type, outcome = key
+        m = self.metrics
+        return (
+            m.execution_duration.labels(queue, job_type),
+            m.outcomes.labels(queue, job_type, outcome),
+        )
 
     def _maybe_heartbeat(self) -> None:
         if time.monotonic() < self._next_heartbeat:
@@ -953,8 +1014,9 @@ class Worker(Service[WorkerStats]):
         if not leases:
             return
         with self._pool_lock:
-            marks = [i for i, _ in self._unmarked]
-            self._unmarked.clear()
+            fresh, self._unmarked = self._unmarked, set()
+        marks = [i for i, _ in fresh | self._unmarked_before if i in self._inflight]
+        self._unmarked_before = set()
         kept: set[int] = self._db(
             lambda s: s.heartbeat(leases, self.lease, self.now_or_none(), started=marks),
             "heartbeat",

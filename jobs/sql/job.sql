@@ -336,9 +336,9 @@ SET status = 'leased',
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
-RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
-          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at, j.trace_parent, j.trace_state;
+RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts, j.idempotency_key,
+          j.organization_id, j.priority, j.run_at, j.created_at, j.lease_token, j.trace_parent,
+          j.trace_state;
 
 -- name: job_claim_unlimited
 -- Lease up to n ready jobs per queue, as job_claim does, when no rate limit exists (jobs/store.py
@@ -399,9 +399,9 @@ SET status = 'leased',
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
-RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
-          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at, j.trace_parent, j.trace_state;
+RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts, j.idempotency_key,
+          j.organization_id, j.priority, j.run_at, j.created_at, j.lease_token, j.trace_parent,
+          j.trace_state;
 
 -- name: job_claim_unlimited_skip_scan
 -- Lease up to n ready jobs per queue: job_claim_unlimited for PostgreSQL 18 and later, whose skip
@@ -436,9 +436,9 @@ SET status = 'leased',
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidates))
-RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
-          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at, j.trace_parent, j.trace_state;
+RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts, j.idempotency_key,
+          j.organization_id, j.priority, j.run_at, j.created_at, j.lease_token, j.trace_parent,
+          j.trace_state;
 
 -- name: job_claim_fair
 -- job_claim for the queues that have a policy (job_queue_policies), before PostgreSQL 18 (each
@@ -733,9 +733,9 @@ SET status = 'leased',
     lease_token = j.lease_token + 1,
     claim_id = %(claim)s::uuid
 WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
-RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
-          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at, j.trace_parent, j.trace_state;
+RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts, j.idempotency_key,
+          j.organization_id, j.priority, j.run_at, j.created_at, j.lease_token, j.trace_parent,
+          j.trace_state;
 
 -- name: job_claim_fair_skip_scan
 -- job_claim_fair for PostgreSQL 18 and later, whose skip scan reads jobs_ready_org_idx and
@@ -970,23 +970,25 @@ SET status = 'leased',
     lease_token = j.lease_token + 1,
     claim_id = %(claim)s::uuid
 WHERE j.id = ANY(ARRAY(SELECT id FROM admitted))
-RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
-          j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_token, j.locked_at,
-          j.created_at, j.trace_parent, j.trace_state;
+RETURNING j.id, j.queue, j.job_type, j.payload, j.attempts, j.max_attempts, j.idempotency_key,
+          j.organization_id, j.priority, j.run_at, j.created_at, j.lease_token, j.trace_parent,
+          j.trace_state;
 
 -- name: job_claim_lookup
 -- After a lost reply (jobs/worker.py): the rows a claim leased that are still leased under it.
 -- Every end of a lease changes the status and every new claim its id, so these are exactly the
 -- leases the claim holds. Only leased rows are read (the partial jobs_leased_idx).
-SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-       attempts, max_attempts, lease_token, locked_at, created_at, trace_parent, trace_state
+SELECT id, queue, job_type, payload, attempts, max_attempts, idempotency_key, organization_id,
+       priority, run_at, created_at, lease_token, trace_parent, trace_state
 FROM jobs
 WHERE status = 'leased' AND claim_id = %(claim)s::uuid;
 
 -- name: job_complete
 -- Record the outcomes of a batch of attempts. A row is updated only while the caller still
 -- holds its lease (same fencing token); an outcome that lost its lease is kept in the history
--- as 'fenced' and changes nothing else.
+-- as 'fenced' and changes nothing else; the ids of those are returned. delays, attempt_deltas,
+-- codes and summaries may each be
+-- a NULL array (a batch of successes): unnest pads it with NULLs, and a NULL delta is 0.
 WITH input AS (
     SELECT *
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(attempts)b::int[],
@@ -1003,7 +1005,7 @@ updated AS (
         run_at = CASE WHEN i.status IN ('pending', 'retrying')
                       THEN coalesce(%(now)s::timestamptz, now()) + i.delay
                       ELSE j.run_at END,
-        attempts = j.attempts + i.attempt_delta,
+        attempts = j.attempts + coalesce(i.attempt_delta, 0),
         unstarted_expiries = 0,  -- it ran: a run of unstarted expiries ends (job_reap)
         locked_at = NULL,
         locked_by = NULL,
@@ -1019,15 +1021,20 @@ updated AS (
     -- tempt the planner into scanning the partial leased index, dead entries included.)
     WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id
+),
+written AS (
+    INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
+                              outcome, error_code, error_summary, duration_ms)
+    SELECT i.id, i.attempt, i.queue, i.job_type, %(worker)s, i.started_at,
+           coalesce(%(now)s::timestamptz, now()),
+           CASE WHEN u.id IS NULL THEN 'fenced' ELSE i.outcome END,
+           i.code, i.summary, i.duration_ms
+    FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
+    RETURNING job_id, outcome
 )
-INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
-                          outcome, error_code, error_summary, duration_ms)
-SELECT i.id, i.attempt, i.queue, i.job_type, %(worker)s, i.started_at,
-       coalesce(%(now)s::timestamptz, now()),
-       CASE WHEN u.id IS NULL THEN 'fenced' ELSE i.outcome END,
-       i.code, i.summary, i.duration_ms
-FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
-RETURNING job_id, outcome;
+-- Only the fenced ids come back: every other attempt was written with its own outcome, so a
+-- batch of hundreds returns (and the worker parses) no row at all in the usual case.
+SELECT job_id FROM written WHERE outcome = 'fenced';
 
 -- name: job_heartbeat
 -- Extend the leases the caller still holds (same fencing token); the ids not returned were

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 
+from jobs.model import Job
 from jobs.queries import load, parse_named, query_files
 
 
@@ -57,3 +60,28 @@ def test_a_name_in_two_files_of_a_package_is_an_error(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"'thing_get' is defined in both a\.sql and b\.sql"):
         load("twofiles_pkg")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "job_claim",
+        "job_claim_unlimited",
+        "job_claim_unlimited_skip_scan",
+        "job_claim_fair",
+        "job_claim_lookup",
+    ],
+)
+def test_a_claim_returns_the_columns_of_job_in_its_field_order(name: str) -> None:
+    """jobs.store._job builds a Job from a claimed row positionally: the statement's columns
+    must be Job's fields in order (the column is 'attempts' where the field is 'attempt')."""
+    text = load("jobs")[name]
+    if "RETURNING" in text:  # the claims: the rows they updated
+        listed = text.rsplit("RETURNING", 1)[1].split(";", 1)[0]
+    else:  # job_claim_lookup: the rows still leased under a claim id
+        found = re.search(r"^SELECT\s+(.*?)\s+FROM jobs\b", text, re.S | re.M)
+        assert found is not None, f"{name}: no column list found"
+        listed = found.group(1)
+    columns = [c.strip().removeprefix("j.") for c in listed.split(",")]
+    fields = [f.name for f in dataclasses.fields(Job)]
+    assert columns == ["attempts" if f == "attempt" else f for f in fields]
