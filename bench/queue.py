@@ -951,7 +951,6 @@ def _phase_peers(
     # The library's side: the same sizes, measured in this run (reused from the earlier phases).
     if "single" not in figures:
         figures["single"] = bench_enqueue_single(url, args.single, rounds=4)[0]
-    lib_bulk, raw_copy = bench_enqueue_many(url, args.many, PEER_BULK)
     if "drain_defaults" not in figures:
         figures["drain_defaults"] = drain_defaults(url, args.drain).rate
     if "drain_async" not in figures:  # (issue 11) the async no-op drain, defaults
@@ -959,10 +958,25 @@ def _phase_peers(
     if "latency_p50" not in figures:
         on, _ = latency_library(url, True, 1.0, args.samples, args.gap_ms / 1000.0, warmup=5)
         figures["latency_p50"] = percentile(on, 50)
-    single_auto = enqueue_single_autocommit(url, args.single)
-    reset(url, vacuum=True)
-    single = peer(python, url, "single", args.single)["rate"]
-    bulk = peer(python, url, "bulk", args.many, PEER_BULK)["rate"]
+    # The enqueue figures alternate the two libraries in rounds (the commit-bound rates drift
+    # with the machine's load within a minute): rate = all jobs / all the seconds of a side.
+    rounds = 4
+    single_n = max(1, args.single // rounds)
+    bulk_n = max(1, args.many // rounds // PEER_BULK) * PEER_BULK  # whole calls on both sides
+    seconds = {"single_auto": 0.0, "single": 0.0, "lib_bulk": 0.0, "raw_copy": 0.0, "bulk": 0.0}
+    for _ in range(rounds):
+        seconds["single_auto"] += single_n / enqueue_single_autocommit(url, single_n)
+        reset(url, vacuum=True)
+        seconds["single"] += peer(python, url, "single", single_n)["seconds"]
+        lib_rate, raw_rate = bench_enqueue_many(url, bulk_n, PEER_BULK)
+        seconds["lib_bulk"] += bulk_n / lib_rate
+        seconds["raw_copy"] += bulk_n / raw_rate
+        reset(url, vacuum=True)
+        seconds["bulk"] += peer(python, url, "bulk", bulk_n, PEER_BULK)["seconds"]
+    single_auto, single = (rounds * single_n / seconds[k] for k in ("single_auto", "single"))
+    lib_bulk = rounds * bulk_n / seconds["lib_bulk"]
+    raw_copy = rounds * bulk_n / seconds["raw_copy"]
+    bulk = rounds * bulk_n / seconds["bulk"]
     drain = peer(python, url, "drain", args.drain, 2)
     if drain["handled"] != args.drain or drain["left"]:
         raise RuntimeError(f"PgQueuer drain left work behind: {drain}")
