@@ -254,3 +254,37 @@ def test_filters_beside_an_id_ordered_index_read_a_bounded_run_of_it(
         assert walk({"error_code": "E", "queue": "q2"}) == ([500, 20], [810, 610, 410, 210, None])
         page = client.get("/dead", params={"job_type": "rare", "before": "810"}).text
     assert "Looked through job ids down to 610" in page and "at most 20 dead jobs" in page
+
+
+def test_dead_ids_selects_exactly_the_filtered_dead_letters_through_their_index(
+    db_url: str,
+) -> None:
+    """Each filter combination of an action over dead letters picks its own statement
+    (views.dead_ids): the ids are exactly the matching dead jobs, oldest first. (Which index
+    each reads shows only at scale: bench.dashboard's database, docs/dashboard.md.)"""
+    rows = []
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        for i in range(48):
+            queue, job_type, code = f"q{i % 2}", f"t{i % 3}", f"E_{i % 4}"
+            status = "dead" if i % 5 else "retrying"  # a retrying job carries a code too
+            job_id = jobs.enqueue(conn, job_type, {"i": i}, queue=queue, now=T0).id
+            conn.execute(
+                "UPDATE jobs SET status = %s, last_error_code = %s WHERE id = %s",
+                (status, code, job_id),
+            )
+            rows.append((job_id, queue, job_type, code, status))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        filters: list[tuple[str | None, str | None, str | None]] = [
+            (q, t, c) for q in (None, "q1", "q9") for t in (None, "t2") for c in (None, "E_3")
+        ]
+        for want_queue, want_type, want_code in filters:
+            expected = [
+                r[0]
+                for r in rows
+                if r[4] == "dead"
+                and want_queue in (None, r[1])
+                and want_type in (None, r[2])
+                and want_code in (None, r[3])
+            ]
+            got = views.dead_ids(conn, want_queue, want_type, want_code)
+            assert got == sorted(expected), (want_queue, want_type, want_code)
