@@ -207,21 +207,24 @@ WITH limits AS MATERIALIZED (
     FOR UPDATE
 ),
 buckets AS MATERIALIZED (
-    SELECT l.scope, l.name, b.second, b.minute,
-           CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
+    SELECT l.scope, l.name, b.second, b.minute, t.as_of,
+           CASE WHEN l.paused_until > t.as_of THEN 0
                 ELSE greatest(0, floor(least(
                          b.second, coalesce(b.minute, b.second),
                          -- the one-second window: what the claims of the last second left
                          l.per_second - job_rate_limit_window(
-                             l.recent_at, l.recent_n, coalesce(%(now)s::timestamptz, now())))))::int
+                             l.recent_at, l.recent_n, t.as_of))))::int
            END AS allow
     FROM limits AS l,
+         -- the instant of the spend: after the limit rows are locked (a claim that waited for
+         -- another claimer's commit must not count its tokens at its transaction's start)
+         LATERAL (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS as_of) AS t,
          -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
          -- per-minute limit (least and greatest skip NULLs)
          LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS second,
+                                               t.as_of) AS second,
                          job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS minute
+                                               t.as_of) AS minute
                  ) AS b
 ),
 held_back AS (
@@ -305,16 +308,16 @@ spent AS (
     UPDATE job_rate_limits AS l
     SET second_tokens = b.second - u.n,
         minute_tokens = b.minute - u.n,
-        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now())),
+        refilled_at = greatest(l.refilled_at, b.as_of),
         -- this claim joins the window; claims older than a second leave it
         recent_at = ARRAY(SELECT r.at
                           FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                          WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                          WHERE r.at > b.as_of - interval '1 second'
                           ORDER BY r.i)
-                    || coalesce(%(now)s::timestamptz, now()),
+                    || b.as_of,
         recent_n = ARRAY(SELECT r.n
                          FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                         WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                         WHERE r.at > b.as_of - interval '1 second'
                          ORDER BY r.i)
                    || u.n::int
     FROM buckets AS b,
@@ -470,21 +473,24 @@ WITH limits AS MATERIALIZED (
     FOR UPDATE
 ),
 buckets AS MATERIALIZED (
-    SELECT l.scope, l.name, b.second, b.minute,
-           CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
+    SELECT l.scope, l.name, b.second, b.minute, t.as_of,
+           CASE WHEN l.paused_until > t.as_of THEN 0
                 ELSE greatest(0, floor(least(
                          b.second, coalesce(b.minute, b.second),
                          -- the one-second window: what the claims of the last second left
                          l.per_second - job_rate_limit_window(
-                             l.recent_at, l.recent_n, coalesce(%(now)s::timestamptz, now())))))::int
+                             l.recent_at, l.recent_n, t.as_of))))::int
            END AS allow
     FROM limits AS l,
+         -- the instant of the spend: after the limit rows are locked (a claim that waited for
+         -- another claimer's commit must not count its tokens at its transaction's start)
+         LATERAL (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS as_of) AS t,
          -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
          -- per-minute limit (least and greatest skip NULLs)
          LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS second,
+                                               t.as_of) AS second,
                          job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS minute
+                                               t.as_of) AS minute
                  ) AS b
 ),
 held_back AS (
@@ -704,16 +710,16 @@ spent AS (
     UPDATE job_rate_limits AS l
     SET second_tokens = b.second - u.n,
         minute_tokens = b.minute - u.n,
-        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now())),
+        refilled_at = greatest(l.refilled_at, b.as_of),
         -- this claim joins the window; claims older than a second leave it
         recent_at = ARRAY(SELECT r.at
                           FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                          WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                          WHERE r.at > b.as_of - interval '1 second'
                           ORDER BY r.i)
-                    || coalesce(%(now)s::timestamptz, now()),
+                    || b.as_of,
         recent_n = ARRAY(SELECT r.n
                          FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                         WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                         WHERE r.at > b.as_of - interval '1 second'
                          ORDER BY r.i)
                    || u.n::int
     FROM buckets AS b,
@@ -757,21 +763,24 @@ WITH limits AS MATERIALIZED (
     FOR UPDATE
 ),
 buckets AS MATERIALIZED (
-    SELECT l.scope, l.name, b.second, b.minute,
-           CASE WHEN l.paused_until > coalesce(%(now)s::timestamptz, now()) THEN 0
+    SELECT l.scope, l.name, b.second, b.minute, t.as_of,
+           CASE WHEN l.paused_until > t.as_of THEN 0
                 ELSE greatest(0, floor(least(
                          b.second, coalesce(b.minute, b.second),
                          -- the one-second window: what the claims of the last second left
                          l.per_second - job_rate_limit_window(
-                             l.recent_at, l.recent_n, coalesce(%(now)s::timestamptz, now())))))::int
+                             l.recent_at, l.recent_n, t.as_of))))::int
            END AS allow
     FROM limits AS l,
+         -- the instant of the spend: after the limit rows are locked (a claim that waited for
+         -- another claimer's commit must not count its tokens at its transaction's start)
+         LATERAL (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS as_of) AS t,
          -- job_rate_limit_refill (schema.sql) is inlined here; minute is NULL without a
          -- per-minute limit (least and greatest skip NULLs)
          LATERAL (SELECT job_rate_limit_refill(l.second_tokens, l.per_second, 1, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS second,
+                                               t.as_of) AS second,
                          job_rate_limit_refill(l.minute_tokens, l.per_minute, 60, l.refilled_at,
-                                               coalesce(%(now)s::timestamptz, now())) AS minute
+                                               t.as_of) AS minute
                  ) AS b
 ),
 held_back AS (
@@ -941,16 +950,16 @@ spent AS (
     UPDATE job_rate_limits AS l
     SET second_tokens = b.second - u.n,
         minute_tokens = b.minute - u.n,
-        refilled_at = greatest(l.refilled_at, coalesce(%(now)s::timestamptz, now())),
+        refilled_at = greatest(l.refilled_at, b.as_of),
         -- this claim joins the window; claims older than a second leave it
         recent_at = ARRAY(SELECT r.at
                           FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                          WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                          WHERE r.at > b.as_of - interval '1 second'
                           ORDER BY r.i)
-                    || coalesce(%(now)s::timestamptz, now()),
+                    || b.as_of,
         recent_n = ARRAY(SELECT r.n
                          FROM unnest(l.recent_at, l.recent_n) WITH ORDINALITY AS r(at, n, i)
-                         WHERE r.at > coalesce(%(now)s::timestamptz, now()) - interval '1 second'
+                         WHERE r.at > b.as_of - interval '1 second'
                          ORDER BY r.i)
                    || u.n::int
     FROM buckets AS b,
