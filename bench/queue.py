@@ -55,6 +55,7 @@ import psycopg  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 
 import jobs  # noqa: E402
+from jobs.queries import load as load_queries  # noqa: E402
 from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
@@ -319,10 +320,11 @@ class StatementCounter(psycopg.Cursor[Any]):
         names = self._names
         if not names:
             # Every claim statement the store may send (PgJobStore picks one by the server
-            # version, the queue's policy and whether any rate limit exists).
-            for claim in ("job_claim", "job_claim_unlimited", "job_claim_unlimited_skip_scan",
-                          "job_claim_fair", "job_claim_fair_skip_scan"):  # fmt: skip
-                names[jobs_query(claim)] = "claim"
+            # version, the queue's policy and whether any rate limit exists): read from the
+            # jobs queries, so a new claim statement is counted without a list to keep.
+            for statement, text in load_queries("jobs").items():
+                if statement.startswith("job_claim") and statement != "job_claim_lookup":
+                    names[text] = "claim"
             names[jobs_query("job_complete")] = "complete"
         name = names.get(query) if isinstance(query, str) else None
         calls = self.calls

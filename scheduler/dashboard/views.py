@@ -376,17 +376,16 @@ def dead_ids(
     }
     if error_code is not None:
         sql = query("dashboard_dead_ids_by_code")
-    elif queue is not None or job_type is not None:
-        # A bitmap scan of the dead letters' (queue, job_type) index, not an index scan in id
-        # order over every dead letter (see the statement), then the setting as it was.
-        with conn.transaction():
-            row = conn.execute(query("dashboard_index_scans"), {"value": "off"}).fetchone()
-            ids = [r[0] for r in conn.execute(query("dashboard_dead_ids_by_queue"), params)]
-            conn.execute(query("dashboard_index_scans"), {"value": row[0] if row else "on"})
-        return ids
-    else:
-        sql = query("dashboard_dead_ids")
-    return [row[0] for row in conn.execute(sql, params).fetchall()]
+        return [row[0] for row in conn.execute(sql, params).fetchall()]
+    if queue is None and job_type is None:
+        return [row[0] for row in conn.execute(query("dashboard_dead_ids"), params).fetchall()]
+    # A bitmap scan of the dead letters' (queue, job_type) index, not an index scan in id order
+    # over every dead letter (see the statement), then the setting as it was.
+    with conn.transaction():
+        row = conn.execute(query("dashboard_index_scans"), {"value": "off"}).fetchone()
+        ids = [r[0] for r in conn.execute(query("dashboard_dead_ids"), params)]
+        conn.execute(query("dashboard_index_scans"), {"value": row[0] if row else "on"})
+    return ids
 
 
 def audit(

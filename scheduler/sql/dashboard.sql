@@ -155,14 +155,20 @@ SELECT count(*) FROM (
 
 -- name: dashboard_dead_ids
 -- The dead jobs a filter selects, up to %(limit)s (the confirmation counts them; the action
--- then touches exactly these ids), oldest first. Three statements, chosen by the filters given
--- (scheduler/dashboard/views.py, dead_ids), each reading the index of its filter: left to
--- itself the planner read jobs_dead_recent_idx in id order and checked the filters in the heap,
--- which for a filter matching few dead letters read all of them (0.9 to 2.8 s at 10M jobs).
--- No filter but status: the dead letters' own index, in id order.
+-- then touches exactly these ids), oldest first. With an error code the caller sends
+-- dashboard_dead_ids_by_code instead. With no filter, the dead letters' own index in id order.
+-- With a queue or a job type, the caller turns plain index scans off for this statement
+-- (dashboard_index_scans, scheduler/dashboard/views.py, dead_ids), so the planner takes a
+-- bitmap scan of jobs_dead_idx (queue, job_type, completed_at) and reads only the matching
+-- rows' pages. Left to itself it read jobs_dead_recent_idx in id order and checked the filters
+-- in the heap: the ids' correlation with the heap makes that look cheap, but dead letters are a
+-- few a page over the whole table, so at 10M jobs it read every dead letter's page (104,000
+-- buffers, 380-440 ms for a queue or a job type; 0.2 to 23 ms as a bitmap scan).
 SELECT id
 FROM jobs
 WHERE status = 'dead'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -177,22 +183,6 @@ WHERE last_error_code = %(error_code)s::text
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
 ORDER BY last_error_code, id
-LIMIT %(limit)s;
-
--- name: dashboard_dead_ids_by_queue
--- A queue or a job type given (no code): sent with plain index scans turned off for the
--- statement (dashboard_index_scans), so the planner takes a bitmap scan of jobs_dead_idx
--- (queue, job_type, completed_at) and reads only the matching rows' pages. With index scans on
--- it reads jobs_dead_recent_idx in id order and checks the filters in the heap: the ids'
--- correlation with the heap makes that look cheap, but dead letters are a few a page over the
--- whole table, so at 10M jobs it read every dead letter's page (104,000 buffers, 380-440 ms for
--- a queue or a job type; 0.2 to 23 ms as a bitmap scan).
-SELECT id
-FROM jobs
-WHERE status = 'dead'
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-ORDER BY id
 LIMIT %(limit)s;
 
 -- name: dashboard_index_scans
