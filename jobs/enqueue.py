@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString
 from uuid import UUID
 
 import psycopg
@@ -39,6 +39,7 @@ from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
+from jobs.steps import Rows, Statement, run, run_async
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
@@ -81,33 +82,9 @@ def _params(
     return params
 
 
-R = TypeVar("R")
-
 # A statement to run (named query text, parameters); the generator is sent its rows.
-_Statement = tuple[LiteralString, Mapping[str, Any]]
-_Rows = list[Any]
-
-
-def _drive(cur: psycopg.Cursor[Any], steps: Generator[_Statement, _Rows, R]) -> R:
-    try:
-        sql, params = next(steps)
-        while True:
-            cur.execute(sql, params)
-            sql, params = steps.send(cur.fetchall())
-    except StopIteration as stop:
-        result: R = stop.value
-        return result
-
-
-async def _drive_async(cur: psycopg.AsyncCursor[Any], steps: Generator[_Statement, _Rows, R]) -> R:
-    try:
-        sql, params = next(steps)
-        while True:
-            await cur.execute(sql, params)
-            sql, params = steps.send(await cur.fetchall())
-    except StopIteration as stop:
-        result: R = stop.value
-        return result
+_Statement = Statement
+_Rows = Rows
 
 
 def _unique_steps(params: Mapping[str, Any]) -> Generator[_Statement, _Rows, Enqueued]:
@@ -177,7 +154,7 @@ def enqueue(
     )
     with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            return _drive(cur, _unique_steps(params))
+            return run(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             cur.execute(query("job_enqueue"), params)
             row = cur.fetchone()
@@ -223,7 +200,7 @@ async def enqueue_async(
     )
     async with conn.cursor() as cur:
         if params["unique_key"] is not None:
-            return await _drive_async(cur, _unique_steps(params))
+            return await run_async(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
             await cur.execute(query("job_enqueue"), params)
             row = await cur.fetchone()
@@ -772,7 +749,7 @@ def _insert_unique(
         )
         for i, r in zip(plain, done, strict=True):
             results[i] = r
-    _drive(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
+    run(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
     return _unique_results(results, follows)
 
 
@@ -962,7 +939,7 @@ async def _insert_unique_async(
         )
         for i, r in zip(plain, done, strict=True):
             results[i] = r
-    await _drive_async(
+    await run_async(
         cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace)
     )
     return _unique_results(results, follows)
