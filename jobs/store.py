@@ -10,10 +10,12 @@ Each write is atomic, so when its reply is lost with the connection it committed
 at all, and :meth:`JobStore.lost_reply` tells which: a claim stamps its rows with the caller's
 claim id, and an outcome leaves its attempt row.
 
-Queue policies (:mod:`jobs.policy`, the job_queue_policies table every worker reads): a queue
-with one is claimed by ``job_claim_fair`` instead of ``job_claim``, in the same transaction as
-the plain queues' claim. Which queues have one, and whether any rate limit exists (without one,
-plain queues are claimed by the lighter ``job_claim_unlimited``), is read in one statement
+Which claim: one statement, ``job_claim`` in jobs/sql/job.sql, composed from fragments into a
+variant per (fair, limited, skip scan) (:func:`jobs.queries.variant`). A queue with a policy
+(:mod:`jobs.policy`, the job_queue_policies table every worker reads) is claimed by a fair
+variant, in the same transaction as the plain queues' claim; while no rate limit exists the
+variants without the buckets are used (lighter); from PostgreSQL 18 on, the skip-scan ones.
+Which queues have a policy, and whether any rate limit exists, is read in one statement
 (``job_queue_policy_refresh``) and cached: re-read before the next claim when the worker's
 listener hears that a policy or a limit changed (:meth:`PgJobStore.policies_changed`; setting
 or clearing one notifies at commit), and at least every ``policy_refresh`` seconds in case a
@@ -46,7 +48,7 @@ from jobs.batch import COMPLETION_EFFECT, RunEffects
 from jobs.errors import EffectLeftTransactionInError
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
-from jobs.queries import query
+from jobs.queries import query, variant
 from jobs.retry import SUCCEEDED, Decision, RetryPolicy, decide, summarize
 
 RATE_LIMITED = "rate_limited"
@@ -57,7 +59,7 @@ UNSTARTED_EXPIRY_LIMIT = 5
 next one uses its attempt (code 'crash_loop'), so a job that kills its worker before the mark
 is sent cannot loop forever (docs/jobs.md, "Leases")."""
 
-_NIL = UUID(int=0)  # the organization of jobs without one, in job_claim_fair
+_NIL = UUID(int=0)  # the organization of jobs without one, in the fair claims
 
 POLICY_REFRESH = 0.5
 """Seconds a store trusts its list of the queues that have a policy (job_queue_policies) and
@@ -255,7 +257,7 @@ class PgJobStore:
         # (PostgreSQL 18): it picks the single-scan claim statements (*_skip_scan); before 18,
         # the claims read ready jobs one priority at a time. Tests set it to run both.
         self.skip_scan = conn.info.server_version >= 180000
-        # The queues whose claim is job_claim_fair (those with a policy).
+        # The queues claimed by a fair variant of job_claim (those with a policy).
         self._policies: set[str] = set()
         self._policies_read = -float("inf")
         # Bumped by policies_changed (from the listener's thread); the refresh records the value
@@ -264,7 +266,7 @@ class PgJobStore:
         self._changes = 0
         self._changes_read = 0
         # Whether any rate limit exists (job_rate_limits): without one, plain queues are
-        # claimed by job_claim_unlimited, a lighter statement. Read with the policies.
+        # claimed by the unlimited variants, lighter statements. Read with the policies.
         self._limited = True
         # queue -> where this store's next fair claim starts its round of organizations: after
         # the last one it served, so one store's claims go round every organization in turn
@@ -293,20 +295,16 @@ class PgJobStore:
         self._changes_read = changes
 
     def _policy_queues(self, params: Mapping[str, Any] | None) -> bool:
-        """Whether a claim with these parameters goes (in part) through job_claim_fair."""
+        """Whether a claim with these parameters goes (in part) through a fair variant."""
         if params is None:
             return False
         self._refresh_policies()
         return any(q in self._policies for q in params["queues"])
 
-    def _plain_claim(self) -> LiteralString:
-        """The claim of queues without a policy: job_claim, or job_claim_unlimited while no
-        rate limit exists (as read at the last refresh)."""
-        if self._limited:
-            return query("job_claim")
-        if self.skip_scan:
-            return query("job_claim_unlimited_skip_scan")
-        return query("job_claim_unlimited")
+    def _claim(self, *, fair: bool) -> LiteralString:
+        """The variant of job_claim (jobs/sql/job.sql, one template) for a queue with a policy
+        or without, under the rate limits and the server as read at the last refresh."""
+        return variant("job_claim", fair=fair, limited=self._limited, skip_scan=self.skip_scan)
 
     def _execute_claims(self, params: dict[str, Any]) -> list[psycopg.Cursor[Any]]:
         """Send the claim statements for ``params`` (inside the caller's transaction and
@@ -315,7 +313,7 @@ class PgJobStore:
         wanted = list(zip(params["queues"], params["limits"], strict=True))
         fair = [(q, n) for q, n in wanted if q in policies]
         if not fair:
-            return [self.conn.execute(self._plain_claim(), params)]
+            return [self.conn.execute(self._claim(fair=False), params)]
         plain = [(q, n) for q, n in wanted if q not in policies]
         cursors = []
         # Always, not only for the queues this store knows to be limited: a limit set since
@@ -327,7 +325,7 @@ class PgJobStore:
         if plain:
             cursors.append(
                 self.conn.execute(
-                    self._plain_claim(),
+                    self._claim(fair=False),
                     {**params, "queues": [q for q, _ in plain], "limits": [n for _, n in plain]},
                 )
             )
@@ -336,7 +334,7 @@ class PgJobStore:
             start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())
             cursors.append(
                 self.conn.execute(
-                    query("job_claim_fair_skip_scan" if self.skip_scan else "job_claim_fair"),
+                    self._claim(fair=True),
                     {**params, "queues": [queue], "limits": [n], "start": start},
                 )
             )
@@ -467,7 +465,7 @@ class PgJobStore:
             return []
         with_policy = self._policy_queues(params)
         if not started and not with_policy:
-            return self._claimed(self.conn.execute(self._plain_claim(), params).fetchall())
+            return self._claimed(self.conn.execute(self._claim(fair=False), params).fetchall())
         with self.conn.transaction(), self.conn.pipeline():
             if started:
                 self.conn.execute(query("job_mark_started"), self._started_params(started))
