@@ -280,14 +280,24 @@ def load(package: str) -> Mapping[str, LiteralString]:
 
 
 @cache
+def templates(package: str) -> Mapping[str, Mapping[Flags, str]]:
+    """Every template of ``package``: its name -> its variant table (the flags a row sets ->
+    the row's query)."""
+    return MappingProxyType(
+        {
+            name: MappingProxyType({on: query_name for query_name, on in template.rows})
+            for _, parsed in _parsed(package)
+            for name, template in parsed.templates.items()
+        }
+    )
+
+
 def variants(package: str, template: str) -> Mapping[Flags, str]:
     """The variant table of ``template`` in ``package``: the flags a row sets -> its query."""
-    for _, parsed in _parsed(package):
-        if template in parsed.templates:
-            return MappingProxyType(
-                dict((on, name) for name, on in parsed.templates[template].rows)
-            )
-    raise KeyError(f"no template {template!r} in {package}")
+    table = templates(package).get(template)
+    if table is None:
+        raise KeyError(f"no template {template!r} in {package}")
+    return table
 
 
 @cache

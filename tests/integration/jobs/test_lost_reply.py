@@ -21,6 +21,7 @@ import pytest
 
 import jobs
 from jobs import Job, RetryPolicy, Worker
+from jobs.limits import RateLimit, set_limit
 from jobs.service import Reconnect
 from jobs.store import PgJobStore
 from tests.faultproxy import FaultProxy, is_commit, sql_contains
@@ -104,13 +105,26 @@ def assert_every_job_ran_once(db_url: str, ids: list[int], ran: Ran) -> None:
         assert c.execute("SELECT max(attempts) FROM jobs").fetchone() == (1,)
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "limited"])
 def test_a_claim_whose_reply_is_lost_runs_the_jobs_it_leased(
-    db_url: str, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+    db_url: str, proxy: FaultProxy, caplog: pytest.LogCaptureFixture, fair: bool, limited: bool
 ) -> None:
-    """The claim alone (autocommit, nothing finished yet): its jobs run here, once."""
+    """The claim alone (nothing finished yet): its jobs run here, once; whichever variant of
+    the claim (a fair queue, a rate limit, both) the worker sends. A plain claim commits on
+    its own (autocommit); a fair one in a transaction after its policy lock, whose COMMIT's
+    reply is the one lost."""
     caplog.set_level(logging.INFO, logger="tockwork")
     ids = enqueue(db_url, 6, max_attempts=1)
-    proxy.drop_reply(CLAIM)
+    with psycopg.connect(db_url) as c:
+        if fair:
+            jobs.set_queue_policy(c, "default", fair=True, now=T0)
+        if limited:
+            set_limit(c, RateLimit(queue="default", per_second=1000), now=T0)
+    if fair:
+        proxy.drop_next_commit_reply()
+    else:
+        proxy.drop_reply(CLAIM)
     ran = Ran()
     w = worker(proxy.url, ran)
     stats = w.run_until_idle()
@@ -120,6 +134,22 @@ def test_a_claim_whose_reply_is_lost_runs_the_jobs_it_leased(
     assert stats.fenced == 0 and stats.reaped == 0
     found = [m for m in messages(caplog) if "reply to a claim was lost" in m]
     assert len(found) == 1 and "2 job(s) leased and now run here" in found[0]
+
+
+def test_a_fair_claim_whose_reply_is_lost_before_its_commit_leased_nothing(
+    db_url: str, proxy: FaultProxy
+) -> None:
+    """A fair claim's statement runs inside its transaction: losing its reply cuts the
+    connection before the COMMIT, so nothing was leased and there is nothing to recover."""
+    ids = enqueue(db_url, 6, max_attempts=1)
+    with psycopg.connect(db_url) as c:
+        jobs.set_queue_policy(c, "default", fair=True, now=T0)
+    proxy.drop_reply(CLAIM)
+    ran = Ran()
+    stats = worker(proxy.url, ran).run_until_idle()
+    assert proxy.counts.faults == 1
+    assert_every_job_ran_once(db_url, ids, ran)
+    assert stats.recovered_claims == 0 and stats.fenced == 0
 
 
 def test_a_completion_and_claim_whose_commit_reply_is_lost(

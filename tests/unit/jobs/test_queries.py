@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from jobs.model import Job
-from jobs.queries import load, parse_named, query_files
+from jobs.queries import load, parse_named, query_files, variant, variants
 
 
 def test_every_query_is_loaded_by_name() -> None:
@@ -62,26 +60,106 @@ def test_a_name_in_two_files_of_a_package_is_an_error(
         load("twofiles_pkg")
 
 
+def test_a_fragment_is_written_once_and_included_by_name() -> None:
+    text = """
+-- fragment: cols
+-- The columns (this leading comment documents the fragment and is not included).
+id, name
+-- name: a_get
+SELECT {{cols}} FROM a;
+-- name: a_list
+SELECT {{cols}}
+FROM a ORDER BY id;
+"""
+    assert parse_named(text) == {
+        "a_get": "SELECT id, name FROM a;",
+        "a_list": "SELECT id, name\nFROM a ORDER BY id;",
+    }
+
+
+TEMPLATE = """
+-- fragment: scan if not fast
+SELECT id FROM t
+WHERE q = {{queue}}
+  {{extra}}
+LIMIT {{limit}}
+-- fragment: scan if fast
+SELECT id FROM t_fast WHERE q = {{queue}} LIMIT {{limit}}
+-- fragment: held if capped
+AND kind <> 'slow'
+-- fragment: capped_only if capped and not fast
+-- capped, loose scan
+-- template: t_claim (capped, fast)
+-- variant: t_claim              capped
+-- variant: t_claim_fast         capped fast
+-- variant: t_claim_free
+-- variant: t_claim_free_fast    fast
+-- Claim.
+WITH c AS (
+    {{scan queue=w.q extra=held limit=w.n}}
+)
+SELECT * FROM c;
+"""
+
+
+def test_a_template_expands_into_one_query_per_row_of_its_table() -> None:
+    """Each row's flags pick the alternatives; arguments fill the fragment's holes (a value
+    that names a fragment is that fragment); an include alone on its line takes its indent;
+    the line of an include that expands to nothing goes."""
+    queries = parse_named(TEMPLATE)
+    assert set(queries) == {"t_claim", "t_claim_fast", "t_claim_free", "t_claim_free_fast"}
+    assert queries["t_claim"] == (
+        "-- Claim.\nWITH c AS (\n    SELECT id FROM t\n    WHERE q = w.q\n"
+        "      AND kind <> 'slow'\n    LIMIT w.n\n)\nSELECT * FROM c;"
+    )
+    assert queries["t_claim_free"] == (
+        "-- Claim.\nWITH c AS (\n    SELECT id FROM t\n    WHERE q = w.q\n    LIMIT w.n\n)\n"
+        "SELECT * FROM c;"
+    )
+    assert "t_fast WHERE q = w.q LIMIT w.n" in queries["t_claim_fast"]
+    assert "variant" not in queries["t_claim_fast"]
+
+
+def test_the_variant_table_of_a_template_has_no_hole() -> None:
+    holed = TEMPLATE.replace("-- variant: t_claim_free_fast    fast\n", "")
+    with pytest.raises(
+        ValueError, match=r"each combination of capped, fast once; missing: \(fast\)"
+    ):
+        parse_named(holed)
+    repeated = TEMPLATE.replace("t_claim_free_fast    fast", "t_claim_free_fast    capped")
+    with pytest.raises(ValueError, match=r"repeated|missing"):
+        parse_named(repeated)
+    with pytest.raises(ValueError, match="unknown flags"):
+        parse_named(TEMPLATE.replace("t_claim_free_fast    fast", "t_claim_free_fast  fats"))
+
+
 @pytest.mark.parametrize(
-    "name",
+    ("text", "message"),
     [
-        "job_claim",
-        "job_claim_unlimited",
-        "job_claim_unlimited_skip_scan",
-        "job_claim_fair",
-        "job_claim_lookup",
+        ("-- name: a\nSELECT {{nothing}};", "no fragment or argument named 'nothing'"),
+        ("-- fragment: f\n{{f}}\n-- name: a\nSELECT {{f}};", "'f' includes itself"),
+        ("-- fragment: f if x\n1\n-- name: a\nSELECT {{f}};", "depends on flag 'x'"),
+        (
+            "-- fragment: f if x\n1\n-- fragment: f\n2\n"
+            "-- template: a (x)\n-- variant: a x\n-- variant: a0\nSELECT {{f}};",
+            "two alternatives of fragment 'f' hold at once",
+        ),
+        ("-- fragment: f if x or y\n1\n", "bad condition"),
+        ("-- template: a x\nSELECT 1;", "bad template header"),
     ],
 )
-def test_a_claim_returns_the_columns_of_job_in_its_field_order(name: str) -> None:
-    """jobs.store._job builds a Job from a claimed row positionally: the statement's columns
-    must be Job's fields in order (the column is 'attempts' where the field is 'attempt')."""
-    text = load("jobs")[name]
-    if "RETURNING" in text:  # the claims: the rows they updated
-        listed = text.rsplit("RETURNING", 1)[1].split(";", 1)[0]
-    else:  # job_claim_lookup: the rows still leased under a claim id
-        found = re.search(r"^SELECT\s+(.*?)\s+FROM jobs\b", text, re.S | re.M)
-        assert found is not None, f"{name}: no column list found"
-        listed = found.group(1)
-    columns = [c.strip().removeprefix("j.") for c in listed.split(",")]
-    fields = [f.name for f in dataclasses.fields(Job)]
-    assert columns == ["attempts" if f == "attempt" else f for f in fields]
+def test_what_the_expansion_refuses(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_named(text)
+
+
+def test_variant_picks_a_row_of_the_claim_table_by_its_flags() -> None:
+    queries = load("jobs")
+    table = variants("jobs", "job_claim")
+    assert (
+        variant("job_claim", fair=True, limited=False, skip_scan=True)
+        is queries[table[frozenset({"fair", "skip_scan"})]]
+    )
+    assert table[frozenset({"limited"})] == "job_claim"
+    with pytest.raises(TypeError, match="takes the flags"):
+        variant("job_claim", fair=True)
