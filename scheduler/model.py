@@ -175,17 +175,9 @@ def _parsed(rule_json: str) -> Rule:
     return parse_rule(json.loads(rule_json))
 
 
-COLUMNS = (
-    "id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,"
-    " fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max, quiet_start,"
-    " quiet_end, quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,"
-    " last_occurrence_key, last_occurrence_at, last_job_id, enqueued_count, missed_count,"
-    " skipped_count, tzdb_version, version, source, created_at, updated_at"
-)
-
-
 def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
-    """Build a :class:`Schedule` from a row selected with the columns in ``COLUMNS`` order."""
+    """Build a :class:`Schedule` from a row of the ``schedule_columns`` fragment
+    (scheduler/sql/schedule.sql), which every query that reads whole schedules selects."""
     (
         sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
         catch_up, grace, catch_up_max, q_start, q_end, q_action, paused, cursor_at, next_run_at,

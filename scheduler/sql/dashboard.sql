@@ -5,6 +5,27 @@
 -- scheduler.pause/resume). Counts are bounded (LIMIT 10001: "10,000+"), pages are keyset pages,
 -- and every filter is a parameter: (%(x)s::type IS NULL OR col = %(x)s).
 
+-- fragment: dashboard_job_row
+-- What a row of the jobs page shows (scheduler/dashboard/views.py, _JOB_COLUMNS).
+id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
+last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+
+-- fragment: dashboard_job_filter
+-- The jobs page's filters, each optional (conditions to AND after a WHERE).
+AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
+{{dashboard_job_other_filters}}
+
+-- fragment: dashboard_job_other_filters
+-- The filters but the status and the error code (which a query may read through their own
+-- index).
+AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
+AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
+AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
+AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
+AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+
 -- name: dashboard_session_setup
 -- Plan each statement for its parameters (the optional filters collapse to the ones given, so a
 -- partial index can answer), and bound every statement of the dashboard's connections.
@@ -23,18 +44,10 @@ SELECT set_config('statement_timeout', %(timeout)s, true);
 
 -- name: dashboard_job_page
 -- One keyset page of jobs, newest id first: ids below %(before)s.
-SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
-       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+SELECT {{dashboard_job_row}}
 FROM jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
-  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
-  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+  {{dashboard_job_filter}}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -43,19 +56,11 @@ LIMIT %(limit)s;
 -- time range, a rare combination): the scan is bounded to the ids in [%(floor)s, %(before)s), so
 -- a filter that matches nothing costs one window, not the whole table. Fewer than a page of
 -- matches in the window: the next page goes on below %(floor)s.
-SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
-       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+SELECT {{dashboard_job_row}}
 FROM jobs
 WHERE id >= %(floor)s
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
-  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
-  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+  {{dashboard_job_filter}}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -87,18 +92,10 @@ SELECT min(id), max(id) FROM jobs;
 -- dead): ordering by an expression keeps the planner from walking the primary key backwards
 -- through millions of finished rows to find a few matches (or none); it reads the status's
 -- index and sorts what matched.
-SELECT id, organization_id, queue, job_type, status, priority, run_at, attempts, max_attempts,
-       last_error_code, left(last_error_summary, 200), completed_at, created_at, idempotency_key
+SELECT {{dashboard_job_row}}
 FROM jobs
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-  AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
-  AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
-  AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+  {{dashboard_job_filter}}
 ORDER BY id + 0 DESC
 LIMIT %(limit)s;
 
@@ -121,14 +118,8 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
 SELECT count(*) FROM (
     SELECT 1
     FROM jobs
-    WHERE (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s)
-      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
-      AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
-      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+    WHERE true
+      {{dashboard_job_filter}}
     LIMIT 10001
 ) AS bounded;
 
@@ -144,12 +135,7 @@ SELECT count(*) FROM (
     FROM jobs
     WHERE last_error_code = %(error_code)s
       AND (%(statuses)s::text[] IS NULL OR (status || '') = ANY(%(statuses)s::text[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s)
-      AND (%(idempotency_key)s::text IS NULL OR idempotency_key = %(idempotency_key)s)
-      AND (%(organization_id)s::uuid IS NULL OR organization_id = %(organization_id)s)
-      AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR created_at < %(until)s)
+      {{dashboard_job_other_filters}}
     LIMIT 10001
 ) AS bounded;
 

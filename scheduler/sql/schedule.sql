@@ -1,5 +1,13 @@
 -- Named queries on the schedules table, loaded by scheduler/queries.py (jobs/queries.py's loader).
 
+-- fragment: schedule_columns
+-- A schedule's columns in the order scheduler/model.py's schedule_from_row reads them.
+id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
+fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max, quiet_start,
+quiet_end, quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
+last_occurrence_key, last_occurrence_at, last_job_id, enqueued_count, missed_count,
+skipped_count, tzdb_version, version, source, created_at, updated_at
+
 -- name: schedule_insert
 INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
                        gap_policy, fold_policy, jitter_seconds, catch_up,
@@ -35,12 +43,7 @@ WHERE id = %(id)s;
 -- (our own class id) without waiting. A row locked here was re-read after any concurrent commit
 -- (READ COMMITTED re-checks the due condition on the newest version).
 WITH due AS MATERIALIZED (
-    SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-           fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-           quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-           next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-           enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-           created_at, updated_at
+    SELECT {{schedule_columns}}
     FROM schedules
     WHERE NOT paused AND next_run_at <= %(horizon)s
     ORDER BY next_run_at
@@ -72,12 +75,7 @@ FROM unnest(%(ids)b::bigint[], %(cursor_ats)b::timestamptz[], %(next_run_ats)b::
 WHERE s.id = u.id;
 
 -- name: schedule_stale_tzdb
-SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-       created_at, updated_at
+SELECT {{schedule_columns}}
 FROM schedules
 WHERE tzdb_version <> %(tzdb)s
 ORDER BY id
@@ -112,32 +110,29 @@ FROM schedules WHERE NOT paused AND next_run_at <= coalesce(%(now)s::timestamptz
 -- migrations has no lag to report.
 SELECT to_regclass('schedules') IS NOT NULL;
 
--- name: schedule_get
+-- template: schedule_get (for_update)
+-- variant: schedule_get
+-- variant: schedule_get_for_update   for_update
 -- One schedule by %(id)s, or (id NULL) by %(key)s within %(organization_id)s (NULL: the
 -- schedules of no organization). Optional filters written as "(param IS NULL OR col = param)":
 -- one static query (procrastinate's list_jobs), and PostgreSQL folds the NULL tests of each
 -- execution's custom plan away, so the id path stays a primary-key probe.
-SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-       created_at, updated_at
+SELECT {{schedule_columns}}
 FROM schedules
 WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
   AND (%(key)s::text IS NULL
        OR (key = %(key)s::text
-           AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid));
+           AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid))
+{{schedule_lock}};
+
+-- fragment: schedule_lock if for_update
+-- For a change: the row lock the tick takes too.
+FOR NO KEY UPDATE
 
 -- name: schedule_get_many
 -- The schedules of a batch of jobs, by id, in one statement (the reminder path's still-due
 -- check: scheduler/reminders.py). A deleted schedule has no row.
-SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-       created_at, updated_at
+SELECT {{schedule_columns}}
 FROM schedules
 WHERE id = ANY(%(ids)b::bigint[]);
 
@@ -149,31 +144,10 @@ SELECT id, paused, version, quiet_start, quiet_end, quiet_action, zone
 FROM schedules
 WHERE id = ANY(%(ids)b::bigint[]);
 
--- name: schedule_get_for_update
--- schedule_get, locking the row for a change (FOR NO KEY UPDATE, the row lock the tick takes
--- too).
-SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-       created_at, updated_at
-FROM schedules
-WHERE (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
-  AND (%(key)s::text IS NULL
-       OR (key = %(key)s::text
-           AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid))
-FOR NO KEY UPDATE;
-
 -- name: schedule_list
 -- Schedules in id order, each filter optional. The organization filter has a flag of its own,
 -- %(by_organization)s, because a NULL organization_id is a value to match (no organization).
-SELECT id, organization_id, key, subject, job_type, queue, payload, rule, zone, gap_policy,
-       fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max,
-       quiet_start, quiet_end, quiet_action, paused, cursor_at, next_run_at,
-       next_occurrence_key, last_occurrence_key, last_occurrence_at, last_job_id,
-       enqueued_count, missed_count, skipped_count, tzdb_version, version, source,
-       created_at, updated_at
+SELECT {{schedule_columns}}
 FROM schedules
 WHERE (NOT %(by_organization)s::bool
        OR organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid)

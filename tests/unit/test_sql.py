@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobs.queries import load, templates
-from scheduler.model import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1].parent
 # SQL components (each with its own sql/ folder): the packages, and the simulated provider's
@@ -135,13 +134,3 @@ def test_query_names_start_with_their_table_and_never_collide_across_packages() 
     assert {p: sorted(n for n in names[p] if not n.startswith(prefixes[p])) for p in PACKAGES} == {
         p: [] for p in PACKAGES
     }
-
-
-def test_schedule_queries_select_the_columns_schedule_from_row_reads() -> None:
-    expected = [c.strip() for c in COLUMNS.split(",")]
-    for name in ("schedule_get", "schedule_get_for_update", "schedule_get_many", "schedule_list",
-                 "schedule_due_lock", "schedule_stale_tzdb"):  # fmt: skip
-        text = re.sub(r"--[^\n]*", "", load("scheduler")[name])
-        select_list = re.search(r"SELECT\s+(.*?)\s+FROM schedules", text, re.S)
-        assert select_list is not None, name
-        assert [c.strip() for c in select_list.group(1).split(",")] == expected, name
