@@ -356,7 +356,12 @@ async def enqueue_columns_async(
 
 
 def _typed(columns: JobColumns | Mapping[str, list[Any]]) -> JobColumns:
-    return columns if isinstance(columns, JobColumns) else JobColumns(**columns)
+    if isinstance(columns, JobColumns):
+        return columns
+    try:
+        return JobColumns(**columns)
+    except TypeError as exc:  # a name that is not a column
+        raise InvalidJob("columns", sorted(columns), str(exc)) from None
 
 
 def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
@@ -772,7 +777,7 @@ def _many_unique_steps(
         return params
 
     queues = columns.queues
-    on_active = columns.params()["on_active"]
+    on_active = ["keep"] * len(ids) if columns.on_active is None else columns.on_active
     woken: list[str] = []
     woken_at: list[datetime] = []
     todo = leaders

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
 
 import jobs
 from jobs import DEFAULT_MAX_ATTEMPTS, JobColumns
@@ -64,3 +67,10 @@ def test_subset_takes_the_rows_in_the_order_given() -> None:
 def test_it_is_public() -> None:
     assert jobs.JobColumns is JobColumns
     assert "JobColumns" in jobs.__all__
+
+
+def test_a_mapping_with_a_name_that_is_not_a_column_is_refused_before_any_statement() -> None:
+    with pytest.raises(jobs.InvalidJob) as caught:
+        jobs.enqueue_columns(cast(Any, None), {"queues": ["q"], "payload": ["{}"]})
+    assert caught.value.field == "columns"
+    assert caught.value.value == ["payload", "queues"]
