@@ -530,18 +530,23 @@ def _columns_steps(columns: JobColumns, now: datetime | None, early: bool) -> St
     copy = _copy(ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
     if columns.idempotency_keys.count(None) == n:
         yield copy
-    elif _repeats_a_key(columns):
+    elif _repeats_a_key(columns) or not (yield from _copied_unless_taken(copy)):
         return (yield from _insert_steps(ids, columns, run_ats, db_now, trace))
-    else:
-        try:
-            yield Savepoint(one(copy))
-        except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != _KEY_CONSTRAINT:
-                raise
-            return (yield from _insert_steps(ids, columns, run_ats, db_now, trace))
     if not early:
         yield from _wake_steps(columns.queues, run_ats, db_now)
     return [Enqueued(job_id, True) for job_id in ids]
+
+
+def _copied_unless_taken(copy: Copy) -> Steps[bool]:
+    """``copy`` in a savepoint: False when it failed on an idempotency key taken already (it
+    is rolled back; the caller falls back to the INSERT, outside this handler)."""
+    try:
+        yield Savepoint(one(copy))
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != _KEY_CONSTRAINT:
+            raise
+        return False
+    return True
 
 
 def _repeats_a_key(columns: JobColumns) -> bool:
