@@ -32,6 +32,7 @@ from jobs.admin import (
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.connection import connect, connect_kwargs, pooler_mode
 from jobs.enqueue import (
+    JobColumns,
     enqueue,
     enqueue_async,
     enqueue_columns,
@@ -162,6 +163,7 @@ __all__ += [
     "DEFAULT_MAX_ATTEMPTS",
     "JOBS_CHANNEL",
     "RELAY_MAX_BATCH",
+    "JobColumns",
     "JobStore",
     "Metrics",
     "PgJobStore",

@@ -8,11 +8,15 @@ holds is skipped and reported (:class:`jobs.Requeued`), never a unique violation
 in the statement; a holder committed by a concurrent transaction after the statement's snapshot
 makes the index refuse it instead, so the statement runs in a savepoint and is tried again,
 with a fresh snapshot that sees the holder.
+
+Each operation is written once, as a generator of steps (:mod:`jobs.steps`) that validates its
+input and yields its statements; the sync function and its ``_async`` twin hand it to the sync
+or the async driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, LiteralString
 
@@ -22,6 +26,7 @@ from jobs import validate
 from jobs.errors import InvalidJob, JobNotFound, JobsError
 from jobs.model import Attempt, JobRecord, JobStatus, QueueStats, Requeued
 from jobs.queries import query
+from jobs.steps import Savepoint, Steps, on, on_async, one
 from jobs.validate import INT8_MAX, MAX_ERROR_CODE
 
 MAX_IDS = 1_000_000
@@ -113,36 +118,27 @@ def requeue(
     (a list); its ``skipped`` holds the selected jobs left as they were because their unique
     key is held by an active job, or by an older job of the same selection (which is requeued).
     """
-    params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
-    # First, so that the caller's transaction is open before the savepoint (on an idle
-    # connection, conn.transaction() would begin and commit a transaction of its own).
-    locked = [row[0] for row in conn.execute(query("job_requeue_lock"), params).fetchall()]
-    if not locked:
-        return Requeued()
-    update = _requeue_update(locked, params)
-    for _ in range(_REQUEUE_ROUNDS):
-        try:
-            with conn.transaction():
-                rows = conn.execute(query("job_requeue"), update).fetchall()
-        except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != _UNIQUE_ACTIVE_INDEX:
-                raise
-            continue
-        return _requeued(rows)
-    raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
+    return on(conn, _requeue(ids, queue, job_type, error_code, since, until, statuses, now))
 
 
-def _requeue_update(locked: list[int], params: Mapping[str, Any]) -> dict[str, Any]:
-    return {"ids": locked, "statuses": params["statuses"], "now": params["now"]}
+async def requeue_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    statuses: Sequence[str] = ("dead",),
+    now: datetime | None = None,
+) -> Requeued:
+    """:func:`requeue` on an ``AsyncConnection``: the same statements and the same skips."""
+    steps = _requeue(ids, queue, job_type, error_code, since, until, statuses, now)
+    return await on_async(conn, steps)
 
 
-def _requeued(rows: Sequence[tuple[Any, ...]]) -> Requeued:
-    return Requeued(
-        [row[0] for row in rows if not row[1]], skipped=[row[0] for row in rows if row[1]]
-    )
-
-
-def _requeue_params(
+def _requeue(
     ids: Iterable[int] | None,
     queue: str | None,
     job_type: str | None,
@@ -151,12 +147,28 @@ def _requeue_params(
     until: datetime | None,
     statuses: Sequence[str],
     now: datetime | None,
-) -> dict[str, Any]:
+) -> Steps[Requeued]:
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
     params.update(_window(since, until))
     params["now"] = validate.aware(now, "now")
-    return params
+    # First, so that the caller's transaction is open before the savepoint (on an idle
+    # connection, conn.transaction() would begin and commit a transaction of its own).
+    locked = [row[0] for row in (yield query("job_requeue_lock"), params)]
+    if not locked:
+        return Requeued()
+    update = {"ids": locked, "statuses": params["statuses"], "now": params["now"]}
+    for _ in range(_REQUEUE_ROUNDS):
+        try:
+            rows = yield Savepoint(one((query("job_requeue"), update)))
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != _UNIQUE_ACTIVE_INDEX:
+                raise
+            continue
+        return Requeued(
+            [row[0] for row in rows if not row[1]], skipped=[row[0] for row in rows if row[1]]
+        )
+    raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
 
 
 def cancel(
@@ -171,11 +183,25 @@ def cancel(
     now: datetime | None = None,
 ) -> list[int]:
     """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
-    params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
-    return _first_column(conn.execute(query("job_cancel"), params).fetchall())
+    return on(conn, _cancel(ids, queue, job_type, error_code, statuses, reason, now))
 
 
-def _cancel_params(
+async def cancel_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    statuses: Sequence[str] = ("pending", "retrying"),
+    reason: str | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`cancel` on an ``AsyncConnection``."""
+    return await on_async(conn, _cancel(ids, queue, job_type, error_code, statuses, reason, now))
+
+
+def _cancel(
     ids: Iterable[int] | None,
     queue: str | None,
     job_type: str | None,
@@ -183,14 +209,14 @@ def _cancel_params(
     statuses: Sequence[str],
     reason: str | None,
     now: datetime | None,
-) -> dict[str, Any]:
+) -> Steps[list[int]]:
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(
         statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
     )
     params["reason"] = _error_code(reason, "reason")
     params["now"] = validate.aware(now, "now")
-    return params
+    return [row[0] for row in (yield query("job_cancel"), params)]
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
@@ -199,22 +225,22 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-def _found(row: tuple[Any, ...] | None, job_id: int) -> JobRecord:
-    """A ``job_get`` row as a JobRecord, or JobNotFound (pure)."""
-    if row is None:
-        raise JobNotFound(job_id)
-    return _record(row)
-
-
-def _first_column(rows: Sequence[tuple[Any, ...]]) -> list[int]:
-    """The ids a write returned (its RETURNING id rows)."""
-    return [row[0] for row in rows]
-
-
 def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
     """One job by id; raises :class:`jobs.JobNotFound`."""
+    return on(conn, _get_job(job_id))
+
+
+async def get_job_async(conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRecord:
+    """:func:`get_job` on an ``AsyncConnection``; raises :class:`jobs.JobNotFound`."""
+    return await on_async(conn, _get_job(job_id))
+
+
+def _get_job(job_id: int) -> Steps[JobRecord]:
     _ids([job_id])
-    return _found(conn.execute(query("job_get"), {"id": job_id}).fetchone(), job_id)
+    rows = yield query("job_get"), {"id": job_id}
+    if not rows:
+        raise JobNotFound(job_id)
+    return _record(rows[0])
 
 
 def job_attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
@@ -234,17 +260,29 @@ def list_jobs(
     limit: int = 100,
 ) -> list[JobRecord]:
     """Jobs in the given statuses (dead by default), oldest id first."""
-    params = _list_params(statuses, queue, job_type, error_code, limit)
-    return [_record(row) for row in conn.execute(query("job_list"), params).fetchall()]
+    return on(conn, _list_jobs(statuses, queue, job_type, error_code, limit))
 
 
-def _list_params(
+async def list_jobs_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    statuses: Sequence[str] = ("dead",),
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    limit: int = 100,
+) -> list[JobRecord]:
+    """:func:`list_jobs` on an ``AsyncConnection``."""
+    return await on_async(conn, _list_jobs(statuses, queue, job_type, error_code, limit))
+
+
+def _list_jobs(
     statuses: Sequence[str],
     queue: str | None,
     job_type: str | None,
     error_code: str | None,
     limit: int,
-) -> dict[str, Any]:
+) -> Steps[list[JobRecord]]:
     params: dict[str, Any] = {
         "statuses": _statuses(statuses, set(JobStatus), "statuses"),
         "queue": None if queue is None else validate.queue_name(queue),
@@ -254,13 +292,24 @@ def _list_params(
     }
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidJob("limit", limit, "must be from 1 to 100000")
-    return params
+    return [_record(row) for row in (yield query("job_list"), params)]
 
 
 def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> list[QueueStats]:
     """Per queue: ready count, oldest ready age (seconds), leased, retrying, dead, scheduled."""
-    rows = conn.execute(query("job_queue_stats"), {"now": validate.aware(now, "now")}).fetchall()
-    return [QueueStats(*row) for row in rows]
+    return on(conn, _queue_stats(now))
+
+
+async def queue_stats_async(
+    conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
+) -> list[QueueStats]:
+    """:func:`queue_stats` on an ``AsyncConnection``."""
+    return await on_async(conn, _queue_stats(now))
+
+
+def _queue_stats(now: datetime | None) -> Steps[list[QueueStats]]:
+    params = {"now": validate.aware(now, "now")}
+    return [QueueStats(*row) for row in (yield query("job_queue_stats"), params)]
 
 
 def supersede(
@@ -279,24 +328,35 @@ def supersede(
     replacement job can be enqueued under the original key. Leased (running) jobs are not
     touched. Returns the ids cancelled.
     """
-    prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
-    if prepared is None:
-        return []
-    name, params = prepared
-    return _first_column(conn.execute(query(name), params).fetchall())
+    return on(conn, _supersede(job_type, idempotency_keys, organization_id, reason, suffix, now))
 
 
-def _supersede_params(
+async def supersede_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    job_type: str,
+    idempotency_keys: Sequence[str],
+    organization_id: Any = None,
+    reason: str = "superseded",
+    suffix: str,
+    now: datetime | None = None,
+) -> list[int]:
+    """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
+    steps = _supersede(job_type, idempotency_keys, organization_id, reason, suffix, now)
+    return await on_async(conn, steps)
+
+
+def _supersede(
     job_type: str,
     idempotency_keys: Sequence[str],
     organization_id: Any,
     reason: str,
     suffix: str,
     now: datetime | None,
-) -> tuple[LiteralString, dict[str, Any]] | None:
+) -> Steps[list[int]]:
     keys = [validate.idempotency_key(k) for k in idempotency_keys]
     if not keys:
-        return None
+        return []
     org = validate.organization_id(organization_id)
     validate.text(suffix, "suffix", MAX_ERROR_CODE)
     params = {
@@ -311,106 +371,4 @@ def _supersede_params(
     name: LiteralString = (
         "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
     )
-    return name, params
-
-
-# The same operations on an AsyncConnection (asyncio services): the same validation (the
-# parameter builders above), the same named queries, the same row mappers.
-
-
-async def requeue_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    ids: Iterable[int] | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    statuses: Sequence[str] = ("dead",),
-    now: datetime | None = None,
-) -> Requeued:
-    """:func:`requeue` on an ``AsyncConnection``: the same statements and the same skips."""
-    params = _requeue_params(ids, queue, job_type, error_code, since, until, statuses, now)
-    cur = await conn.execute(query("job_requeue_lock"), params)
-    locked = [row[0] for row in await cur.fetchall()]
-    if not locked:
-        return Requeued()
-    update = _requeue_update(locked, params)
-    for _ in range(_REQUEUE_ROUNDS):
-        try:
-            async with conn.transaction():
-                cur = await conn.execute(query("job_requeue"), update)
-                rows = await cur.fetchall()
-        except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != _UNIQUE_ACTIVE_INDEX:
-                raise
-            continue
-        return _requeued(rows)
-    raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
-
-
-async def cancel_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    ids: Iterable[int] | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    statuses: Sequence[str] = ("pending", "retrying"),
-    reason: str | None = None,
-    now: datetime | None = None,
-) -> list[int]:
-    """:func:`cancel` on an ``AsyncConnection``."""
-    params = _cancel_params(ids, queue, job_type, error_code, statuses, reason, now)
-    cur = await conn.execute(query("job_cancel"), params)
-    return _first_column(await cur.fetchall())
-
-
-async def get_job_async(conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRecord:
-    """:func:`get_job` on an ``AsyncConnection``; raises :class:`jobs.JobNotFound`."""
-    _ids([job_id])
-    cur = await conn.execute(query("job_get"), {"id": job_id})
-    return _found(await cur.fetchone(), job_id)
-
-
-async def list_jobs_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    statuses: Sequence[str] = ("dead",),
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    limit: int = 100,
-) -> list[JobRecord]:
-    """:func:`list_jobs` on an ``AsyncConnection``."""
-    params = _list_params(statuses, queue, job_type, error_code, limit)
-    cur = await conn.execute(query("job_list"), params)
-    return [_record(row) for row in await cur.fetchall()]
-
-
-async def queue_stats_async(
-    conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
-) -> list[QueueStats]:
-    """:func:`queue_stats` on an ``AsyncConnection``."""
-    cur = await conn.execute(query("job_queue_stats"), {"now": validate.aware(now, "now")})
-    return [QueueStats(*row) for row in await cur.fetchall()]
-
-
-async def supersede_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    job_type: str,
-    idempotency_keys: Sequence[str],
-    organization_id: Any = None,
-    reason: str = "superseded",
-    suffix: str,
-    now: datetime | None = None,
-) -> list[int]:
-    """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
-    prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
-    if prepared is None:
-        return []
-    name, params = prepared
-    cur = await conn.execute(query(name), params)
-    return _first_column(await cur.fetchall())
+    return [row[0] for row in (yield query(name), params)]

@@ -41,6 +41,7 @@ from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.model import Job
 from jobs.queries import query
+from jobs.steps import Steps, on, on_async
 
 
 def effect_key(job: Job, effect: str) -> str:
@@ -86,30 +87,7 @@ def record_many(
     given twice is recorded once (with the first job id). Runs in the caller's transaction: if
     that transaction rolls back, the records go too.
     """
-    params = _record_many_params(keys, job_ids, now)
-    if params is None:
-        return set()
-    rows = conn.execute(query("job_effect_record_many"), params).fetchall()
-    return {row[0] for row in rows}
-
-
-def _record_many_params(
-    keys: Sequence[str], job_ids: Sequence[int | None] | None, now: datetime | None
-) -> dict[str, Any] | None:
-    if job_ids is not None and len(job_ids) != len(keys):
-        raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
-    ids = list(job_ids) if job_ids is not None else [None] * len(keys)
-    first: dict[str, int | None] = {}
-    for key, job_id in zip(keys, ids, strict=True):
-        first.setdefault(_checked(key), job_id)
-    if not first:
-        return None
-    ordered = sorted(first)
-    return {
-        "keys": ordered,
-        "job_ids": [first[k] for k in ordered],
-        "now": validate.aware(now, "now"),
-    }
+    return on(conn, _record_many(keys, job_ids, now))
 
 
 async def record_many_async(
@@ -120,11 +98,28 @@ async def record_many_async(
     now: datetime | None = None,
 ) -> set[str]:
     """:func:`record_many` on an ``AsyncConnection`` (for async handlers)."""
-    params = _record_many_params(keys, job_ids, now)
-    if params is None:
+    return await on_async(conn, _record_many(keys, job_ids, now))
+
+
+def _record_many(
+    keys: Sequence[str], job_ids: Sequence[int | None] | None, now: datetime | None
+) -> Steps[set[str]]:
+    """:func:`record_many` as steps (:mod:`jobs.steps`), for the sync and the async form."""
+    if job_ids is not None and len(job_ids) != len(keys):
+        raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
+    ids = list(job_ids) if job_ids is not None else [None] * len(keys)
+    first: dict[str, int | None] = {}
+    for key, job_id in zip(keys, ids, strict=True):
+        first.setdefault(_checked(key), job_id)
+    if not first:
         return set()
-    cur = await conn.execute(query("job_effect_record_many"), params)
-    return {row[0] for row in await cur.fetchall()}
+    ordered = sorted(first)
+    params = {
+        "keys": ordered,
+        "job_ids": [first[k] for k in ordered],
+        "now": validate.aware(now, "now"),
+    }
+    return {row[0] for row in (yield query("job_effect_record_many"), params)}
 
 
 def record_once(

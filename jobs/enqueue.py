@@ -18,15 +18,25 @@ make one job); on a conflict, ``on_active="keep"`` returns the active job, and
 ``on_active="replace"`` gives the waiting job this call's payload, run_at, priority and
 max_attempts. A leased job is running: it is kept as it is (its handler has read its payload
 already; a second active job would break what the key promises), and the result says
-``replaced=False``. One algorithm (``_unique_steps``, ``_many_unique_steps``: generators of
-statements) serves the sync and async functions. A job has either an idempotency key or a
-unique key (an insert names one arbiter index).
+``replaced=False``. A job has either an idempotency key or a unique key (an insert names one
+arbiter index).
+
+Every operation is written once, as a generator of steps (:mod:`jobs.steps`: statements, a
+COPY, a savepoint whose unique violation the generator catches): ``_enqueue_steps`` for one
+job, ``_columns_steps`` for a batch. The sync and async functions validate, then hand the
+same generator to the sync or the async driver; nothing else differs between them.
+
+A batch travels as a :class:`JobColumns`: validated jobs as parallel lists, one per column
+(what ``enqueue_many`` builds from its specs and the scheduler builds from its occurrences).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping
+import operator
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import repeat
 from typing import Any, LiteralString
 from uuid import UUID
 
@@ -39,12 +49,119 @@ from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
-from jobs.steps import Rows, Statement, run, run_async
+from jobs.steps import Copy, Savepoint, Steps, on, on_async, one
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
 # the insert is simply tried again.
 _CONFLICT_ROUNDS = 5
+
+
+@dataclass(slots=True)
+class JobColumns:
+    """Validated jobs as parallel columns: item ``i`` of every list is job ``i``.
+
+    What :func:`enqueue_columns` inserts, for input validated already (nothing is checked
+    again): ``organization_ids`` (UUID or None), ``queues``, ``job_types``, ``payloads`` (JSON
+    text), ``idempotency_keys`` (or None), ``priorities``, ``run_ats`` (aware, or None: the
+    database clock) and ``max_attempts``. Three columns are optional, None meaning that no job
+    sets one: ``concurrency_keys``, ``unique_keys`` and ``on_active`` (given with
+    ``unique_keys``). Build it with :meth:`append`, one job a call (the columns a caller does
+    not name take :class:`jobs.JobSpec`'s defaults), or from whole lists by keyword.
+    """
+
+    organization_ids: list[UUID | None] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+    job_types: list[str] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)
+    idempotency_keys: list[str | None] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    run_ats: list[datetime | None] = field(default_factory=list)
+    max_attempts: list[int] = field(default_factory=list)
+    concurrency_keys: list[str | None] | None = None
+    unique_keys: list[str | None] | None = None
+    on_active: list[OnActive] | None = None
+
+    def __len__(self) -> int:
+        return len(self.queues)
+
+    def append(
+        self,
+        job_type: str,
+        payload: str,
+        *,
+        queue: str = "default",
+        idempotency_key: str | None = None,
+        organization_id: UUID | None = None,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        concurrency_key: str | None = None,
+        unique_key: str | None = None,
+        on_active: OnActive = "keep",
+    ) -> None:
+        """Add one job (``payload`` is JSON text); an optional column appears with its first
+        value (the jobs before it get None, or ``"keep"``)."""
+        n = len(self.queues)
+        self.organization_ids.append(organization_id)
+        self.queues.append(queue)
+        self.job_types.append(job_type)
+        self.payloads.append(payload)
+        self.idempotency_keys.append(idempotency_key)
+        self.priorities.append(priority)
+        self.run_ats.append(run_at)
+        self.max_attempts.append(max_attempts)
+        if concurrency_key is not None or self.concurrency_keys is not None:
+            if self.concurrency_keys is None:
+                self.concurrency_keys = [None] * n
+            self.concurrency_keys.append(concurrency_key)
+        if unique_key is not None or on_active != "keep" or self.unique_keys is not None:
+            if self.unique_keys is None or self.on_active is None:
+                self.unique_keys, self.on_active = [None] * n, ["keep"] * n
+            self.unique_keys.append(unique_key)
+            self.on_active.append(on_active)
+
+    def subset(self, rows: Iterable[int]) -> JobColumns:
+        """The jobs at positions ``rows``, in that order."""
+        rows = list(rows)
+
+        def take(values: list[Any] | None) -> list[Any] | None:
+            return None if values is None else [values[i] for i in rows]
+
+        return JobColumns(
+            [self.organization_ids[i] for i in rows],
+            [self.queues[i] for i in rows],
+            [self.job_types[i] for i in rows],
+            [self.payloads[i] for i in rows],
+            [self.idempotency_keys[i] for i in rows],
+            [self.priorities[i] for i in rows],
+            [self.run_ats[i] for i in rows],
+            [self.max_attempts[i] for i in rows],
+            take(self.concurrency_keys),
+            take(self.unique_keys),
+            take(self.on_active),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """Every column, by the name the unnest statements use (the optional ones filled)."""
+        n = len(self.queues)
+        return {
+            "organization_ids": self.organization_ids,
+            "queues": self.queues,
+            "job_types": self.job_types,
+            "payloads": self.payloads,
+            "idempotency_keys": self.idempotency_keys,
+            "priorities": self.priorities,
+            "run_ats": self.run_ats,
+            "max_attempts": self.max_attempts,
+            "concurrency_keys": _or_none(self.concurrency_keys, n),
+            "unique_keys": _or_none(self.unique_keys, n),
+            "on_active": ["keep"] * n if self.on_active is None else self.on_active,
+        }
+
+
+def _or_none(values: list[Any] | None, n: int) -> list[Any]:
+    return [None] * n if values is None else values
 
 
 def _params(
@@ -64,7 +181,7 @@ def _params(
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
     params: dict[str, Any] = {
         "job_type": validate.job_type(job_type),
-        "payload": validate.payload(payload),
+        "payload": validate.payload({} if payload is None else payload),
         "queue": validate.queue_name(queue),
         "idempotency_key": validate.idempotency_key(idempotency_key),
         "organization_id": validate.organization_id(organization_id),
@@ -82,12 +199,26 @@ def _params(
     return params
 
 
-# A statement to run (named query text, parameters); the generator is sent its rows.
-_Statement = Statement
-_Rows = Rows
+def _enqueue_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
+    """One job: insert (one statement in the common case), else return the holder of its
+    idempotency key; a job with a unique key goes through :func:`_unique_steps`."""
+    if params["unique_key"] is not None:
+        return (yield from _unique_steps(params))
+    for _ in range(_CONFLICT_ROUNDS):
+        rows = yield query("job_enqueue"), params
+        if rows:
+            return Enqueued(id=rows[0][0], created=True)
+        rows = yield _lookup_query(params), params
+        if rows:
+            return Enqueued(id=rows[0][0], created=False)
+    raise JobsError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
 
 
-def _unique_steps(params: Mapping[str, Any]) -> Generator[_Statement, _Rows, Enqueued]:
+def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
+    return query("job_find_by_key" if params["organization_id"] else "job_find_by_key_no_org")
+
+
+def _unique_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
     """One job with a unique key: insert, else replace the waiting holder, else return the
     active holder. Each statement has a fresh snapshot (READ COMMITTED): a holder inserted by a
     concurrent transaction was waited for by the insert and is visible to the next statement;
@@ -105,10 +236,6 @@ def _unique_steps(params: Mapping[str, Any]) -> Generator[_Statement, _Rows, Enq
         if rows:
             return Enqueued(id=rows[0][0], created=False)
     raise JobsError(f"unique key {params['unique_key']!r} kept changing hands; retry")
-
-
-def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
-    return query("job_find_by_key" if params["organization_id"] else "job_find_by_key_no_org")
 
 
 def enqueue(
@@ -139,32 +266,10 @@ def enqueue(
     :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
     """
     params = _params(
-        job_type,
-        {} if payload is None else payload,
-        queue,
-        idempotency_key,
-        organization_id,
-        run_at,
-        priority,
-        max_attempts,
-        now,
-        unique_key,
-        on_active,
-        concurrency_key,
-    )
-    with conn.cursor() as cur:
-        if params["unique_key"] is not None:
-            return run(cur, _unique_steps(params))
-        for _ in range(_CONFLICT_ROUNDS):
-            cur.execute(query("job_enqueue"), params)
-            row = cur.fetchone()
-            if row is not None:
-                return Enqueued(id=row[0], created=True)
-            cur.execute(_lookup_query(params), params)
-            row = cur.fetchone()
-            if row is not None:
-                return Enqueued(id=row[0], created=False)
-    raise RuntimeError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
+        job_type, payload, queue, idempotency_key, organization_id, run_at, priority,
+        max_attempts, now, unique_key, on_active, concurrency_key,
+    )  # fmt: skip
+    return on(conn, _enqueue_steps(params))
 
 
 async def enqueue_async(
@@ -185,59 +290,10 @@ async def enqueue_async(
 ) -> Enqueued:
     """:func:`enqueue` on an ``AsyncConnection``; the same rules apply."""
     params = _params(
-        job_type,
-        {} if payload is None else payload,
-        queue,
-        idempotency_key,
-        organization_id,
-        run_at,
-        priority,
-        max_attempts,
-        now,
-        unique_key,
-        on_active,
-        concurrency_key,
-    )
-    async with conn.cursor() as cur:
-        if params["unique_key"] is not None:
-            return await run_async(cur, _unique_steps(params))
-        for _ in range(_CONFLICT_ROUNDS):
-            await cur.execute(query("job_enqueue"), params)
-            row = await cur.fetchone()
-            if row is not None:
-                return Enqueued(id=row[0], created=True)
-            await cur.execute(_lookup_query(params), params)
-            row = await cur.fetchone()
-            if row is not None:
-                return Enqueued(id=row[0], created=False)
-    raise RuntimeError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
-
-
-def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
-    if isinstance(item, JobSpec):
-        return item
-    if isinstance(item, Mapping):
-        try:
-            return JobSpec(**item)
-        except TypeError as exc:
-            raise InvalidJob(f"specs[{index}]", dict(item), str(exc)) from None
-    raise InvalidJob(f"specs[{index}]", item, "must be a jobs.JobSpec or a mapping")
-
-
-_COLUMNS = (
-    "organization_ids",
-    "queues",
-    "job_types",
-    "payloads",
-    "idempotency_keys",
-    "priorities",
-    "run_ats",
-    "max_attempts",
-    "concurrency_keys",
-    "unique_keys",
-    "on_active",
-)
-_PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
+        job_type, payload, queue, idempotency_key, organization_id, run_at, priority,
+        max_attempts, now, unique_key, on_active, concurrency_key,
+    )  # fmt: skip
+    return await on_async(conn, _enqueue_steps(params))
 
 
 def enqueue_many(
@@ -252,28 +308,97 @@ def enqueue_many(
     :func:`enqueue` (a key repeated inside the batch names one job). Every spec is validated
     before anything is written; an error names the spec's index and the field.
     """
+    return enqueue_columns(conn, _build_columns(specs), now=validate.aware(now, "now"))
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection[Any],
+    specs: Iterable[JobSpec | Mapping[str, Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """:func:`enqueue_many` on an ``AsyncConnection``, in the caller's transaction: the same
+    idempotency rules and the same path (see :func:`enqueue_columns`)."""
     columns = _build_columns(specs)
-    return enqueue_columns(conn, columns, now=validate.aware(now, "now"))
+    return await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
 
 
-def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Validate ``specs`` into the parallel columns of :func:`enqueue_columns` (pure; shared by
-    :func:`enqueue_many` and :func:`enqueue_many_async`)."""
+def enqueue_columns(
+    conn: psycopg.Connection[Any],
+    columns: JobColumns | Mapping[str, list[Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """The insert behind :func:`enqueue_many`, for input validated already (no checks here).
+
+    ``columns`` is a :class:`JobColumns` (or a mapping of its fields' names to lists). A batch
+    with a unique key goes through ``INSERT ... SELECT FROM unnest``, never COPY, which has no
+    ON CONFLICT. The scheduler uses it for occurrences of schedules it validated when they
+    were created; anything else should call :func:`enqueue_many`.
+
+    A batch goes in with one binary COPY. A batch with idempotency keys is copied inside a
+    savepoint when no key repeats within it: if a key is taken already (or by a concurrent
+    transaction that commits while we wait on it), the COPY fails on jobs_idempotency_uq, the
+    savepoint rolls it back, and the batch goes through ``INSERT ... ON CONFLICT DO NOTHING``,
+    whose lookup then returns the holder of each taken key.
+    """
+    return on(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+
+
+async def enqueue_columns_async(
+    conn: psycopg.AsyncConnection[Any],
+    columns: JobColumns | Mapping[str, list[Any]],
+    *,
+    now: datetime | None = None,
+) -> list[Enqueued]:
+    """:func:`enqueue_columns` on an ``AsyncConnection`` (input validated already)."""
+    return await on_async(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+
+
+def _typed(columns: JobColumns | Mapping[str, list[Any]]) -> JobColumns:
+    if isinstance(columns, JobColumns):
+        return columns
+    try:
+        return JobColumns(**columns)
+    except TypeError as exc:  # a name that is not a column
+        raise InvalidJob("columns", sorted(columns), str(exc)) from None
+
+
+def _spec(item: JobSpec | Mapping[str, Any], index: int) -> JobSpec:
+    if isinstance(item, JobSpec):
+        return item
+    if isinstance(item, Mapping):
+        try:
+            return JobSpec(**item)
+        except TypeError as exc:
+            raise InvalidJob(f"specs[{index}]", dict(item), str(exc)) from None
+    raise InvalidJob(f"specs[{index}]", item, "must be a jobs.JobSpec or a mapping")
+
+
+_PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
+
+
+def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
+    """Validate ``specs`` into a :class:`JobColumns` (pure; shared by :func:`enqueue_many`
+    and :func:`enqueue_many_async`)."""
     # The checks of jobs.validate, in its order, with a fast path for the common values: a
     # queue or job type is checked once per call, not once per spec, and a value that fails
     # the fast test goes to the validator, which accepts it or raises its own message.
-    columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
-    organization_ids = columns["organization_ids"]
-    queues = columns["queues"]
-    job_types = columns["job_types"]
-    payloads = columns["payloads"]
-    keys = columns["idempotency_keys"]
-    priorities = columns["priorities"]
-    run_ats = columns["run_ats"]
-    attempts = columns["max_attempts"]
-    concurrency_keys = columns["concurrency_keys"]
-    unique_keys = columns["unique_keys"]
-    on_actives = columns["on_active"]
+    ckeys: list[str | None] = []
+    uniques: list[str | None] = []
+    actives: list[OnActive] = []
+    columns = JobColumns(concurrency_keys=ckeys, unique_keys=uniques, on_active=actives)
+    organization_ids = columns.organization_ids.append
+    queues = columns.queues.append
+    job_types = columns.job_types.append
+    payloads = columns.payloads.append
+    keys = columns.idempotency_keys.append
+    priorities = columns.priorities.append
+    run_ats = columns.run_ats.append
+    attempts = columns.max_attempts.append
+    concurrency_keys = ckeys.append
+    unique_keys = uniques.append
+    on_actives = actives.append
     known_types: set[str] = set()
     known_queues: set[str] = set()
     known_orgs: dict[str, UUID] = {}
@@ -330,87 +455,18 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> dict[str, li
         except InvalidJob as exc:
             field = f"specs[{index}].{exc.field}"
             raise InvalidJob(field, exc.value, exc.reason) from None
-        organization_ids.append(org)
-        queues.append(queue)
-        job_types.append(job_type)
-        payloads.append(payload)
-        keys.append(key)
-        priorities.append(priority)
-        run_ats.append(run_at)
-        attempts.append(max_attempts)
-        concurrency_keys.append(ckey)
-        unique_keys.append(unique)
-        on_actives.append(on_active)
+        organization_ids(org)
+        queues(queue)
+        job_types(job_type)
+        payloads(payload)
+        keys(key)
+        priorities(priority)
+        run_ats(run_at)
+        attempts(max_attempts)
+        concurrency_keys(ckey)
+        unique_keys(unique)
+        on_actives(on_active)
     return columns
-
-
-def enqueue_columns(
-    conn: psycopg.Connection[Any],
-    columns: Mapping[str, list[Any]],
-    *,
-    now: datetime | None = None,
-) -> list[Enqueued]:
-    """The insert behind :func:`enqueue_many`, for input validated already (no checks here).
-
-    ``columns`` holds parallel lists: ``organization_ids`` (UUID or None), ``queues``,
-    ``job_types``, ``payloads`` (JSON text), ``idempotency_keys``,
-    ``priorities``, ``run_ats`` (aware or None) and ``max_attempts``, and optionally
-    ``concurrency_keys`` (None each: no key) and ``unique_keys`` and ``on_active`` (a batch with
-    a unique key goes through ``INSERT ... SELECT FROM unnest``, never COPY, which has no ON
-    CONFLICT). The scheduler uses it for
-    occurrences of schedules it validated when they were created; anything else should call
-    :func:`enqueue_many`.
-
-    A batch goes in with one binary COPY. A batch with idempotency keys is copied inside a
-    savepoint when no key repeats within it: if a key is taken already (or by a concurrent
-    transaction that commits while we wait on it), the COPY fails on jobs_idempotency_uq, the
-    savepoint rolls it back, and the batch goes through ``INSERT ... ON CONFLICT DO NOTHING``,
-    whose lookup then returns the holder of each taken key.
-    """
-    n = len(columns["queues"])
-    if not n:
-        return []
-    columns = _with_concurrency_keys(columns, n)
-    with conn.cursor() as cur:
-        # First, so that the caller's transaction (if any) is open before the savepoint:
-        # conn.transaction() on an idle connection would begin and commit a transaction of
-        # its own.
-        early = _in_transaction(conn)
-        params = {"now": now, "n": n, **_wake_params(columns, early)}
-        row = cur.execute(query("job_allocate_ids"), params).fetchone()
-        assert row is not None
-        db_now: datetime = row[0]
-        ids: list[int] = row[1]
-        run_ats = [db_now if at is None else at for at in columns["run_ats"]]
-        trace = tracing.capture()  # one context for the batch: the span it was enqueued in
-        if _has_unique_keys(columns, n):
-            return _insert_unique(cur, ids, columns, run_ats, db_now, trace)
-        keys = columns["idempotency_keys"]
-        defaults = _all_defaults(columns, n, now) and trace[0] is None
-        if keys.count(None) == n:
-            _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
-            if not early:
-                _wake(cur, columns["queues"], run_ats, db_now)
-            return [Enqueued(job_id, True) for job_id in ids]
-        if not _repeats_a_key(columns):
-            try:
-                with conn.transaction():
-                    _copy(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
-            except psycopg.errors.UniqueViolation as exc:
-                if exc.diag.constraint_name != _KEY_CONSTRAINT:
-                    raise
-            else:
-                if not early:
-                    _wake(cur, columns["queues"], run_ats, db_now)
-                return [Enqueued(job_id, True) for job_id in ids]
-        return _insert(cur, ids, columns, run_ats, db_now, trace)
-
-
-def _with_concurrency_keys(columns: Mapping[str, list[Any]], n: int) -> Mapping[str, list[Any]]:
-    """``columns`` with a ``concurrency_keys`` column (the scheduler's may have none)."""
-    if "concurrency_keys" in columns:
-        return columns
-    return {**columns, "concurrency_keys": [None] * n}
 
 
 _KEY_CONSTRAINT = "jobs_idempotency_uq"
@@ -431,6 +487,8 @@ _COPY_TYPES = (
 )
 _COPY_TYPES_TRACED = (*_COPY_TYPES, "text", "text")  # job_copy_traced: trace_parent, trace_state
 
+Trace = tuple[str | None, str | None]
+
 
 class _JsonbTextBinaryDumper(Dumper):
     """JSON text in jsonb's binary format: a version byte, then the text.
@@ -446,10 +504,55 @@ class _JsonbTextBinaryDumper(Dumper):
         return b"\x01" + text.encode()
 
 
-def _repeats_a_key(columns: Mapping[str, list[Any]]) -> bool:
+def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the next statement runs inside a transaction (the caller's, or one psycopg opens
+    for it): its NOTIFY is then delivered at commit, so the wake can go before the rows."""
+    return not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE
+
+
+def _columns_steps(columns: JobColumns, now: datetime | None, early: bool) -> Steps[list[Enqueued]]:
+    """A batch (see :func:`enqueue_columns`). ``early``: the caller's transaction (or one
+    psycopg opens) is open at the first statement, so the queues are woken by it."""
+    n = len(columns)
+    if not n:
+        return []
+    # The first statement, so that the caller's transaction (if any) is open before the
+    # savepoint: conn.transaction() on an idle connection would begin and commit a transaction
+    # of its own.
+    rows = yield query("job_allocate_ids"), {"now": now, "n": n, **_wake_params(columns, early)}
+    db_now: datetime = rows[0][0]
+    ids: list[int] = rows[0][1]
+    run_ats: list[datetime] = [db_now if at is None else at for at in columns.run_ats]
+    trace = tracing.capture()  # one context for the batch: the span it was enqueued in
+    if columns.unique_keys is not None and columns.unique_keys.count(None) != n:
+        return (yield from _insert_unique_steps(ids, columns, run_ats, db_now, trace))
+    defaults = _all_defaults(columns, n, now) and trace[0] is None
+    copy = _copy(ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
+    if columns.idempotency_keys.count(None) == n:
+        yield copy
+    elif _repeats_a_key(columns) or not (yield from _copied_unless_taken(copy)):
+        return (yield from _insert_steps(ids, columns, run_ats, db_now, trace))
+    if not early:
+        yield from _wake_steps(columns.queues, run_ats, db_now)
+    return [Enqueued(job_id, True) for job_id in ids]
+
+
+def _copied_unless_taken(copy: Copy) -> Steps[bool]:
+    """``copy`` in a savepoint: False when it failed on an idempotency key taken already (it
+    is rolled back; the caller falls back to the INSERT, outside this handler)."""
+    try:
+        yield Savepoint(one(copy))
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != _KEY_CONSTRAINT:
+            raise
+        return False
+    return True
+
+
+def _repeats_a_key(columns: JobColumns) -> bool:
     seen: set[tuple[Any, str, str]] = set()
     for org, job_type, key in zip(
-        columns["organization_ids"], columns["job_types"], columns["idempotency_keys"], strict=True
+        columns.organization_ids, columns.job_types, columns.idempotency_keys, strict=True
     ):
         if key is not None:
             scoped = (org, job_type, key)
@@ -460,73 +563,68 @@ def _repeats_a_key(columns: Mapping[str, list[Any]]) -> bool:
 
 
 def _copy(
-    cur: psycopg.Cursor[Any],
     ids: list[int],
-    columns: Mapping[str, list[Any]],
+    columns: JobColumns,
     run_ats: list[datetime],
     db_now: datetime,
     *,
     defaults: bool,
-    trace: tuple[str | None, str | None] = (None, None),
-) -> None:
+    trace: Trace,
+) -> Copy:
     """COPY the batch: only the columns that differ from the table's defaults when every spec
     leaves the others at them (the cheapest rows to format and to parse), else all of them in
-    binary format (no text formatting of timestamps), with the trace context when traced."""
+    binary format (no text formatting of timestamps), with the trace context when traced.
+    The rows are iterators built in C (zip, map): no Python code runs per row."""
     if defaults:
-        with cur.copy(query("job_copy_defaults")) as copy:
-            write_row = copy.write_row
-            for item in zip(
+        return Copy(
+            query("job_copy_defaults"),
+            zip(
                 ids,
-                columns["queues"],
-                columns["job_types"],
-                columns["payloads"],
-                columns["idempotency_keys"],
+                columns.queues,
+                columns.job_types,
+                columns.payloads,
+                columns.idempotency_keys,
                 strict=True,
-            ):
-                write_row(item)
-        return
-    cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
+            ),
+        )
+    n = len(ids)
     tail = (db_now,) if trace[0] is None else (db_now, *trace)
-    with cur.copy(query("job_copy" if trace[0] is None else "job_copy_traced")) as copy:
-        copy.set_types(_COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED)
-        write_row = copy.write_row
-        for item in zip(
-            ids,
-            columns["organization_ids"],
-            columns["queues"],
-            columns["job_types"],
-            columns["payloads"],
-            columns["idempotency_keys"],
-            columns["priorities"],
-            run_ats,
-            columns["max_attempts"],
-            columns["concurrency_keys"],
-            strict=True,
-        ):
-            write_row((*item, *tail))
+    rows = zip(
+        ids,
+        columns.organization_ids,
+        columns.queues,
+        columns.job_types,
+        columns.payloads,
+        columns.idempotency_keys,
+        columns.priorities,
+        run_ats,
+        columns.max_attempts,
+        repeat(None, n) if columns.concurrency_keys is None else columns.concurrency_keys,
+        strict=True,
+    )
+    return Copy(
+        query("job_copy" if trace[0] is None else "job_copy_traced"),
+        map(operator.add, rows, repeat(tail, n)),
+        _COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED,
+        _JsonbTextBinaryDumper,
+    )
 
 
-def _all_defaults(columns: Mapping[str, list[Any]], n: int, now: datetime | None) -> bool:
+def _all_defaults(columns: JobColumns, n: int, now: datetime | None) -> bool:
     """Whether the database would fill every other column as we would: run_at and created_at
     with its clock (now() of this transaction, as job_allocate_ids read it), priority 0, the
     default max_attempts, no organization, no concurrency key."""
     return (
         now is None
-        and columns["run_ats"].count(None) == n
-        and columns["organization_ids"].count(None) == n
-        and columns["concurrency_keys"].count(None) == n
-        and columns["priorities"].count(0) == n
-        and columns["max_attempts"].count(DEFAULT_MAX_ATTEMPTS) == n
+        and columns.run_ats.count(None) == n
+        and columns.organization_ids.count(None) == n
+        and (columns.concurrency_keys is None or columns.concurrency_keys.count(None) == n)
+        and columns.priorities.count(0) == n
+        and columns.max_attempts.count(DEFAULT_MAX_ATTEMPTS) == n
     )
 
 
-def _in_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """Whether the next statement runs inside a transaction (the caller's, or one psycopg opens
-    for it): its NOTIFY is then delivered at commit, so the wake can go before the rows."""
-    return not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE
-
-
-def _wake_params(columns: Mapping[str, list[Any]], early: bool) -> dict[str, list[Any]]:
+def _wake_params(columns: JobColumns, early: bool) -> dict[str, list[Any]]:
     """The wake sent with ``job_allocate_ids`` (one round trip fewer per batch): each queue
     once, in a fixed order, with its earliest ``run_at`` (None: the database clock). Empty
     unless ``early``; then a batch whose keys all name existing jobs wakes its queues anyway (a
@@ -536,8 +634,8 @@ def _wake_params(columns: Mapping[str, list[Any]], early: bool) -> dict[str, lis
     first: dict[str, datetime | None] = {}
     # A row with a unique key wakes its queue itself (_many_unique_steps), and only when it
     # was inserted or made a waiting job ready: a replaced job keeps its own queue.
-    uniques = columns.get("unique_keys") or [None] * len(columns["queues"])
-    for q, at, unique in zip(columns["queues"], columns["run_ats"], uniques, strict=True):
+    uniques = _or_none(columns.unique_keys, len(columns))
+    for q, at, unique in zip(columns.queues, columns.run_ats, uniques, strict=True):
         if unique is not None:
             continue
         if q not in first:
@@ -550,51 +648,48 @@ def _wake_params(columns: Mapping[str, list[Any]], early: bool) -> dict[str, lis
     return {"wake": ordered, "wake_ats": [first[q] for q in ordered]}
 
 
-def _wake(
-    cur: psycopg.Cursor[Any], queues: list[str], run_ats: list[datetime], db_now: datetime
-) -> None:
+def _wake_steps(queues: list[str], run_ats: list[datetime], db_now: datetime) -> Steps[None]:
     """Notify the queues that received a job ready now (once per queue, in a fixed order)."""
     ready = sorted({q for q, at in zip(queues, run_ats, strict=True) if at <= db_now})
     if ready:
-        cur.execute(query("job_wake_queues"), {"queues": ready})
+        yield query("job_wake_queues"), {"queues": ready}
 
 
-def _insert(
-    cur: psycopg.Cursor[Any],
+def _insert_steps(
     ids: list[int],
-    columns: Mapping[str, list[Any]],
+    columns: JobColumns,
     run_ats: list[datetime],
     db_now: datetime,
-    trace: tuple[str | None, str | None],
-) -> list[Enqueued]:
+    trace: Trace,
+) -> Steps[list[Enqueued]]:
+    """Insert what is free (``INSERT ... ON CONFLICT DO NOTHING``), then look up the holders of
+    the keys that were taken."""
     params = {
-        **columns,
+        **columns.params(),
         "ids": ids,
         "run_ats": run_ats,
         "created_at": db_now,
         "trace_parent": trace[0],
         "trace_state": trace[1],
     }
-    cur.execute(query("job_enqueue_many"), params)
-    created = {row[0] for row in cur.fetchall()}
+    created = {row[0] for row in (yield query("job_enqueue_many"), params)}
     results: list[Enqueued | None] = [
         Enqueued(job_id, True) if job_id in created else None for job_id in ids
     ]
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
-        cur.execute(
+        holders = yield (
             query("job_find_many_by_key"),
             {
-                "organization_ids": [columns["organization_ids"][i] for i in missing],
-                "job_types": [columns["job_types"][i] for i in missing],
-                "idempotency_keys": [columns["idempotency_keys"][i] for i in missing],
+                "organization_ids": [columns.organization_ids[i] for i in missing],
+                "job_types": [columns.job_types[i] for i in missing],
+                "idempotency_keys": [columns.idempotency_keys[i] for i in missing],
             },
         )
-        for ordinal, job_id in cur.fetchall():
+        for ordinal, job_id in holders:
             results[missing[ordinal - 1]] = Enqueued(id=job_id, created=False)
-    queues = columns["queues"]
-    _wake(
-        cur,
+    queues = columns.queues
+    yield from _wake_steps(
         [queues[i] for i, job_id in enumerate(ids) if job_id in created],
         [run_ats[i] for i, job_id in enumerate(ids) if job_id in created],
         db_now,
@@ -607,29 +702,17 @@ def _insert(
     return found
 
 
-def _has_unique_keys(columns: Mapping[str, list[Any]], n: int) -> bool:
-    # The scheduler's columns (enqueue_columns) may not have the column at all.
-    uniques = columns.get("unique_keys")
-    return uniques is not None and uniques.count(None) != n
-
-
-def _subset(columns: Mapping[str, list[Any]], rows: list[int]) -> dict[str, list[Any]]:
-    return {name: [values[i] for i in rows] for name, values in columns.items()}
-
-
-def _split_unique(
-    columns: Mapping[str, list[Any]],
-) -> tuple[list[int], list[int], dict[int, int]]:
+def _split_unique(columns: JobColumns) -> tuple[list[int], list[int], dict[int, int]]:
     """The rows without a unique key; the first row of each (organization, type, key), which
     goes to the database, sorted by key; and every later row of a key, mapped to that first
     one (it gets the first one's job, as a repeated idempotency key does)."""
+    orgs, job_types = columns.organization_ids, columns.job_types
+    uniques = _or_none(columns.unique_keys, len(columns))
     plain: list[int] = []
     leaders: list[int] = []
     follows: dict[int, int] = {}
     first: dict[tuple[Any, str, str], int] = {}
-    for i, (org, job_type, unique) in enumerate(
-        zip(columns["organization_ids"], columns["job_types"], columns["unique_keys"], strict=True)
-    ):
+    for i, (org, job_type, unique) in enumerate(zip(orgs, job_types, uniques, strict=True)):
         if unique is None:
             plain.append(i)
             continue
@@ -641,24 +724,51 @@ def _split_unique(
             leaders.append(i)
     # In one order of keys in every process: concurrent batches then wait on each other's
     # keys in that order and cannot deadlock (which one wins within a batch is decided above).
-    orgs, job_types, uniques = (
-        columns["organization_ids"],
-        columns["job_types"],
-        columns["unique_keys"],
-    )
     leaders.sort(key=lambda i: (job_types[i], uniques[i], "" if orgs[i] is None else str(orgs[i])))
     return plain, leaders, follows
 
 
+def _insert_unique_steps(
+    ids: list[int],
+    columns: JobColumns,
+    run_ats: list[datetime],
+    db_now: datetime,
+    trace: Trace,
+) -> Steps[list[Enqueued]]:
+    """A batch with unique keys: its rows without one through :func:`_insert_steps`
+    (idempotency keys as always), the others through :func:`_many_unique_steps`; a row that
+    repeats a key in the batch gets the job of the key's first row."""
+    plain, leaders, follows = _split_unique(columns)
+    results: list[Enqueued | None] = [None] * len(ids)
+    if plain:
+        done = yield from _insert_steps(
+            [ids[i] for i in plain],
+            columns.subset(plain),
+            [run_ats[i] for i in plain],
+            db_now,
+            trace,
+        )
+        for i, r in zip(plain, done, strict=True):
+            results[i] = r
+    yield from _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace)
+    for i, leader in follows.items():
+        first = results[leader]
+        assert first is not None
+        results[i] = Enqueued(first.id, False)
+    found = [r for r in results if r is not None]
+    assert len(found) == len(results)
+    return found
+
+
 def _many_unique_steps(
     ids: list[int],
-    columns: Mapping[str, list[Any]],
+    columns: JobColumns,
     run_ats: list[datetime],
     db_now: datetime,
     leaders: list[int],
     results: list[Enqueued | None],
-    trace: tuple[str | None, str | None] = (None, None),
-) -> Generator[_Statement, _Rows, None]:
+    trace: Trace,
+) -> Steps[None]:
     """The rows of a batch that lead their unique key, as :func:`_unique_steps` does for one
     job but one statement per step for all of them: insert, replace the waiting holders of the
     ``replace`` rows, look up the active holders of the others; the rows whose holder finished
@@ -666,12 +776,13 @@ def _many_unique_steps(
     made ready by a replace."""
 
     def rows_of(rows: list[int]) -> dict[str, Any]:
-        params = _subset(columns, rows)
+        params = columns.subset(rows).params()
         params["ids"] = [ids[i] for i in rows]
         params["run_ats"] = [run_ats[i] for i in rows]
         return params
 
-    queues = columns["queues"]
+    queues = columns.queues
+    on_active = ["keep"] * len(ids) if columns.on_active is None else columns.on_active
     woken: list[str] = []
     woken_at: list[datetime] = []
     todo = leaders
@@ -696,7 +807,7 @@ def _many_unique_steps(
                 woken_at.append(run_ats[i])
             else:
                 missing.append(i)
-        replacing = [i for i in missing if columns["on_active"][i] == "replace"]
+        replacing = [i for i in missing if on_active[i] == "replace"]
         if replacing:
             replaced = yield query("job_replace_many_by_unique_key"), rows_of(replacing)
             for ordinal, job_id, queue, run_at in replaced:
@@ -711,233 +822,4 @@ def _many_unique_steps(
         todo = [i for i in looking if results[i] is None]
     if todo:
         raise JobsError("an active job holding a unique key kept changing hands; retry the batch")
-    ready = _ready_queues(woken, woken_at, db_now)
-    if ready:
-        yield query("job_wake_queues"), {"queues": ready}
-
-
-def _unique_results(results: list[Enqueued | None], follows: Mapping[int, int]) -> list[Enqueued]:
-    for i, leader in follows.items():
-        first = results[leader]
-        assert first is not None
-        results[i] = Enqueued(first.id, False)
-    found = [r for r in results if r is not None]
-    assert len(found) == len(results)
-    return found
-
-
-def _insert_unique(
-    cur: psycopg.Cursor[Any],
-    ids: list[int],
-    columns: Mapping[str, list[Any]],
-    run_ats: list[datetime],
-    db_now: datetime,
-    trace: tuple[str | None, str | None],
-) -> list[Enqueued]:
-    """A batch with unique keys: its rows without one through :func:`_insert` (idempotency keys
-    as always), the others through :func:`_many_unique_steps`."""
-    plain, leaders, follows = _split_unique(columns)
-    results: list[Enqueued | None] = [None] * len(ids)
-    if plain:
-        done = _insert(
-            cur,
-            [ids[i] for i in plain],
-            _subset(columns, plain),
-            [run_ats[i] for i in plain],
-            db_now,
-            trace,
-        )
-        for i, r in zip(plain, done, strict=True):
-            results[i] = r
-    run(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
-    return _unique_results(results, follows)
-
-
-# On an AsyncConnection: the same validation (_build_columns), the same decisions
-# (_all_defaults, _repeats_a_key), the same named queries and COPY formats; only the I/O awaits.
-
-
-async def enqueue_many_async(
-    conn: psycopg.AsyncConnection[Any],
-    specs: Iterable[JobSpec | Mapping[str, Any]],
-    *,
-    now: datetime | None = None,
-) -> list[Enqueued]:
-    """:func:`enqueue_many` on an ``AsyncConnection``, in the caller's transaction.
-
-    The same idempotency rules and the same path: one binary COPY (through
-    ``AsyncCursor.copy``), inside a savepoint when the batch has idempotency keys, falling back
-    to ``INSERT ... ON CONFLICT DO NOTHING`` when a key is taken.
-    """
-    columns = _build_columns(specs)
-    return await enqueue_columns_async(conn, columns, now=validate.aware(now, "now"))
-
-
-async def enqueue_columns_async(
-    conn: psycopg.AsyncConnection[Any],
-    columns: Mapping[str, list[Any]],
-    *,
-    now: datetime | None = None,
-) -> list[Enqueued]:
-    """:func:`enqueue_columns` on an ``AsyncConnection`` (input validated already)."""
-    n = len(columns["queues"])
-    if not n:
-        return []
-    columns = _with_concurrency_keys(columns, n)
-    async with conn.cursor() as cur:
-        # First, so that the caller's transaction is open before the savepoint (see
-        # enqueue_columns).
-        early = _in_transaction(conn)
-        params = {"now": now, "n": n, **_wake_params(columns, early)}
-        await cur.execute(query("job_allocate_ids"), params)
-        row = await cur.fetchone()
-        assert row is not None
-        db_now: datetime = row[0]
-        ids: list[int] = row[1]
-        run_ats = [db_now if at is None else at for at in columns["run_ats"]]
-        trace = tracing.capture()
-        if _has_unique_keys(columns, n):
-            return await _insert_unique_async(cur, ids, columns, run_ats, db_now, trace)
-        keys = columns["idempotency_keys"]
-        defaults = _all_defaults(columns, n, now) and trace[0] is None
-        if keys.count(None) == n:
-            await _copy_async(cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace)
-            if not early:
-                await _wake_async(cur, columns["queues"], run_ats, db_now)
-            return [Enqueued(job_id, True) for job_id in ids]
-        if not _repeats_a_key(columns):
-            try:
-                async with conn.transaction():
-                    await _copy_async(
-                        cur, ids, columns, run_ats, db_now, defaults=defaults, trace=trace
-                    )
-            except psycopg.errors.UniqueViolation as exc:
-                if exc.diag.constraint_name != _KEY_CONSTRAINT:
-                    raise
-            else:
-                if not early:
-                    await _wake_async(cur, columns["queues"], run_ats, db_now)
-                return [Enqueued(job_id, True) for job_id in ids]
-        return await _insert_async(cur, ids, columns, run_ats, db_now, trace)
-
-
-async def _copy_async(
-    cur: psycopg.AsyncCursor[Any],
-    ids: list[int],
-    columns: Mapping[str, list[Any]],
-    run_ats: list[datetime],
-    db_now: datetime,
-    *,
-    defaults: bool,
-    trace: tuple[str | None, str | None] = (None, None),
-) -> None:
-    """:func:`_copy` on an async cursor: the same formats."""
-    if defaults:
-        async with cur.copy(query("job_copy_defaults")) as copy:
-            for item in zip(
-                ids,
-                columns["queues"],
-                columns["job_types"],
-                columns["payloads"],
-                columns["idempotency_keys"],
-                strict=True,
-            ):
-                await copy.write_row(item)
-        return
-    cur.adapters.register_dumper(None, _JsonbTextBinaryDumper)
-    tail = (db_now,) if trace[0] is None else (db_now, *trace)
-    async with cur.copy(query("job_copy" if trace[0] is None else "job_copy_traced")) as copy:
-        copy.set_types(_COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED)
-        for item in zip(
-            ids,
-            columns["organization_ids"],
-            columns["queues"],
-            columns["job_types"],
-            columns["payloads"],
-            columns["idempotency_keys"],
-            columns["priorities"],
-            run_ats,
-            columns["max_attempts"],
-            columns["concurrency_keys"],
-            strict=True,
-        ):
-            await copy.write_row((*item, *tail))
-
-
-def _ready_queues(queues: list[str], run_ats: list[datetime], db_now: datetime) -> list[str]:
-    return sorted({q for q, at in zip(queues, run_ats, strict=True) if at <= db_now})
-
-
-async def _wake_async(
-    cur: psycopg.AsyncCursor[Any], queues: list[str], run_ats: list[datetime], db_now: datetime
-) -> None:
-    ready = _ready_queues(queues, run_ats, db_now)
-    if ready:
-        await cur.execute(query("job_wake_queues"), {"queues": ready})
-
-
-async def _insert_async(
-    cur: psycopg.AsyncCursor[Any],
-    ids: list[int],
-    columns: Mapping[str, list[Any]],
-    run_ats: list[datetime],
-    db_now: datetime,
-    trace: tuple[str | None, str | None],
-) -> list[Enqueued]:
-    """:func:`_insert` on an async cursor: insert what is free, then look up the holders."""
-    params = {**columns, "ids": ids, "run_ats": run_ats, "created_at": db_now}
-    params.update(trace_parent=trace[0], trace_state=trace[1])
-    await cur.execute(query("job_enqueue_many"), params)
-    created = {row[0] for row in await cur.fetchall()}
-    results: list[Enqueued | None] = [
-        Enqueued(job_id, True) if job_id in created else None for job_id in ids
-    ]
-    missing = [i for i, r in enumerate(results) if r is None]
-    if missing:
-        await cur.execute(
-            query("job_find_many_by_key"),
-            {
-                "organization_ids": [columns["organization_ids"][i] for i in missing],
-                "job_types": [columns["job_types"][i] for i in missing],
-                "idempotency_keys": [columns["idempotency_keys"][i] for i in missing],
-            },
-        )
-        for ordinal, job_id in await cur.fetchall():
-            results[missing[ordinal - 1]] = Enqueued(id=job_id, created=False)
-    queues = columns["queues"]
-    await _wake_async(
-        cur,
-        [queues[i] for i, job_id in enumerate(ids) if job_id in created],
-        [run_ats[i] for i, job_id in enumerate(ids) if job_id in created],
-        db_now,
-    )
-    found = [r for r in results if r is not None]
-    if len(found) != len(results):
-        raise JobsError("a job holding an idempotency key vanished during enqueue_many; retry")
-    return found
-
-
-async def _insert_unique_async(
-    cur: psycopg.AsyncCursor[Any],
-    ids: list[int],
-    columns: Mapping[str, list[Any]],
-    run_ats: list[datetime],
-    db_now: datetime,
-    trace: tuple[str | None, str | None],
-) -> list[Enqueued]:
-    """:func:`_insert_unique` on an async cursor."""
-    plain, leaders, follows = _split_unique(columns)
-    results: list[Enqueued | None] = [None] * len(ids)
-    if plain:
-        done = await _insert_async(
-            cur,
-            [ids[i] for i in plain],
-            _subset(columns, plain),
-            [run_ats[i] for i in plain],
-            db_now,
-            trace,
-        )
-        for i, r in zip(plain, done, strict=True):
-            results[i] = r
-    await run_async(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
-    return _unique_results(results, follows)
+    yield from _wake_steps(woken, woken_at, db_now)

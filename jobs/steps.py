@@ -1,26 +1,44 @@
-"""One implementation for sync and async: an operation is a generator of statements.
+"""One implementation for sync and async: an operation is a generator of steps.
 
 An operation that exists on a ``Connection`` and on an ``AsyncConnection`` is written once, as a
-generator that yields each statement it needs, ``(sql, params)``, and is sent back the rows
-that statement returned (``[]`` for a statement that returns none). Its ``return`` value is
-the operation's result. Two small drivers run it: :func:`run` on a sync cursor, :func:`run_async`
-on an async one. Every decision (validation, which statement next, what the rows mean, which
-error to raise) lives in the generator, so the sync and async forms cannot drift; an
-``_async`` function is a few lines that validate as the sync one does and call
-:func:`run_async` (psycopg's own ``generators.py`` + ``waiting.py``).
+generator that yields each step it needs and is sent back what the step produced. Its
+``return`` value is the operation's result. Three kinds of step:
 
-A step is run on the caller's connection, inside whatever transaction it has open: the drivers
-never commit, roll back or use session state.
+- a statement, ``(sql, params)``: sent back the rows it returned (``[]`` for a statement that
+  returns none);
+- a :class:`Copy`: ``COPY ... FROM STDIN`` of the given rows; sent back ``[]``;
+- a :class:`Savepoint`: a nested operation run inside ``conn.transaction()`` (a savepoint in
+  the caller's transaction); sent back its result. An error inside it rolls back to the
+  savepoint and is raised in the generator at its ``yield``, so the operation handles it there
+  as it would a ``with conn.transaction():`` block (``except UniqueViolation`` by constraint
+  name, then a fallback) or lets it through.
+
+Two small drivers run an operation: :func:`run` on a sync cursor, :func:`run_async` on an async
+one (:func:`on` and :func:`on_async` open the cursor). Every decision (validation, which step
+next, what the rows mean, which error to raise) lives in the generator, so the sync and async
+forms cannot drift; an ``_async`` function is a few lines that call :func:`on_async` where the
+sync one calls :func:`on` (psycopg's own ``generators.py`` + ``waiting.py``).
+
+A step runs on the caller's connection, inside whatever transaction it has open: the drivers
+never commit or roll back the caller's transaction (a :class:`Savepoint` releases or rolls back
+only its own savepoint) and use no session state. A :class:`Savepoint` needs that transaction
+to be open already (on an idle autocommit connection, ``conn.transaction()`` would begin and
+commit a transaction of its own): its operation runs a statement first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, LiteralString, TypeAlias, TypeVar
 
 import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import ExecStatus
 
 R = TypeVar("R")
+
+_ROWS = int(ExecStatus.TUPLES_OK)  # a statement's result holds rows (possibly none)
 
 Statement: TypeAlias = tuple[LiteralString, Mapping[str, Any] | None]
 """A statement to run: named query text and its parameters."""
@@ -28,29 +46,101 @@ Statement: TypeAlias = tuple[LiteralString, Mapping[str, Any] | None]
 Rows: TypeAlias = list[Any]
 """The rows a statement returned (tuples, or what the cursor's row factory makes)."""
 
-Steps: TypeAlias = Generator[Statement, Rows, R]
-"""An operation: yields statements, is sent their rows, returns its result."""
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """``COPY ... FROM STDIN`` (``sql``) of ``rows``, one sequence of column values each.
+
+    ``types`` names the columns' types for a binary COPY (its format carries none);
+    ``dumper``, when given, is registered on the cursor first (by its oid: what ``types``
+    looks up). ``rows`` is consumed as it is written: pass an iterator, never build a list.
+    """
+
+    sql: LiteralString
+    rows: Iterable[Sequence[Any]]
+    types: Sequence[str] | None = None
+    dumper: type[Dumper] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Savepoint:
+    """Run ``body`` (an operation) in a savepoint; see the module docstring."""
+
+    body: Steps[Any]
+
+
+Step: TypeAlias = Statement | Copy | Savepoint
+"""What an operation yields."""
+
+Steps: TypeAlias = Generator[Step, Any, R]
+"""An operation: yields steps, is sent what each produced, returns its result."""
+
+
+def one(step: Step) -> Steps[Any]:
+    """An operation of one step, returning what it produced (the body of a :class:`Savepoint`)."""
+    return (yield step)
 
 
 def run(cur: psycopg.Cursor[Any], steps: Steps[R]) -> R:
     """Run ``steps`` on a sync cursor; their result."""
     try:
-        sql, params = next(steps)
+        step = next(steps)
         while True:
-            cur.execute(sql, params)
-            sql, params = steps.send(cur.fetchall() if cur.description is not None else [])
+            if type(step) is tuple:  # the common step first: one type test, no isinstance
+                cur.execute(step[0], step[1])
+                res = cur.pgresult  # not cur.description, which builds a Column per field
+                sent: Any = cur.fetchall() if res is not None and res.status == _ROWS else []
+            elif isinstance(step, Copy):
+                if step.dumper is not None:
+                    cur.adapters.register_dumper(None, step.dumper)
+                with cur.copy(step.sql) as copy:
+                    if step.types is not None:
+                        copy.set_types(step.types)
+                    write_row = copy.write_row
+                    for row in step.rows:
+                        write_row(row)
+                sent = []
+            else:
+                assert isinstance(step, Savepoint)
+                try:
+                    with cur.connection.transaction():
+                        sent = run(cur, step.body)
+                except Exception as exc:  # rolled back to the savepoint: the operation decides
+                    step = steps.throw(exc)
+                    continue
+            step = steps.send(sent)
     except StopIteration as stop:
         result: R = stop.value
         return result
 
 
 async def run_async(cur: psycopg.AsyncCursor[Any], steps: Steps[R]) -> R:
-    """Run ``steps`` on an async cursor; their result."""
+    """Run ``steps`` on an async cursor; their result (:func:`run`, awaiting the I/O)."""
     try:
-        sql, params = next(steps)
+        step = next(steps)
         while True:
-            await cur.execute(sql, params)
-            sql, params = steps.send(await cur.fetchall() if cur.description is not None else [])
+            if type(step) is tuple:
+                await cur.execute(step[0], step[1])
+                res = cur.pgresult
+                sent: Any = await cur.fetchall() if res is not None and res.status == _ROWS else []
+            elif isinstance(step, Copy):
+                if step.dumper is not None:
+                    cur.adapters.register_dumper(None, step.dumper)
+                async with cur.copy(step.sql) as copy:
+                    if step.types is not None:
+                        copy.set_types(step.types)
+                    for row in step.rows:
+                        await copy.write_row(row)
+                sent = []
+            else:
+                assert isinstance(step, Savepoint)
+                try:
+                    async with cur.connection.transaction():
+                        sent = await run_async(cur, step.body)
+                except Exception as exc:
+                    step = steps.throw(exc)
+                    continue
+            step = steps.send(sent)
     except StopIteration as stop:
         result: R = stop.value
         return result

@@ -39,12 +39,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.types.string import TextLoader
 
-from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, Reconnect, Service, default_name, enqueue_columns
+from jobs import (
+    DEFAULT_MAX_ATTEMPTS,
+    JobColumns,
+    Metrics,
+    Reconnect,
+    Service,
+    default_name,
+    enqueue_columns,
+)
 from jobs.tracing import service_span
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
@@ -332,10 +340,7 @@ class Scheduler(Service[TickResult]):
     ) -> None:
         keyof = memo.key if memo is not None else _occurrence_key
         # The schedules were validated when created; build the insert's columns directly.
-        columns: dict[str, list[Any]] = {
-            "organization_ids": [], "queues": [], "job_types": [], "payloads": [],
-            "idempotency_keys": [], "priorities": [], "run_ats": [], "max_attempts": [],
-        }  # fmt: skip
+        columns = JobColumns()  # no concurrency or unique keys: their defaults
         owners: list[int] = []  # the plan index of each job row
         skips: dict[str, list[Any]] = {"ids": [], "keys": [], "ats": [], "kinds": [], "reasons": []}
         for p_index, p in enumerate(plans):
@@ -350,14 +355,14 @@ class Scheduler(Service[TickResult]):
                         f'{{"id":{s.id},"occurrence":"{key}",'
                         f'"at":"{d.occurrence.at.isoformat()}","version":{s.version}}}'
                     )
-                    columns["organization_ids"].append(s.organization_id)
-                    columns["queues"].append(s.queue)
-                    columns["job_types"].append(s.job_type)
-                    columns["payloads"].append(f'{base}{sep}"{SCHEDULE_PAYLOAD_KEY}":{meta}}}')
-                    columns["idempotency_keys"].append(occurrence_idempotency_key(s.id, key))
-                    columns["priorities"].append(0)
-                    columns["run_ats"].append(d.run_at)
-                    columns["max_attempts"].append(DEFAULT_MAX_ATTEMPTS)
+                    columns.organization_ids.append(s.organization_id)
+                    columns.queues.append(s.queue)
+                    columns.job_types.append(s.job_type)
+                    columns.payloads.append(f'{base}{sep}"{SCHEDULE_PAYLOAD_KEY}":{meta}}}')
+                    columns.idempotency_keys.append(occurrence_idempotency_key(s.id, key))
+                    columns.priorities.append(0)
+                    columns.run_ats.append(d.run_at)
+                    columns.max_attempts.append(DEFAULT_MAX_ATTEMPTS)
                     owners.append(p_index)
                 else:
                     skips["ids"].append(s.id)
@@ -365,14 +370,12 @@ class Scheduler(Service[TickResult]):
                     skips["ats"].append(d.occurrence.at)
                     skips["kinds"].append(d.kind)
                     skips["reasons"].append(d.reason)
-        order = _run_at_order(columns["run_ats"])
+        order = _run_at_order(cast("list[datetime]", columns.run_ats))  # each has its run_at
         # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
         if order is None:
             enqueued = enqueue_columns(conn, columns, now=now)
         else:
-            written = enqueue_columns(
-                conn, {name: [v[i] for i in order] for name, v in columns.items()}, now=now
-            )
+            written = enqueue_columns(conn, columns.subset(order), now=now)
             enqueued = [written[0]] * len(written)
             for position, i in enumerate(order):
                 enqueued[i] = written[position]
