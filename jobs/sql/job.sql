@@ -36,26 +36,47 @@ SELECT id FROM jobs
 WHERE organization_id IS NULL
   AND job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s;
 
--- name: job_enqueue_many
--- Insert many jobs in one statement, for a batch that may hit idempotency keys (within the batch
--- or in the table). The ids were drawn up front (job_allocate_ids), so every input row can be
--- matched to its job: a row whose id comes back was created, the others hit a key and are looked
--- up by the caller. Rows go in input order, so the first spec of a repeated key wins.
-INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
+-- fragment: job_key_column if not unique
+idempotency_key
+
+-- fragment: job_key_column if unique
+unique_key
+
+-- fragment: job_key_arbiter if not unique
+ON CONFLICT (organization_id, job_type, idempotency_key)
+    WHERE idempotency_key IS NOT NULL DO NOTHING
+
+-- fragment: job_key_arbiter if unique
+ON CONFLICT (job_type, unique_key, organization_id)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
+    DO NOTHING
+
+-- template: job_enqueue_many (unique)
+-- variant: job_enqueue_many
+-- variant: job_enqueue_many_unique   unique
+-- Insert many jobs in one statement. The ids were drawn up front (job_allocate_ids), so every
+-- input row can be matched to its job: a row whose id comes back was created, the others hit a
+-- key and are looked up (or replaced) by the caller. Rows go in input order, so the first spec
+-- of a repeated key wins, and two batches inserting the same keys wait on each other's keys in
+-- one order and never deadlock.
+-- job_enqueue_many: a batch that may hit idempotency keys (within the batch or in the table).
+-- job_enqueue_many_unique: the rows of a batch that carry a unique key (the caller sends only
+-- the first spec of each key, sorted by key), as job_enqueue_unique; an id that does not come
+-- back hit an active job. A job has one kind of key or the other, so one arbiter applies.
+INSERT INTO jobs (id, organization_id, queue, job_type, payload, {{job_key_column}}, priority,
                   run_at, max_attempts, created_at, trace_parent, trace_state, concurrency_key)
-SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+SELECT id, organization_id, queue, job_type, payload, {{job_key_column}}, priority, run_at,
        max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text,
        concurrency_key
 FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
-            %(job_types)b::text[], %(payloads)b::jsonb[], %(idempotency_keys)b::text[],
+            %(job_types)b::text[], %(payloads)b::jsonb[], %({{job_key_column}}s)b::text[],
             %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
             %(concurrency_keys)b::text[])
      WITH ORDINALITY
-     AS t(id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
+     AS t(id, organization_id, queue, job_type, payload, {{job_key_column}}, priority, run_at,
           max_attempts, concurrency_key, ord)
 ORDER BY ord
-ON CONFLICT (organization_id, job_type, idempotency_key)
-    WHERE idempotency_key IS NOT NULL DO NOTHING
+{{job_key_arbiter}}
 RETURNING id;
 
 -- name: job_find_many_by_key
@@ -112,29 +133,6 @@ SELECT id FROM jobs
 WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
   AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
   AND status IN ('pending', 'retrying', 'leased');
-
--- name: job_enqueue_many_unique
--- The rows of a batch that carry a unique key (the caller sends only the first spec of each
--- key, sorted by key): as job_enqueue_unique, one statement; an id that does not come back hit
--- an active job. Rows go in input order, so two batches inserting the same keys wait on each
--- other's keys in one order and never deadlock.
-INSERT INTO jobs (id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-                  max_attempts, created_at, trace_parent, trace_state, concurrency_key)
-SELECT id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-       max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text,
-       concurrency_key
-FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
-            %(job_types)b::text[], %(payloads)b::jsonb[], %(unique_keys)b::text[],
-            %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
-            %(concurrency_keys)b::text[])
-     WITH ORDINALITY
-     AS t(id, organization_id, queue, job_type, payload, unique_key, priority, run_at,
-          max_attempts, concurrency_key, ord)
-ORDER BY ord
-ON CONFLICT (job_type, unique_key, organization_id)
-    WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
-    DO NOTHING
-RETURNING id;
 
 -- name: job_replace_many_by_unique_key
 -- job_replace_by_unique_key for a batch (keys distinct within it): returns the ordinal of each

@@ -3,6 +3,17 @@
 -- Every time predicate takes %(now)s and falls back to the database clock.
 -- An event is pending while processed_at and dead_at are both NULL.
 
+-- fragment: outbox_event_lease
+-- Lease the candidates to the relay run %(claim)s; attempts is the fencing token.
+UPDATE outbox_events AS o
+SET claimed_at = coalesce(%(now)s::timestamptz, now()),
+    claimed_by = %(relay)s,
+    claim_id = %(claim)s,
+    attempts = o.attempts + 1
+WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
+RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq
+
 -- name: outbox_event_record
 -- Insert one event in the caller's transaction and wake the relays. The notification payload is
 -- constant, so PostgreSQL folds all of one transaction's notifications into one. An event is
@@ -53,14 +64,7 @@ WITH candidates AS (
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 )
-UPDATE outbox_events AS o
-SET claimed_at = coalesce(%(now)s::timestamptz, now()),
-    claimed_by = %(relay)s,
-    claim_id = %(claim)s,
-    attempts = o.attempts + 1
-WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
-RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+{{outbox_event_lease}};
 
 -- name: outbox_event_claim_next
 -- In the transaction that marks events processed: claim the next event of each aggregate just
@@ -93,14 +97,7 @@ candidates AS (
     LIMIT %(limit)s
     FOR UPDATE OF e SKIP LOCKED
 )
-UPDATE outbox_events AS o
-SET claimed_at = coalesce(%(now)s::timestamptz, now()),
-    claimed_by = %(relay)s,
-    claim_id = %(claim)s,
-    attempts = o.attempts + 1
-WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
-RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+{{outbox_event_lease}};
 
 -- name: outbox_event_adopt
 -- After a lost connection: the events still claimed by the relay run %(claim)s, which its last
