@@ -51,7 +51,7 @@ from uuid import UUID, uuid4
 import psycopg
 
 from jobs.enqueue import enqueue, enqueue_many
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, ProjectionError
 from jobs.model import Enqueued, JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections
 from jobs.queries import query
@@ -113,10 +113,6 @@ def _enqueue(
         except InvalidJob as exc:
             raise InvalidJob(f"specs[{index}].{exc.field}", exc.value, exc.reason) from None
     return results
-
-
-class ProjectionError(Exception):
-    """A projection returned something that is not a job spec."""
 
 
 class Relay(Service[RelayStats]):

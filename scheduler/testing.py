@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scheduler.definitions import load_file
+from scheduler.errors import SchedulerError
 from scheduler.spec import ScheduleSpec
 from timezones.errors import InvalidInput
 from timezones.testing import DstReportItem, Schedule, dst_report
@@ -58,8 +59,12 @@ class DstSurprise:
         )
 
 
-class DstSurprises(AssertionError):
-    """Raised by :func:`assert_dst_safe`; ``surprises`` lists what was found."""
+class DstSurprises(SchedulerError, AssertionError):
+    """Raised by :func:`assert_dst_safe`; ``surprises`` lists what was found.
+
+    An :class:`AssertionError` (pytest reports it as a failed assertion) and a
+    :class:`scheduler.SchedulerError`.
+    """
 
     def __init__(self, surprises: list[DstSurprise]) -> None:
         self.surprises = surprises
