@@ -44,8 +44,9 @@ from typing import Any
 import psycopg
 from psycopg.types.string import TextLoader
 
-from jobs import DEFAULT_MAX_ATTEMPTS, Metrics, Reconnect, Service, default_name, enqueue_columns
-from jobs.tracing import service_span
+from jobs import Reconnect, Service
+from jobs.internal import DEFAULT_MAX_ATTEMPTS, default_name, enqueue_columns, service_span
+from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import (

@@ -24,10 +24,11 @@ from typing import Any, NoReturn
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, pooler_mode
-from jobs.connection import connect as jobs_connect
-from jobs.connection import connect_kwargs as jobs_connect_kwargs
-from jobs.connection import listen_url as jobs_listen_url
+from jobs import connect as jobs_connect
+from jobs import connect_kwargs as jobs_connect_kwargs
+from jobs import pooler_mode
+from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
+from jobs.internal import listen_url as jobs_listen_url
 from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
@@ -432,7 +433,7 @@ def ensure_schema(url: str, *, apply: bool) -> None:
     process (:func:`pooler` exported it).
     """
     from jobs import migrate
-    from jobs import pending_migrations as pending
+    from jobs.internal import pending_migrations as pending
 
     with jobs_connect(url) as conn:
         if apply:

@@ -10,8 +10,9 @@ import json
 import sys
 from collections.abc import Iterable
 
-from jobs import RELAY_MAX_BATCH as MAX_BATCH
-from jobs import Relay, logs, outbox
+from jobs import Relay, outbox
+from jobs.internal import RELAY_MAX_BATCH as MAX_BATCH
+from jobs.internal import logs
 from jobs.outbox import Projection, Projections
 from scheduler.cli.common import (
     MAX_COUNT,

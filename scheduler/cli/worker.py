@@ -9,7 +9,8 @@ import sys
 from collections.abc import Mapping
 
 import jobs
-from jobs import logs, migrate, validate
+from jobs import migrate
+from jobs.internal import logs, validate
 from scheduler import health
 from scheduler.cli.common import (
     MAX_CONCURRENCY,
