@@ -62,7 +62,7 @@ from jobs.relay import Relay
 from jobs.retry import RetryPolicies, RetryPolicy
 from jobs.service import Reconnect, Service
 from jobs.typed import JobDefinition, handlers, job
-from jobs.worker import Handler, Worker, WorkerStats
+from jobs.worker import Handler, Worker, WorkerConfig, WorkerStats
 from timezones.errors import InvalidInput, TockworkError
 
 # A library does not print: an application configures logging (or `tockwork worker` does).
@@ -104,6 +104,7 @@ __all__ = [
     "TockworkError",
     "TransientError",
     "Worker",
+    "WorkerConfig",
     "WorkerStats",
     "batch_handler",
     "cancel",

@@ -19,7 +19,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -28,12 +28,14 @@ from jobs import connect as jobs_connect
 from jobs import connect_kwargs as jobs_connect_kwargs
 from jobs import pooler_mode
 from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
+from jobs.internal import config_settings as jobs_settings
 from jobs.internal import listen_url as jobs_listen_url
 from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
 
 SubParsers = argparse._SubParsersAction  # the type of ``parser.add_subparsers()``
+C = TypeVar("C")
 
 # Upper bounds of the numeric flags: large enough for any real use, small enough that nothing
 # overflows (a timedelta, a PostgreSQL integer) or runs for ever.
@@ -58,7 +60,7 @@ class InputError(InvalidInput):
 
 class HelpFormatter(argparse.HelpFormatter):
     """Adds ``(default: X)`` to an option's help unless it says its default itself, or has
-    none worth saying (``None``, ``False``)."""
+    none worth saying (``None``, ``False``, a switch's)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -68,6 +70,7 @@ class HelpFormatter(argparse.HelpFormatter):
             and default is not None
             and default is not False
             and default is not argparse.SUPPRESS
+            and action.nargs != 0  # a switch (--no-listen): its help says what it does
             and (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
         ):
             text += " (default: %(default)s)"
@@ -224,6 +227,62 @@ def check_argv(argv: list[str]) -> str | None:
 
 
 # -- shared options ---------------------------------------------------------------------------
+
+
+def config_args(parser: argparse.ArgumentParser, config: type[Any], *names: str) -> None:
+    """Add the options of a service's config (:mod:`jobs.config`): the fields ``names``, in
+    that order, each from its declaration (flag, default, bounds, help): nothing typed again.
+
+    A ``timedelta`` takes seconds, an ``int`` an integer, a ``bool`` defaulting to true a
+    ``--no-...`` switch. Each option's value lands in ``args.<field name>``; build the config
+    with :func:`config_from_args`.
+    """
+    declared = {f.name: (f, s) for f, s in jobs_settings(config)}
+    for name in names:
+        field, setting = declared[name]
+        flag, default = setting.flag, field.default
+        assert flag is not None, f"{config.__name__}.{name} has no flag"
+        if isinstance(default, bool):
+            assert default and flag.startswith("--no-"), f"{flag}: a switch turns a default off"
+            parser.add_argument(flag, dest=name, action="store_false", help=setting.help)
+        elif isinstance(default, timedelta):
+            maximum = MAX_SECONDS if setting.maximum is None else setting.maximum
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=seconds(
+                    flag,
+                    minimum=float(setting.minimum),
+                    positive=setting.positive,
+                    maximum=maximum,
+                ),
+                default=f"{default.total_seconds():g}",
+                metavar=setting.metavar,
+                help=setting.help,
+            )
+        elif isinstance(default, int):
+            low = int(setting.minimum) + (1 if setting.positive else 0)
+            high = MAX_COUNT if setting.maximum is None else int(setting.maximum)
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=integer(flag, low, high),
+                default=default,
+                metavar=setting.metavar,
+                help=setting.help,
+            )
+        else:
+            raise TypeError(f"{config.__name__}.{name}: no option type for {default!r}")
+
+
+def config_from_args(config: type[C], args: argparse.Namespace, **given: Any) -> C:
+    """The config built from the options :func:`config_args` added (and ``given`` fields)."""
+    values = {
+        f.name: getattr(args, f.name)
+        for f, setting in jobs_settings(config)
+        if setting.flag is not None and f.name in args
+    }
+    return config(**values, **given)
 
 
 def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -> None:
