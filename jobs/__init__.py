@@ -58,7 +58,7 @@ from jobs.policy import (
     queue_policies,
     set_queue_policy,
 )
-from jobs.relay import Relay
+from jobs.relay import Relay, RelayConfig
 from jobs.retry import RetryPolicies, RetryPolicy
 from jobs.service import Reconnect, Service
 from jobs.typed import JobDefinition, handlers, job
@@ -95,6 +95,7 @@ __all__ = [
     "RateLimited",
     "Reconnect",
     "Relay",
+    "RelayConfig",
     "Requeued",
     "Retry",
     "RetryPolicies",

@@ -18,7 +18,6 @@ from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_
 from jobs.enqueue import enqueue_columns
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
-from jobs.relay import MAX_BATCH as RELAY_MAX_BATCH
 from jobs.service import default_name
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
@@ -29,7 +28,6 @@ __all__ = [
     "LISTEN_URL_ENV",
     "POOLERS",
     "POOLER_ENV",
-    "RELAY_MAX_BATCH",
     "Pooler",
     "config_settings",
     "default_name",

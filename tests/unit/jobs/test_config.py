@@ -59,7 +59,7 @@ def test_bad_settings_name_the_keyword(kwargs: dict[str, object], field: str) ->
 
 
 def test_every_setting_has_a_help_line() -> None:
-    for config in (jobs.WorkerConfig,):
+    for config in (jobs.WorkerConfig, jobs.RelayConfig):
         for field, setting in settings(config):
             assert setting.help, f"{config.__name__}.{field.name}"
 
@@ -69,6 +69,24 @@ def _subcommand(name: str) -> argparse.ArgumentParser:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     found: argparse.ArgumentParser = sub.choices[name]
     return found
+
+
+def test_the_relay_takes_its_settings_from_its_config() -> None:
+    config = jobs.RelayConfig(batch_size=7)
+    relay = jobs.Relay(URL, [], config=config, max_attempts=3)
+    assert relay.config == dataclasses.replace(config, max_attempts=3)
+    assert (relay.batch_size, relay.max_attempts, relay.lease) == (7, 3, timedelta(seconds=60))
+    assert jobs.Relay(URL, []).config == jobs.RelayConfig()
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.Relay(URL, [], poll_interval=timedelta(0))
+    assert info.value.field == "poll_interval"
+
+
+def test_the_relay_command_defaults_are_the_config_defaults() -> None:
+    args = build_parser().parse_args(["relay", "--app", "m:a"])
+    assert config_from_args(jobs.RelayConfig, args) == jobs.RelayConfig()
+    args = build_parser().parse_args(["relay", "--app", "m:a", "--batch-size", "9", "--no-listen"])
+    assert config_from_args(jobs.RelayConfig, args) == jobs.RelayConfig(batch_size=9, listen=False)
 
 
 def test_the_worker_command_defaults_are_the_config_defaults() -> None:
