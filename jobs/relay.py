@@ -184,6 +184,10 @@ class Relay(Service[RelayStats]):
     aside as dead after ``max_attempts`` claims. ``clock`` pins time for tests (SQL then uses it
     as ``now``); by default the database clock is the one clock.
 
+    The settings (``batch_size``, ``lease``, ``poll_interval``, ``max_attempts``, ``listen``)
+    come from ``config`` (:class:`RelayConfig`); a keyword argument of the same name overrides
+    that field.
+
     :meth:`stop` takes effect after the batch in hand (its events are finished first);
     :meth:`run_until_idle` returns when a claim finds no event ready now, and does not LISTEN.
     """

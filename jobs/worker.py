@@ -292,6 +292,10 @@ class Worker(Service[WorkerStats]):
     ``pooler="transaction"`` for a URL through a transaction-mode pooler (``listen_conninfo``:
     a direct URL for LISTEN; without it the worker polls only), see :mod:`jobs.connection`.
 
+    The settings (``queues``, ``lease``, ``grace``, ``poll_interval``, ...) come from ``config``
+    (:class:`WorkerConfig`, its defaults when none is given); a keyword argument of the same
+    name overrides that field.
+
     After :meth:`stop` the worker claims nothing more; running handlers get the ``grace``
     period, then their leases are given back. :meth:`run_until_idle` returns when no job is
     ready and nothing is running.

@@ -60,7 +60,7 @@ class InputError(InvalidInput):
 
 class HelpFormatter(argparse.HelpFormatter):
     """Adds ``(default: X)`` to an option's help unless it says its default itself, or has
-    none worth saying (``None``, ``False``, a switch's)."""
+    none worth saying (``None``, ``False``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -70,7 +70,6 @@ class HelpFormatter(argparse.HelpFormatter):
             and default is not None
             and default is not False
             and default is not argparse.SUPPRESS
-            and action.nargs != 0  # a switch (--no-listen): its help says what it does
             and (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
         ):
             text += " (default: %(default)s)"
@@ -234,8 +233,8 @@ def config_args(parser: argparse.ArgumentParser, config: type[Any], *names: str)
     that order, each from its declaration (flag, default, bounds, help): nothing typed again.
 
     A ``timedelta`` takes seconds, an ``int`` an integer, a ``bool`` defaulting to true a
-    ``--no-...`` switch. Each option's value lands in ``args.<field name>``; build the config
-    with :func:`config_from_args`.
+    ``--no-<name>`` switch. Each option's value lands in ``args.<field name>`` (a switch's in
+    ``args.no_<name>``); build the config with :func:`config_from_args`.
     """
     declared = {f.name: (f, s) for f, s in jobs_settings(config)}
     for name in names:
@@ -243,8 +242,9 @@ def config_args(parser: argparse.ArgumentParser, config: type[Any], *names: str)
         flag, default = setting.flag, field.default
         assert flag is not None, f"{config.__name__}.{name} has no flag"
         if isinstance(default, bool):
-            assert default and flag.startswith("--no-"), f"{flag}: a switch turns a default off"
-            parser.add_argument(flag, dest=name, action="store_false", help=setting.help)
+            # A switch that turns a default off: args.no_<name> is true when given.
+            assert default and flag == f"--no-{name}", f"{flag}: a switch turns a default off"
+            parser.add_argument(flag, action="store_true", help=setting.help)
         elif isinstance(default, timedelta):
             maximum = MAX_SECONDS if setting.maximum is None else setting.maximum
             parser.add_argument(
@@ -277,11 +277,12 @@ def config_args(parser: argparse.ArgumentParser, config: type[Any], *names: str)
 
 def config_from_args(config: type[C], args: argparse.Namespace, **given: Any) -> C:
     """The config built from the options :func:`config_args` added (and ``given`` fields)."""
-    values = {
-        f.name: getattr(args, f.name)
-        for f, setting in jobs_settings(config)
-        if setting.flag is not None and f.name in args
-    }
+    values: dict[str, Any] = {}
+    for f, setting in jobs_settings(config):
+        if setting.flag is not None and f.name in args:
+            values[f.name] = getattr(args, f.name)
+        elif setting.flag == f"--no-{f.name}" and f"no_{f.name}" in args:
+            values[f.name] = not getattr(args, f"no_{f.name}")
     return config(**values, **given)
 
 

@@ -81,7 +81,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     listen_on = listen_url(args)
     # Behind a transaction pooler without a direct --listen-url the worker polls only (the
     # worker says so once in its log), and /healthz knows it.
-    poll_only = not args.listen or (mode == "transaction" and listen_on is None)
+    poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
     handlers = load_app(args.app)
     queues = {"queues": dict(args.queue)} if args.queue else {}
     config = config_from_args(jobs.WorkerConfig, args, **queues)

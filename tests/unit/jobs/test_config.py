@@ -104,4 +104,5 @@ def test_the_worker_command_defaults_are_the_config_defaults() -> None:
     helps = {a.dest: a.help for a in _subcommand("worker")._actions}
     for field, setting in settings(jobs.WorkerConfig):
         if setting.flag is not None:
-            assert helps[field.name] == setting.help
+            dest = f"no_{field.name}" if setting.flag.startswith("--no-") else field.name
+            assert helps[dest] == setting.help
