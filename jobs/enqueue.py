@@ -939,5 +939,7 @@ async def _insert_unique_async(
         )
         for i, r in zip(plain, done, strict=True):
             results[i] = r
-    await run_async(cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace))
+    await run_async(
+        cur, _many_unique_steps(ids, columns, run_ats, db_now, leaders, results, trace)
+    )
     return _unique_results(results, follows)
