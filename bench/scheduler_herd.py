@@ -375,7 +375,7 @@ def _instrument() -> None:
     tick: Any = tick_module
     plan: Callable[..., Plan] = tick.plan
     from_row: Callable[[tuple[Any, ...]], Schedule] = tick.schedule_from_row
-    enqueue_columns = jobs.enqueue_columns
+    enqueue_columns: Callable[..., list[jobs.Enqueued]] = tick.enqueue_columns
 
     def timed_plan(
         schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None

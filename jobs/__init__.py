@@ -1,19 +1,15 @@
-"""The durable jobs queue: transactional enqueue, leased claims, retries, dead letters."""
+"""The durable jobs queue: transactional enqueue, leased claims, retries, dead letters.
+
+``__all__`` is what applications call: enqueue, the worker and what a handler raises, batch
+handlers, the admin calls, the relay and the outbox, rate limits and queue policies, effects,
+typed jobs, metrics, tracing and maintenance, connections, the models and the errors. What the
+``scheduler`` package (the composition root) needs beyond it is in :mod:`jobs.internal`, which
+is not a stable API.
+"""
 
 import logging
 
-from jobs import (
-    connection,
-    effects,
-    limits,
-    logs,
-    maintenance,
-    metrics,
-    outbox,
-    queries,
-    tracing,
-    validate,
-)
+from jobs import effects, limits, maintenance, metrics, outbox, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -31,21 +27,10 @@ from jobs.admin import (
 )
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.connection import connect, connect_kwargs, pooler_mode
-from jobs.enqueue import (
-    JobColumns,
-    enqueue,
-    enqueue_async,
-    enqueue_columns,
-    enqueue_columns_async,
-    enqueue_many,
-    enqueue_many_async,
-)
+from jobs.enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
 from jobs.limits import RateLimit
-from jobs.listener import CHANNEL as JOBS_CHANNEL
-from jobs.metrics import Metrics
 from jobs.migrate import migrate
-from jobs.migrate import pending as pending_migrations
 from jobs.model import (
     Attempt,
     Enqueued,
@@ -73,14 +58,11 @@ from jobs.policy import (
     queue_policies,
     set_queue_policy,
 )
-from jobs.relay import MAX_BATCH as RELAY_MAX_BATCH
-from jobs.relay import Relay
+from jobs.relay import Relay, RelayConfig
 from jobs.retry import RetryPolicies, RetryPolicy
-from jobs.service import Reconnect, Service, default_name, stop_on_signals
-from jobs.store import JobStore, PgJobStore
+from jobs.service import Reconnect, Service
 from jobs.typed import JobDefinition, handlers, job
-from jobs.validate import DEFAULT_MAX_ATTEMPTS
-from jobs.worker import Handler, Worker, WorkerStats
+from jobs.worker import Handler, Worker, WorkerConfig, WorkerStats
 from timezones.errors import InvalidInput, TockworkError
 
 # A library does not print: an application configures logging (or `tockwork worker` does).
@@ -111,15 +93,19 @@ __all__ = [
     "QueueStats",
     "RateLimit",
     "RateLimited",
+    "Reconnect",
     "Relay",
+    "RelayConfig",
     "Requeued",
     "Retry",
     "RetryPolicies",
     "RetryPolicy",
+    "Service",
     "Snooze",
     "TockworkError",
     "TransientError",
     "Worker",
+    "WorkerConfig",
     "WorkerStats",
     "batch_handler",
     "cancel",
@@ -141,47 +127,18 @@ __all__ = [
     "limits",
     "list_jobs",
     "list_jobs_async",
+    "maintenance",
+    "metrics",
     "migrate",
     "outbox",
+    "pooler_mode",
     "queue_policies",
     "queue_stats",
     "queue_stats_async",
     "requeue",
     "requeue_async",
     "set_queue_policy",
-]
-
-# Advanced: the building blocks the scheduler (the composition root) is made of, public so that
-# no package above reaches into jobs' internals. Stable like the rest, but most applications
-# never need them: enqueue_columns skips validation (input validated earlier), supersede frees
-# idempotency keys, and the modules hold the maintenance tasks over the queue's tables
-# (maintenance), the service shape every long-running loop shares (Service, Reconnect), the
-# Prometheus instruments and collector (metrics, Metrics), the pooler settings (connection,
-# pooler_mode), the one SQL query loader (queries), the input validators (validate), the
-# logging set-up (logs) and the optional OpenTelemetry tracing (tracing: configure()).
-__all__ += [
-    "DEFAULT_MAX_ATTEMPTS",
-    "JOBS_CHANNEL",
-    "RELAY_MAX_BATCH",
-    "JobColumns",
-    "JobStore",
-    "Metrics",
-    "PgJobStore",
-    "Reconnect",
-    "Service",
-    "connection",
-    "default_name",
-    "enqueue_columns",
-    "enqueue_columns_async",
-    "logs",
-    "maintenance",
-    "metrics",
-    "pending_migrations",
-    "pooler_mode",
-    "queries",
-    "stop_on_signals",
     "supersede",
     "supersede_async",
     "tracing",
-    "validate",
 ]

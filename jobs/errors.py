@@ -1,7 +1,10 @@
 """The jobs component's errors: one class per failure a caller can act on.
 
 Every error derives from :class:`timezones.errors.TockworkError`; bad input derives from
-:class:`timezones.errors.InvalidInput` (``field``, ``value``), which ``jobs`` re-exports.
+:class:`timezones.errors.InvalidInput` (``field``, ``value``), which ``jobs`` re-exports. A class
+that callers used to catch by a built-in class keeps it as a second base
+(``ServiceAlreadyRunning`` is a :class:`RuntimeError`). The handler outcomes
+(:mod:`jobs.outcomes`) derive from :class:`JobsError` too.
 """
 
 from __future__ import annotations
@@ -38,3 +41,11 @@ class NotInHandler(JobsError, RuntimeError):
 
 class EffectLeftTransactionInError(JobsError):
     """A completion effect swallowed a database error; its savepoint is rolled back."""
+
+
+class ServiceAlreadyRunning(JobsError, RuntimeError):
+    """A long-running service (worker, relay, scheduler) was run while it already runs."""
+
+
+class ProjectionError(JobsError):
+    """A relay's projection returned something that is not a job spec."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, JobsError
 
 
 def _as_delay(value: timedelta | float | int | None, field: str) -> timedelta | None:
@@ -32,8 +32,11 @@ def _as_delay(value: timedelta | float | int | None, field: str) -> timedelta | 
     return delay
 
 
-class HandlerOutcome(Exception):
-    """Base class of the exceptions a handler raises to choose its job's outcome."""
+class HandlerOutcome(JobsError):
+    """Base class of the exceptions a handler raises to choose its job's outcome.
+
+    A :class:`jobs.JobsError` like every error of ``jobs`` (one root for all of Tockwork).
+    """
 
     default_code = "error"
 

@@ -50,8 +50,9 @@ from uuid import UUID, uuid4
 
 import psycopg
 
+from jobs.config import UNSET, Unset, merged, setting
 from jobs.enqueue import enqueue, enqueue_many
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, ProjectionError
 from jobs.model import Enqueued, JobSpec
 from jobs.outbox import CHANNEL, Event, Projection, Projections
 from jobs.queries import query
@@ -115,8 +116,62 @@ def _enqueue(
     return results
 
 
-class ProjectionError(Exception):
-    """A projection returned something that is not a job spec."""
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """The relay's settings, each with its default, bounds and help (:mod:`jobs.config`).
+
+    ``Relay(conninfo, projections, config=RelayConfig(...))``; the relay's keyword arguments of
+    the same names override single fields. ``tockwork relay`` builds its options from these
+    fields.
+    """
+
+    batch_size: int = setting(
+        100,
+        help=f"events per claim (1 to {MAX_BATCH})",
+        flag="--batch-size",
+        minimum=1,
+        maximum=MAX_BATCH,
+        metavar="N",
+    )
+    lease: timedelta = setting(
+        timedelta(seconds=60),
+        help="seconds a claim lasts before another relay may take the event over (at least 1)",
+        flag="--lease",
+        minimum=1,
+        metavar="SECONDS",
+    )
+    poll_interval: timedelta = setting(
+        timedelta(seconds=1),
+        help="seconds between polls when no notification arrives (above 0)",
+        flag="--poll",
+        positive=True,
+        metavar="SECONDS",
+    )
+    # The API takes any positive number of attempts; the CLI's option 1 to 1000, as it always has.
+    max_attempts: int = setting(
+        5,
+        help="claims of a failing event before it is set aside as dead (1 to 1000)",
+        flag="--max-attempts",
+        minimum=1,
+        maximum=1000,
+        metavar="N",
+    )
+    # LISTEN for notifications; the help line is the switch's (--no-listen turns it off).
+    listen: bool = setting(True, help="poll only (behind PgBouncer)", flag="--no-listen")
+
+    def __post_init__(self) -> None:
+        batch_size, lease, poll_interval = self.batch_size, self.lease, self.poll_interval
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise InvalidJob("batch_size", batch_size, "must be an integer")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise InvalidJob("batch_size", batch_size, f"must be from 1 to {MAX_BATCH}")
+        if not isinstance(lease, timedelta) or lease < timedelta(seconds=1):
+            raise InvalidJob("lease", lease, "must be a timedelta of at least one second")
+        if not isinstance(poll_interval, timedelta) or poll_interval <= timedelta(0):
+            raise InvalidJob("poll_interval", poll_interval, "must be a positive timedelta")
+        max_attempts = self.max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidJob("max_attempts", max_attempts, "must be a positive integer")
 
 
 class Relay(Service[RelayStats]):
@@ -129,6 +184,10 @@ class Relay(Service[RelayStats]):
     aside as dead after ``max_attempts`` claims. ``clock`` pins time for tests (SQL then uses it
     as ``now``); by default the database clock is the one clock.
 
+    The settings (``batch_size``, ``lease``, ``poll_interval``, ``max_attempts``, ``listen``)
+    come from ``config`` (:class:`RelayConfig`); a keyword argument of the same name overrides
+    that field.
+
     :meth:`stop` takes effect after the batch in hand (its events are finished first);
     :meth:`run_until_idle` returns when a claim finds no event ready now, and does not LISTEN.
     """
@@ -138,29 +197,29 @@ class Relay(Service[RelayStats]):
         conninfo: str,
         projections: Iterable[Projection],
         *,
-        batch_size: int = 100,
-        lease: timedelta = timedelta(seconds=60),
-        poll_interval: timedelta = timedelta(seconds=1),
+        config: RelayConfig | None = None,
+        batch_size: int | Unset = UNSET,
+        lease: timedelta | Unset = UNSET,
+        poll_interval: timedelta | Unset = UNSET,
         clock: Clock | None = None,
         name: str | None = None,
-        listen: bool = True,
-        max_attempts: int = 5,
+        listen: bool | Unset = UNSET,
+        max_attempts: int | Unset = UNSET,
         retry: RetryPolicy | None = None,
         connect_kwargs: dict[str, Any] | None = None,
         reconnect: Reconnect | None = None,
         pooler: str | None = None,
         listen_conninfo: str | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise InvalidJob("batch_size", batch_size, "must be an integer")
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise InvalidJob("batch_size", batch_size, f"must be from 1 to {MAX_BATCH}")
-        if not isinstance(lease, timedelta) or lease < timedelta(seconds=1):
-            raise InvalidJob("lease", lease, "must be a timedelta of at least one second")
-        if not isinstance(poll_interval, timedelta) or poll_interval <= timedelta(0):
-            raise InvalidJob("poll_interval", poll_interval, "must be a positive timedelta")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise InvalidJob("max_attempts", max_attempts, "must be a positive integer")
+        config = merged(
+            config,
+            RelayConfig,
+            batch_size=batch_size,
+            lease=lease,
+            poll_interval=poll_interval,
+            listen=listen,
+            max_attempts=max_attempts,
+        )
         super().__init__(
             conninfo,
             kind="relay",
@@ -175,11 +234,12 @@ class Relay(Service[RelayStats]):
         self.projections = (
             projections if isinstance(projections, Projections) else Projections(projections)
         )
-        self.batch_size = batch_size
-        self.lease = lease
-        self.poll_interval = poll_interval
-        self.listen = listen
-        self.max_attempts = max_attempts
+        self.config = config
+        self.batch_size = config.batch_size
+        self.lease = config.lease
+        self.poll_interval = config.poll_interval
+        self.listen = config.listen
+        self.max_attempts = config.max_attempts
         self.retry = retry or RetryPolicy(base=timedelta(seconds=5), cap=timedelta(minutes=30))
         self.stats = RelayStats()
         # This relay object's id, written on every row it claims (claim_id), and whether the

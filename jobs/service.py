@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psycopg
 
 from jobs.connection import connect, listen_url, pooler_mode
-from jobs.errors import InvalidJob
+from jobs.errors import InvalidJob, ServiceAlreadyRunning
 from jobs.listener import Listener
 from jobs.retry import RetryPolicy
 from timezones.clock import Clock, SystemClock
@@ -263,7 +263,7 @@ class Service(ABC, Generic[R]):
     def _enter(self) -> None:
         with self._lock:
             if self._running:
-                raise RuntimeError(f"{self.label} is already running")
+                raise ServiceAlreadyRunning(f"{self.label} is already running")
             self._running = True
             self._stopping.clear()
             self._started.clear()

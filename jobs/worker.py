@@ -94,6 +94,7 @@ from jobs.batch import (
     run_batch_async,
     single_effects,
 )
+from jobs.config import UNSET, Unset, merged, setting
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
@@ -215,6 +216,70 @@ class _Run:
     reruns: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """The worker's settings, each with its default, bounds and help (:mod:`jobs.config`).
+
+    ``Worker(conninfo, handlers, config=WorkerConfig(...))``; the worker's keyword arguments of
+    the same names override single fields. ``tockwork worker`` builds its options from these
+    fields.
+    """
+
+    queues: Mapping[str, int] = setting(
+        default_factory=lambda: {"default": 4},
+        help="each queue the worker serves and its concurrency (handler threads)",
+    )
+    lease: timedelta = setting(
+        timedelta(seconds=30),
+        help="seconds a claimed job stays leased between heartbeats (at least 1)",
+        flag="--lease",
+        minimum=1,
+        metavar="SECONDS",
+    )
+    heartbeat: timedelta | None = setting(
+        None, help="how often running jobs' leases are extended (None: a third of the lease)"
+    )
+    grace: timedelta = setting(
+        timedelta(seconds=20),
+        help="seconds running handlers get to finish after SIGTERM",
+        flag="--grace",
+        metavar="SECONDS",
+    )
+    poll_interval: timedelta = setting(
+        timedelta(seconds=1),
+        help="seconds between reconciliation polls (above 0)",
+        flag="--poll",
+        positive=True,
+        metavar="SECONDS",
+    )
+    reap_interval: timedelta = setting(
+        timedelta(seconds=5), help="how often expired leases of any worker are recovered"
+    )
+    reap_limit: int = setting(500, help="expired leases recovered per reap, at most")
+    # LISTEN for notifications; the help line is the switch's (--no-listen turns it off).
+    listen: bool = setting(True, help="poll only (e.g. behind PgBouncer)", flag="--no-listen")
+    prefetch: int | None = setting(
+        None, help="jobs each queue claims ahead of its threads (None: adaptive)"
+    )
+
+    def __post_init__(self) -> None:
+        queues = dict(self.queues)
+        if not queues:
+            raise InvalidJob("queues", queues, "name at least one queue")
+        for q, n in queues.items():
+            validate.queue_name(q, "queues")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise InvalidJob(f"queues[{q!r}]", n, "concurrency must be a positive integer")
+        object.__setattr__(self, "queues", queues)  # a copy: the caller's dict may change
+        prefetch = self.prefetch
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise InvalidJob("prefetch", prefetch, "must be None (adaptive) or an integer >= 0")
+        if self.lease < timedelta(seconds=1):
+            raise InvalidJob("lease", self.lease, "must be at least one second")
+
+
 class Worker(Service[WorkerStats]):
     """Runs handlers for jobs of the given queues.
 
@@ -227,6 +292,10 @@ class Worker(Service[WorkerStats]):
     ``pooler="transaction"`` for a URL through a transaction-mode pooler (``listen_conninfo``:
     a direct URL for LISTEN; without it the worker polls only), see :mod:`jobs.connection`.
 
+    The settings (``queues``, ``lease``, ``grace``, ``poll_interval``, ...) come from ``config``
+    (:class:`WorkerConfig`, its defaults when none is given); a keyword argument of the same
+    name overrides that field.
+
     After :meth:`stop` the worker claims nothing more; running handlers get the ``grace``
     period, then their leases are given back. :meth:`run_until_idle` returns when no job is
     ready and nothing is running.
@@ -238,15 +307,16 @@ class Worker(Service[WorkerStats]):
         handlers: Mapping[str, Handler | BatchHandler],
         queues: Mapping[str, int] | None = None,
         *,
+        config: WorkerConfig | None = None,
         name: str | None = None,
-        lease: timedelta = timedelta(seconds=30),
-        heartbeat: timedelta | None = None,
-        poll_interval: timedelta = timedelta(seconds=1),
-        reap_interval: timedelta = timedelta(seconds=5),
-        reap_limit: int = 500,
-        grace: timedelta = timedelta(seconds=20),
-        listen: bool = True,
-        prefetch: int | None = None,
+        lease: timedelta | Unset = UNSET,
+        heartbeat: timedelta | Unset | None = UNSET,
+        poll_interval: timedelta | Unset = UNSET,
+        reap_interval: timedelta | Unset = UNSET,
+        reap_limit: int | Unset = UNSET,
+        grace: timedelta | Unset = UNSET,
+        listen: bool | Unset = UNSET,
+        prefetch: int | Unset | None = UNSET,
         retry: RetryPolicies | None = None,
         clock: Clock | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
@@ -256,22 +326,22 @@ class Worker(Service[WorkerStats]):
         pooler: str | None = None,
         listen_conninfo: str | None = None,
     ) -> None:
-        queues = dict(queues or {"default": 4})
-        if not queues:
-            raise InvalidJob("queues", queues, "name at least one queue")
-        for q, n in queues.items():
-            validate.queue_name(q, "queues")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise InvalidJob(f"queues[{q!r}]", n, "concurrency must be a positive integer")
+        config = merged(
+            config,
+            WorkerConfig,
+            queues=queues or UNSET,  # None or empty: the config's queues
+            lease=lease,
+            heartbeat=heartbeat,
+            poll_interval=poll_interval,
+            reap_interval=reap_interval,
+            reap_limit=reap_limit,
+            grace=grace,
+            listen=listen,
+            prefetch=prefetch,
+        )
         for job_type, handler in handlers.items():
             if not callable(handler):
                 raise InvalidJob(f"handlers[{job_type!r}]", handler, "must be callable")
-        if prefetch is not None and (
-            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
-        ):
-            raise InvalidJob("prefetch", prefetch, "must be None (adaptive) or an integer >= 0")
-        if lease < timedelta(seconds=1):
-            raise InvalidJob("lease", lease, "must be at least one second")
         super().__init__(
             conninfo,
             kind="worker",
@@ -283,16 +353,17 @@ class Worker(Service[WorkerStats]):
             pooler=pooler,
             listen_conninfo=listen_conninfo,
         )
+        self.config = config
         self.handlers = dict(handlers)
-        self.queues = queues
-        self.lease = lease
-        self.heartbeat_every = heartbeat or lease / 3
-        self.poll_interval = poll_interval
-        self.reap_interval = reap_interval
-        self.reap_limit = reap_limit
-        self.grace = grace
-        self.listen = listen
-        self.prefetch = prefetch
+        self.queues = queues = dict(config.queues)
+        self.lease = lease = config.lease
+        self.heartbeat_every = config.heartbeat or lease / 3
+        self.poll_interval = config.poll_interval
+        self.reap_interval = config.reap_interval
+        self.reap_limit = config.reap_limit
+        self.grace = config.grace
+        self.listen = config.listen
+        self.prefetch = prefetch = config.prefetch
         self.retry = retry or RetryPolicies()
         self.on_outcome = on_outcome
         self.metrics = metrics or Metrics.for_registry()

@@ -32,7 +32,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from psycopg import sql
 
-from jobs import JOBS_CHANNEL, connect, pooler_mode
+from jobs import connect, pooler_mode
+from jobs.internal import JOBS_CHANNEL
 from jobs.metrics import (
     DatabaseCollector,
     MetricsServer,

@@ -29,7 +29,7 @@ SCHEDULE_PAYLOAD_KEY = "tockwork_schedule"
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class OccurrenceDecision:
     occurrence: Occurrence
     run_at: datetime | None  # None: not enqueued
     kind: str  # "enqueue", "missed", "skipped"
@@ -39,7 +39,7 @@ class Decision:
 @dataclass
 class Plan:
     schedule: Schedule
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[OccurrenceDecision] = field(default_factory=list)
     cursor_at: datetime | None = None  # None: unchanged
     next: Occurrence | None = None
     enqueued: int = 0
@@ -47,7 +47,7 @@ class Plan:
     skipped: int = 0
 
     @property
-    def last_enqueued(self) -> Decision | None:
+    def last_enqueued(self) -> OccurrenceDecision | None:
         for d in reversed(self.decisions):
             if d.kind == "enqueue":
                 return d
@@ -133,7 +133,9 @@ def plan(
         # The common case (a herd enqueued ahead): one future occurrence, no quiet hours.
         only = occs[0]
         key = memo.key(only) if memo is not None else None
-        result.decisions.append(Decision(only, run_at_for(schedule, only, occ, key), "enqueue"))
+        result.decisions.append(
+            OccurrenceDecision(only, run_at_for(schedule, only, occ, key), "enqueue")
+        )
         result.enqueued = 1
         return result
 
@@ -161,22 +163,26 @@ def plan(
         if o.at <= now and i not in deliver_past:
             late = now - o.at
             result.decisions.append(
-                Decision(o, None, "missed", f"{schedule.catch_up} catch-up, {late} late")
+                OccurrenceDecision(o, None, "missed", f"{schedule.catch_up} catch-up, {late} late")
             )
             result.missed += 1
             continue
         if quiet is not None and quiet.contains(o.local):
             if quiet.action is QuietAction.SKIP:
-                result.decisions.append(Decision(o, None, "skipped", "quiet_hours"))
+                result.decisions.append(OccurrenceDecision(o, None, "skipped", "quiet_hours"))
                 result.skipped += 1
                 continue
             end = quiet.end_after(o.local, schedule.tz)
             run_at = end + jitter_offset(schedule.id, o.key, schedule.jitter_seconds)
-            result.decisions.append(Decision(o, run_at, "enqueue", "deferred_quiet_hours"))
+            result.decisions.append(
+                OccurrenceDecision(o, run_at, "enqueue", "deferred_quiet_hours")
+            )
             result.enqueued += 1
             continue
         key = memo.key(o) if memo is not None else None
-        result.decisions.append(Decision(o, run_at_for(schedule, o, following, key), "enqueue"))
+        result.decisions.append(
+            OccurrenceDecision(o, run_at_for(schedule, o, following, key), "enqueue")
+        )
         result.enqueued += 1
     return result
 

@@ -7,7 +7,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from jobs import queries
+from jobs.internal import queries
 
 
 def query(name: str) -> LiteralString:

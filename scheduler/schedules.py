@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 import jobs
-from jobs import validate as job_validate
+from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
 from scheduler.planner import next_occurrence

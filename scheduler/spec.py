@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, Validat
 from pydantic_core import CoreSchema, ErrorDetails, core_schema
 
 import jobs
-from jobs import validate as job_validate
+from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule
 from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule
 from timezones import (

@@ -44,16 +44,15 @@ from typing import Any, cast
 import psycopg
 from psycopg.types.string import TextLoader
 
-from jobs import (
+from jobs import Reconnect, Service
+from jobs.internal import (
     DEFAULT_MAX_ATTEMPTS,
     JobColumns,
-    Metrics,
-    Reconnect,
-    Service,
     default_name,
     enqueue_columns,
+    service_span,
 )
-from jobs.tracing import service_span
+from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.planner import (

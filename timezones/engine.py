@@ -59,7 +59,7 @@ from timezones.rules import (
     WeeklyRule,
     parse_rule,
 )
-from timezones.slots import CronPlan, DailyPlan, IntervalPlan, MonthlyPlan, OncePlan, Plan
+from timezones.slots import CronPlan, DailyPlan, IntervalPlan, MonthlyPlan, OncePlan, SlotPlan
 from timezones.zones import MAX_OFFSET, ZoneEntry, ZoneTable, zone_entry
 from timezones.zones import _entries as _ENTRIES
 
@@ -84,7 +84,7 @@ MAX_COUNT = 10_000_000
 # Compiling a rule to its slot source.
 
 
-def _compile(rule: Rule) -> Plan:
+def _compile(rule: Rule) -> SlotPlan:
     if isinstance(rule, DailyRule):
         return DailyPlan(_seconds_of_day(rule.at), None)
     if isinstance(rule, WeekdaysRule):
@@ -105,11 +105,11 @@ def _compile(rule: Rule) -> Plan:
     raise InvalidRule("rule", rule, f"unsupported rule {shown(rule)}")
 
 
-def plan_of(rule: Rule) -> Plan:
+def plan_of(rule: Rule) -> SlotPlan:
     """The compiled slot source of a rule, built once and kept on the (frozen) model."""
     # Read the private slot directly: pydantic's __getattr__ for private attributes is slow.
     private = rule.__pydantic_private__
-    plan: Plan | None = private.get("_plan") if private is not None else None
+    plan: SlotPlan | None = private.get("_plan") if private is not None else None
     if plan is None:
         plan = _compile(rule)
         rule._plan = plan
@@ -135,7 +135,7 @@ def _resolve_slot(
 
 
 def _next_slot_fire(
-    plan: Plan, table: ZoneTable, a: int, gap: GapPolicy, fold: FoldPolicy
+    plan: SlotPlan, table: ZoneTable, a: int, gap: GapPolicy, fold: FoldPolicy
 ) -> _Fire | None:
     if a + 3 * _WINDOW + 8 * DAY >= table.horizon:
         table.ensure(a + 2 * _WINDOW + 8 * DAY)
@@ -196,7 +196,7 @@ def _next_wall_clock_fire(spec: CronSpec, table: ZoneTable, a: int) -> _Fire | N
 
 
 def _next_fire(
-    plan: Plan, table: ZoneTable, a: int, gap: GapPolicy, fold: FoldPolicy
+    plan: SlotPlan, table: ZoneTable, a: int, gap: GapPolicy, fold: FoldPolicy
 ) -> _Fire | None:
     if isinstance(plan, IntervalPlan):
         steps = max(0, (a - plan.anchor) // plan.period + 1)
@@ -226,7 +226,7 @@ def _prepare(
     zone: str | tzinfo,
     gap: GapPolicy | str | None,
     fold: FoldPolicy | str | None,
-) -> tuple[Plan, ZoneEntry, GapPolicy, FoldPolicy]:
+) -> tuple[SlotPlan, ZoneEntry, GapPolicy, FoldPolicy]:
     parsed: Rule = cast(Rule, rule) if type(rule) in _RULE_TYPES else parse_rule(rule)
     plan = plan_of(parsed)
     entry = _ENTRIES.get(zone) if type(zone) is str else None
@@ -254,7 +254,7 @@ def next_after(
     """
     # This function is the hot path (the scheduler calls it for every schedule): the common
     # case is inlined, the rest goes through _prepare/_next_fire.
-    plan: Plan | None = None
+    plan: SlotPlan | None = None
     if type(rule) in _RULE_TYPES:
         private = cast(Rule, rule).__pydantic_private__
         if private is not None:
@@ -324,7 +324,7 @@ def occurrences(
 
 
 def _iterate(
-    plan: Plan,
+    plan: SlotPlan,
     entry: ZoneEntry,
     a: int,
     limit: int | None,

@@ -40,7 +40,7 @@ from dateutil import rrule as du_rrule
 
 from timezones.epoch import DAY, EPOCH, EPOCH_NAIVE, SECOND
 from timezones.errors import InvalidRule, shown
-from timezones.slots import Plan
+from timezones.slots import SlotPlan
 
 __all__ = ["DEFAULT_DTSTART", "MAX_COUNT", "MAX_INTERVAL", "RRulePlan", "compile_rrule"]
 
@@ -72,7 +72,7 @@ _FIXED_PERIODS = {
 _REBASE_AFTER = 512
 
 
-class RRulePlan(Plan):
+class RRulePlan(SlotPlan):
     """Slots from dateutil on a naive DTSTART, memoised as sorted integers (bisect lookup).
 
     The memo holds every slot from ``_floor`` up to its last entry. A dense rule queried far

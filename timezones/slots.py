@@ -18,10 +18,10 @@ from timezones.cron import CronSpec
 from timezones.epoch import DAY, EPOCH_ORDINAL, FIRST_LOCAL, LAST_LOCAL, days_in_month
 from timezones.policy import GapPolicy
 
-__all__ = ["CronPlan", "DailyPlan", "IntervalPlan", "MonthlyPlan", "OncePlan", "Plan"]
+__all__ = ["CronPlan", "DailyPlan", "IntervalPlan", "MonthlyPlan", "OncePlan", "SlotPlan"]
 
 
-class Plan:
+class SlotPlan:
     """The compiled form of a rule: a source of nominal local slots (see the module docstring).
 
     ``default_gap`` is the rule kind's gap policy when none is given; ``fast`` says the fast
@@ -46,7 +46,7 @@ class Plan:
         return None
 
 
-class DailyPlan(Plan):
+class DailyPlan(SlotPlan):
     """Every local date (or the listed weekdays, Monday = 0) at ``at`` seconds after midnight."""
 
     def __init__(self, at: int, weekdays: frozenset[int] | None) -> None:
@@ -71,7 +71,7 @@ class DailyPlan(Plan):
             day += 1
 
 
-class MonthlyPlan(Plan):
+class MonthlyPlan(SlotPlan):
     """Day ``day`` (``None``: the last day) of every month that has it, at ``at`` seconds."""
 
     def __init__(self, day: int | None, at: int) -> None:
@@ -108,7 +108,7 @@ class MonthlyPlan(Plan):
                 month, year = 1, year + 1
 
 
-class OncePlan(Plan):
+class OncePlan(SlotPlan):
     """One local slot."""
 
     def __init__(self, slot: int) -> None:
@@ -119,7 +119,7 @@ class OncePlan(Plan):
             yield self.slot
 
 
-class CronPlan(Plan):
+class CronPlan(SlotPlan):
     """A Vixie cron expression; wildcard jobs follow the wall clock unless anchored."""
 
     default_gap = GapPolicy.AT_TRANSITION
@@ -133,7 +133,7 @@ class CronPlan(Plan):
         return self.spec.slots_from(max(local, FIRST_LOCAL))
 
 
-class IntervalPlan(Plan):
+class IntervalPlan(SlotPlan):
     """Elapsed time from an anchor instant: no local slots, the zone is ignored."""
 
     fast = False

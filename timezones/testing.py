@@ -3,8 +3,8 @@
 ``dst_report`` walks every offset change of the zones your schedules use over a date range and
 lists each occurrence a DST policy touched::
 
-    from timezones.testing import Schedule, dst_report
-    report = dst_report([Schedule("standup", "weekdays@09:00", "Europe/Berlin")],
+    from timezones.testing import ZonedRule, dst_report
+    report = dst_report([ZonedRule("standup", "weekdays@09:00", "Europe/Berlin")],
                         datetime(2026, 1, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC))
     assert [item.kind for item in report] == []  # 09:00 is never near a Berlin transition
 
@@ -36,6 +36,7 @@ __all__ = [
     "DstReportItem",
     "FrozenClock",
     "Schedule",
+    "ZonedRule",
     "dst_report",
     "fires_across_zone_change",
     "frozen_clock",
@@ -45,14 +46,22 @@ _WINDOW = timedelta(days=2)
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """A schedule definition as users write it: a name, a rule and an IANA zone."""
+class ZonedRule:
+    """A schedule definition as users write it: a name, a rule and an IANA zone.
+
+    Its former name :data:`Schedule` stays as an alias; ``ZonedRule`` keeps it apart from
+    :class:`scheduler.Schedule`, the stored schedule.
+    """
 
     name: str
     rule: Rule | str | Mapping[str, Any]
     zone: str
     gap: GapPolicy | str | None = None
     fold: FoldPolicy | str | None = None
+
+
+# The former name (docs and callers used it): one class, two names.
+Schedule = ZonedRule
 
 
 @dataclass(frozen=True)
@@ -85,18 +94,18 @@ def frozen_clock(at: datetime | str) -> FrozenClock:
 
 
 def dst_report(
-    schedules: Iterable[Schedule | tuple[Any, str]], start: datetime, end: datetime
+    schedules: Iterable[ZonedRule | tuple[Any, str]], start: datetime, end: datetime
 ) -> list[DstReportItem]:
     """Every occurrence of the schedules that a gap or fold policy touched in ``[start, end)``.
 
     ``shifted``: a gap moved the fire (``gap_shifted`` / ``gap_at_transition``); ``skipped``: a
     slot named by the rule produced no fire (``skip`` policy, or a local date that does not
     exist, e.g. Pacific/Apia 2011-12-30); ``folded``: the slot's wall time happened twice.
-    Schedules may be :class:`Schedule` or ``(rule, zone)`` pairs.
+    Schedules may be :class:`ZonedRule` or ``(rule, zone)`` pairs.
     """
     items: list[DstReportItem] = []
     for index, raw in enumerate(schedules):
-        schedule = raw if isinstance(raw, Schedule) else Schedule(f"#{index}", raw[0], raw[1])
+        schedule = raw if isinstance(raw, ZonedRule) else ZonedRule(f"#{index}", raw[0], raw[1])
         rule = parse_rule(schedule.rule)
         get_zone(schedule.zone)  # validate early, naming the zone
         for change in transitions(schedule.zone, start, end):
@@ -104,7 +113,7 @@ def dst_report(
     return items
 
 
-def _around(schedule: Schedule, rule: Rule, change: Transition) -> list[DstReportItem]:
+def _around(schedule: ZonedRule, rule: Rule, change: Transition) -> list[DstReportItem]:
     lo, hi = change.at - _WINDOW, change.at + _WINDOW
     actual = list(
         occurrences(rule, schedule.zone, lo, until=hi, gap=schedule.gap, fold=schedule.fold)

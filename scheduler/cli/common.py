@@ -19,20 +19,23 @@ import uuid
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
 
-from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, pooler_mode
-from jobs.connection import connect as jobs_connect
-from jobs.connection import connect_kwargs as jobs_connect_kwargs
-from jobs.connection import listen_url as jobs_listen_url
+from jobs import connect as jobs_connect
+from jobs import connect_kwargs as jobs_connect_kwargs
+from jobs import pooler_mode
+from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
+from jobs.internal import config_settings as jobs_settings
+from jobs.internal import listen_url as jobs_listen_url
 from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
 
 SubParsers = argparse._SubParsersAction  # the type of ``parser.add_subparsers()``
+C = TypeVar("C")
 
 # Upper bounds of the numeric flags: large enough for any real use, small enough that nothing
 # overflows (a timedelta, a PostgreSQL integer) or runs for ever.
@@ -223,6 +226,64 @@ def check_argv(argv: list[str]) -> str | None:
 
 
 # -- shared options ---------------------------------------------------------------------------
+
+
+def config_args(parser: argparse.ArgumentParser, config: type[Any], *names: str) -> None:
+    """Add the options of a service's config (:mod:`jobs.config`): the fields ``names``, in
+    that order, each from its declaration (flag, default, bounds, help): nothing typed again.
+
+    A ``timedelta`` takes seconds, an ``int`` an integer, a ``bool`` defaulting to true a
+    ``--no-<name>`` switch. Each option's value lands in ``args.<field name>`` (a switch's in
+    ``args.no_<name>``); build the config with :func:`config_from_args`.
+    """
+    declared = {f.name: (f, s) for f, s in jobs_settings(config)}
+    for name in names:
+        field, setting = declared[name]
+        flag, default = setting.flag, field.default
+        assert flag is not None, f"{config.__name__}.{name} has no flag"
+        if isinstance(default, bool):
+            # A switch that turns a default off: args.no_<name> is true when given.
+            assert default and flag == f"--no-{name}", f"{flag}: a switch turns a default off"
+            parser.add_argument(flag, action="store_true", help=setting.help)
+        elif isinstance(default, timedelta):
+            maximum = MAX_SECONDS if setting.maximum is None else setting.maximum
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=seconds(
+                    flag,
+                    minimum=float(setting.minimum),
+                    positive=setting.positive,
+                    maximum=maximum,
+                ),
+                default=f"{default.total_seconds():g}",
+                metavar=setting.metavar,
+                help=setting.help,
+            )
+        elif isinstance(default, int):
+            low = int(setting.minimum) + (1 if setting.positive else 0)
+            high = MAX_COUNT if setting.maximum is None else int(setting.maximum)
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=integer(flag, low, high),
+                default=default,
+                metavar=setting.metavar,
+                help=setting.help,
+            )
+        else:
+            raise TypeError(f"{config.__name__}.{name}: no option type for {default!r}")
+
+
+def config_from_args(config: type[C], args: argparse.Namespace, **given: Any) -> C:
+    """The config built from the options :func:`config_args` added (and ``given`` fields)."""
+    values: dict[str, Any] = {}
+    for f, setting in jobs_settings(config):
+        if setting.flag is not None and f.name in args:
+            values[f.name] = getattr(args, f.name)
+        elif setting.flag == f"--no-{f.name}" and f"no_{f.name}" in args:
+            values[f.name] = not getattr(args, f"no_{f.name}")
+    return config(**values, **given)
 
 
 def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -> None:
@@ -432,7 +493,7 @@ def ensure_schema(url: str, *, apply: bool) -> None:
     process (:func:`pooler` exported it).
     """
     from jobs import migrate
-    from jobs import pending_migrations as pending
+    from jobs.internal import pending_migrations as pending
 
     with jobs_connect(url) as conn:
         if apply:

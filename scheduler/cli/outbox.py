@@ -10,13 +10,15 @@ import json
 import sys
 from collections.abc import Iterable
 
-from jobs import RELAY_MAX_BATCH as MAX_BATCH
-from jobs import Relay, logs, outbox
+from jobs import Relay, RelayConfig, outbox
+from jobs.internal import logs
 from jobs.outbox import Projection, Projections
 from scheduler.cli.common import (
     MAX_COUNT,
     InputError,
     SubParsers,
+    config_args,
+    config_from_args,
     connect,
     connect_kwargs,
     database_arg,
@@ -28,7 +30,6 @@ from scheduler.cli.common import (
     pooler,
     positive_int,
     resolve_url,
-    seconds,
     text,
 )
 
@@ -51,18 +52,14 @@ def load_projections(spec: str) -> Projections:
 def cmd_relay(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url, args)
-    if args.lease <= args.poll:
+    if args.lease <= args.poll_interval:
         raise InputError("--lease must be longer than --poll")
     projections = load_projections(args.app)
     relay = Relay(
         url,
         projections,
-        batch_size=args.batch_size,
-        lease=args.lease,
-        poll_interval=args.poll,
+        config=config_from_args(RelayConfig, args),
         name=args.name,
-        listen=not args.no_listen,
-        max_attempts=args.max_attempts,
         connect_kwargs=connect_kwargs(args),
         pooler=pooler(args),
         listen_conninfo=listen_url(args),
@@ -159,40 +156,13 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="the projections: a jobs.outbox.Projections, a list of Projection, or a callable "
         "returning either; modules resolve from the current directory (required)",
     )
-    p.add_argument(
-        "--batch-size",
-        type=positive_int("--batch-size", MAX_BATCH),
-        default=100,
-        metavar="N",
-        help=f"events per claim (1 to {MAX_BATCH})",
-    )
-    p.add_argument(
-        "--lease",
-        type=seconds("--lease", minimum=1),
-        default="60",
-        metavar="SECONDS",
-        help="seconds a claim lasts before another relay may take the event over (at least 1)",
-    )
-    p.add_argument(
-        "--poll",
-        type=seconds("--poll", positive=True),
-        default="1",
-        metavar="SECONDS",
-        help="seconds between polls when no notification arrives (above 0)",
-    )
-    p.add_argument(
-        "--max-attempts",
-        type=positive_int("--max-attempts", 1000),
-        default=5,
-        metavar="N",
-        help="claims of a failing event before it is set aside as dead (1 to 1000)",
-    )
+    config_args(p, RelayConfig, "batch_size", "lease", "poll_interval", "max_attempts")
     p.add_argument(
         "--name",
         type=text("--name"),
         help="this relay's name in claimed_by (default: host:pid)",
     )
-    p.add_argument("--no-listen", action="store_true", help="poll only (behind PgBouncer)")
+    config_args(p, RelayConfig, "listen")
     listen_url_arg(p)
     log_args(p)
     p.set_defaults(func=cmd_relay)

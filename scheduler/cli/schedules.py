@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from jobs import logs
+from jobs.internal import logs
 from scheduler import health
 from scheduler.cli.common import (
     MAX_COUNT,

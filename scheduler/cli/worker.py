@@ -9,12 +9,15 @@ import sys
 from collections.abc import Mapping
 
 import jobs
-from jobs import logs, migrate, validate
+from jobs import migrate
+from jobs.internal import logs, validate
 from scheduler import health
 from scheduler.cli.common import (
     MAX_CONCURRENCY,
     InputError,
     SubParsers,
+    config_args,
+    config_from_args,
     connect,
     connect_kwargs,
     database_arg,
@@ -26,7 +29,6 @@ from scheduler.cli.common import (
     metrics_args,
     pooler,
     resolve_url,
-    seconds,
     text,
 )
 from scheduler.migrations import COMPONENTS, OPTIONAL
@@ -81,17 +83,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # worker says so once in its log), and /healthz knows it.
     poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
     handlers = load_app(args.app)
-    queues = dict(args.queue or [("default", 4)])
+    queues = {"queues": dict(args.queue)} if args.queue else {}
+    config = config_from_args(jobs.WorkerConfig, args, **queues)
     ensure_schema(url, apply=args.migrate)
     worker = jobs.Worker(
         url,
         handlers,
-        queues,
+        config=config,
         name=args.name,
-        lease=args.lease,
-        grace=args.grace,
-        poll_interval=args.poll,
-        listen=not args.no_listen,
         connect_kwargs=connect_kwargs(args),
         pooler=mode,
         listen_conninfo=listen_on,
@@ -152,40 +151,20 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="a mapping {job_type: handler}, or a function returning one; modules resolve from "
         "the current directory (required)",
     )
+    default_queues = ",".join(f"{q}={n}" for q, n in jobs.WorkerConfig().queues.items())
     p.add_argument(
         "--queue",
         action="append",
         type=_queue,
         metavar="NAME=N",
         help=f"a queue and its concurrency, 1 to {MAX_CONCURRENCY} handler threads "
-        "(repeatable; default: default=4)",
+        f"(repeatable; default: {default_queues})",
     )
     p.add_argument(
         "--name", type=text("--name"), help="worker name recorded in leases and history "
         "(default: host:pid)"
     )  # fmt: skip
-    p.add_argument(
-        "--lease",
-        type=seconds("--lease", minimum=1),
-        default="30",
-        metavar="SECONDS",
-        help="seconds a claimed job stays leased between heartbeats (at least 1)",
-    )
-    p.add_argument(
-        "--grace",
-        type=seconds("--grace"),
-        default="20",
-        metavar="SECONDS",
-        help="seconds running handlers get to finish after SIGTERM",
-    )
-    p.add_argument(
-        "--poll",
-        type=seconds("--poll", positive=True),
-        default="1",
-        metavar="SECONDS",
-        help="seconds between reconciliation polls (above 0)",
-    )
-    p.add_argument("--no-listen", action="store_true", help="poll only (e.g. behind PgBouncer)")
+    config_args(p, jobs.WorkerConfig, "lease", "grace", "poll_interval", "listen")
     listen_url_arg(p)
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
     metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)

@@ -49,7 +49,7 @@ from scheduler.dashboard.auth import (
 )
 from scheduler.dashboard.db import ConnectionPool
 from scheduler.dashboard.params import Params, id_list
-from scheduler.errors import ScheduleNotFound
+from scheduler.errors import ScheduleNotFound, SchedulerError
 from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
 from timezones.errors import InvalidInput
 
@@ -67,7 +67,7 @@ JOB_FILTERS = (
 )
 
 
-class Forbidden(Exception):
+class Forbidden(SchedulerError):
     """An action refused: read-only mode or a missing CSRF token."""
 
 

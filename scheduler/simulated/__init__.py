@@ -30,7 +30,7 @@ import psycopg
 
 import jobs
 from jobs import Job, effects, migrate
-from jobs.queries import load
+from jobs.internal import queries
 from scheduler.errors import InvalidSchedule
 from scheduler.planner import schedule_meta
 
@@ -42,7 +42,7 @@ MULTICAST_MAX = 500
 
 
 def query(name: str) -> LiteralString:
-    return load(COMPONENT)[name]
+    return queries.load(COMPONENT)[name]
 
 
 @cache

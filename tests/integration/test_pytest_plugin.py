@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.testing import assert_dst_safe, dst_surprises, golden_cases
 from timezones.errors import InvalidInput
-from timezones.testing import Schedule
+from timezones.testing import ZonedRule
 
 pytest_plugins = ["pytester"]
 
@@ -202,11 +202,11 @@ def test_async_retry_waits_for_the_frozen_clock(tockwork_database, frozen_clock,
 
 
 def test_dst_kinds() -> None:
-    berlin = [Schedule("standup", "weekdays@09:00", "Europe/Berlin")]
+    berlin = [ZonedRule("standup", "weekdays@09:00", "Europe/Berlin")]
     assert dst_surprises(berlin, (2026, 2030)) == []
-    doubled = dst_surprises([Schedule("x", "daily@01:30", "America/New_York", fold="both")], 2026)
+    doubled = dst_surprises([ZonedRule("x", "daily@01:30", "America/New_York", fold="both")], 2026)
     assert [(s.kind, len(s.item.fires)) for s in doubled] == [("doubled", 2)]
-    once = dst_surprises([Schedule("x", "daily@01:30", "America/New_York")], 2026)
+    once = dst_surprises([ZonedRule("x", "daily@01:30", "America/New_York")], 2026)
     assert once == []  # the default fold policy fires once: not a surprise
     skipped = dst_surprises([("daily@02:30", "America/New_York")], 2026)
     assert [s.kind for s in skipped] == ["shifted"]
@@ -234,7 +234,7 @@ def test_bad_schedules_are_typed_errors() -> None:
     with pytest.raises(InvalidInput, match=r"schedules\[0\]"):
         dst_surprises([42], 2026)
     with pytest.raises(InvalidInput, match="schedules"):
-        dst_surprises(Schedule("x", "daily@02:30", "UTC"), 2026)
+        dst_surprises(ZonedRule("x", "daily@02:30", "UTC"), 2026)
 
 
 def test_golden_cases_ship_with_the_package() -> None:

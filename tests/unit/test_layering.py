@@ -1,7 +1,8 @@
 """Dependencies point one way: timezones <- jobs <- scheduler, in Python imports and in SQL.
 
 * Imports: no module imports a package above its own, and ``scheduler`` uses only the public
-  API of ``jobs`` (the names in ``jobs.__all__``).
+  API of ``jobs`` (the names in ``jobs.__all__``, its public modules) and :mod:`jobs.internal`,
+  the one module that holds what the composition root needs beyond it.
 * SQL: every ``.sql`` file of a package (named queries, migrations, schema) touches only the
   tables that package owns. The queue's maintenance lives in ``jobs``; the scheduler's lag gauge
   is read by ``scheduler`` with its own SQL.
@@ -53,19 +54,21 @@ def test_the_check_sees_imports() -> None:
     assert {"ast", "pytest", "pathlib", "__future__"} <= here
 
 
-# -- scheduler uses the public API of jobs --------------------------------------------------------
+# -- scheduler uses the public API of jobs, and jobs.internal --------------------------------------
 
-# None: everything the scheduler uses of jobs is public. A needed exception would go here as
-# (path, name), with the reason.
-KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
+# What scheduler needs of jobs beyond jobs.__all__ comes from this one module (documented as for
+# scheduler only, not a stable API). Tests and benches may import anything.
+INTERNAL = "internal"
 
 
 def private_jobs_uses(source: str, public: Iterable[str], modules: Iterable[str]) -> set[str]:
-    """What ``source`` uses of ``jobs`` outside ``public`` (``jobs.X``, ``from jobs(.X) import``).
+    """What ``source`` uses of ``jobs`` besides ``public`` and :mod:`jobs.internal`.
 
-    A public submodule (in ``modules``, for example ``outbox``) is public with its names.
+    Allowed: ``from jobs import X`` and ``jobs.X`` for X in ``public``; ``jobs.internal`` (any
+    import form); a public submodule (in ``modules``, for example ``outbox``), which is public
+    with its names. Anything else of jobs' submodules is reported.
     """
-    api, public_modules = set(public), set(modules)
+    api, allowed = set(public), {*modules, INTERNAL}
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -73,50 +76,100 @@ def private_jobs_uses(source: str, public: Iterable[str], modules: Iterable[str]
             if parts[0] != "jobs":
                 continue
             if len(parts) == 1:
-                found.update(f"jobs.{a.name}" for a in node.names if a.name not in api)
-            elif parts[1] not in public_modules:
+                found.update(f"jobs.{a.name}" for a in node.names if a.name not in api | {INTERNAL})
+            elif parts[1] not in allowed:
                 found.add(node.module)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
-                if parts[0] == "jobs" and len(parts) > 1 and parts[1] not in public_modules:
+                if parts[0] == "jobs" and len(parts) > 1 and parts[1] not in allowed:
                     found.add(alias.name)
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
             and node.value.id == "jobs"
-            and node.attr not in api
+            and node.attr not in api | {INTERNAL}
         ):
             found.add(f"jobs.{node.attr}")
     return found
 
 
-def test_scheduler_uses_only_the_public_api_of_jobs() -> None:
-    modules = [n for n in jobs.__all__ if isinstance(getattr(jobs, n), ModuleType)]
-    assert "outbox" in modules and "enqueue" not in modules  # jobs.enqueue is the function
-    used = {
-        (str(f.relative_to(ROOT)), name)
+def public_modules() -> list[str]:
+    return [n for n in jobs.__all__ if isinstance(getattr(jobs, n), ModuleType)]
+
+
+def scheduler_sources() -> dict[str, str]:
+    return {
+        str(f.relative_to(ROOT)): f.read_text(encoding="utf-8")
         for f in sorted((ROOT / "scheduler").rglob("*.py"))
-        for name in private_jobs_uses(f.read_text(encoding="utf-8"), jobs.__all__, modules)
     }
-    assert used - KNOWN_PRIVATE_IMPORTS == set()
-    # An exception that is no longer needed goes from the list.
-    assert (
-        used | {k for k in KNOWN_PRIVATE_IMPORTS if not (ROOT / k[0]).exists()}
-        >= KNOWN_PRIVATE_IMPORTS
-    )
+
+
+def test_scheduler_uses_only_the_public_api_of_jobs_and_jobs_internal() -> None:
+    modules = public_modules()
+    assert "outbox" in modules and "enqueue" not in modules  # jobs.enqueue is the function
+    assert INTERNAL not in jobs.__all__ and not set(modules) & {"queries", "validate", "logs"}
+    used = {
+        (path, name)
+        for path, source in scheduler_sources().items()
+        for name in private_jobs_uses(source, jobs.__all__, modules)
+    }
+    assert used == set()
+
+
+def test_every_name_of_jobs_internal_is_used_by_scheduler() -> None:
+    """An internal name nobody above jobs needs goes (or becomes public, if applications do)."""
+    import jobs.internal
+
+    sources = "\n".join(scheduler_sources().values())
+    unused = [n for n in jobs.internal.__all__ if not re.search(rf"\b{re.escape(n)}\b", sources)]
+    assert unused == []
+    assert not set(jobs.internal.__all__) & set(jobs.__all__)  # one way to reach each name
+
+
+def imports_jobs_internal(source: str) -> bool:
+    """``source`` imports :mod:`jobs.internal` (in any form of import)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(
+            a.name.startswith(f"jobs.{INTERNAL}") for a in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith(f"jobs.{INTERNAL}"):
+                return True
+            if node.module == "jobs" and any(a.name == INTERNAL for a in node.names):
+                return True
+    return False
+
+
+def test_only_scheduler_imports_jobs_internal() -> None:
+    """Not jobs itself (it imports the real modules), not timezones, not the examples."""
+    offenders = [
+        str(f.relative_to(ROOT))
+        for folder in ("jobs", "timezones", "examples")
+        for f in sorted((ROOT / folder).rglob("*.py"))
+        if imports_jobs_internal(f.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+    assert imports_jobs_internal("from jobs.internal import logs")
+    assert imports_jobs_internal("from jobs import internal")
+    assert not imports_jobs_internal('"""See :mod:`jobs.internal`."""\nimport jobs')
 
 
 def test_every_public_name_of_jobs_exists() -> None:
+    import jobs.internal
+
     assert [name for name in jobs.__all__ if not hasattr(jobs, name)] == []
     assert len(set(jobs.__all__)) == len(jobs.__all__)
+    assert [n for n in jobs.internal.__all__ if not hasattr(jobs.internal, n)] == []
 
 
 def test_the_api_check_sees_private_uses() -> None:
     source = (
         "import jobs\nimport jobs.store\nfrom jobs import Worker, secret\n"
         "from jobs.enqueue import enqueue_columns\nfrom jobs.outbox import Projection\n"
-        "jobs.admin.supersede()\njobs.enqueue()\n"
+        "from jobs.internal import validate\nimport jobs.internal\n"
+        "jobs.admin.supersede()\njobs.enqueue()\njobs.internal.logs\n"
     )
     assert private_jobs_uses(source, ["Worker", "enqueue", "outbox"], ["outbox"]) == {
         "jobs.store", "jobs.secret", "jobs.enqueue", "jobs.admin",

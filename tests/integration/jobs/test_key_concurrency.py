@@ -16,6 +16,7 @@ import pytest
 
 import jobs
 from jobs import JobSpec
+from jobs.enqueue import enqueue_columns
 from jobs.model import Job, JobStatus
 from jobs.retry import SUCCEEDED, Decision
 from jobs.store import Finished, PgJobStore
@@ -133,8 +134,8 @@ def test_the_key_goes_in_with_the_row_on_every_insert_path(db_url: str) -> None:
             "organization_ids": [None], "queues": ["default"], "job_types": ["noop"],
             "idempotency_keys": [None], "priorities": [0], "run_ats": [None], "max_attempts": [5],
         }  # fmt: skip
-        jobs.enqueue_columns(c, {**base, "payloads": ['{"n": 10}'], "concurrency_keys": ["k10"]})
-        jobs.enqueue_columns(c, {**base, "payloads": ['{"n": 11}']})
+        enqueue_columns(c, {**base, "payloads": ['{"n": 10}'], "concurrency_keys": ["k10"]})
+        enqueue_columns(c, {**base, "payloads": ['{"n": 11}']})
         typed_noop.with_options(concurrency_key="k12").enqueue(c, n=12)
         jobs.enqueue_many(c, [typed_noop.with_options(concurrency_key="k13").spec(n=13)])
         updates = c.execute(

@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 
 import jobs
-from jobs import DEFAULT_MAX_ATTEMPTS, JobColumns
+import jobs.internal
+from jobs.internal import DEFAULT_MAX_ATTEMPTS, JobColumns
 
 
 def test_append_fills_the_defaults_and_leaves_the_optional_columns_out() -> None:
@@ -64,13 +65,13 @@ def test_subset_takes_the_rows_in_the_order_given() -> None:
     assert len(picked) == 2
 
 
-def test_it_is_public() -> None:
-    assert jobs.JobColumns is JobColumns
-    assert "JobColumns" in jobs.__all__
+def test_it_is_what_the_scheduler_builds_its_batches_with() -> None:
+    assert jobs.internal.JobColumns is JobColumns
+    assert "JobColumns" not in jobs.__all__  # for the scheduler: jobs.internal
 
 
 def test_a_mapping_with_a_name_that_is_not_a_column_is_refused_before_any_statement() -> None:
     with pytest.raises(jobs.InvalidJob) as caught:
-        jobs.enqueue_columns(cast(Any, None), {"queues": ["q"], "payload": ["{}"]})
+        jobs.internal.enqueue_columns(cast(Any, None), {"queues": ["q"], "payload": ["{}"]})
     assert caught.value.field == "columns"
     assert caught.value.value == ["payload", "queues"]

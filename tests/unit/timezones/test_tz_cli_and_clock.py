@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from timezones import Clock, FrozenClock, NaiveDatetimeError, SystemClock
-from timezones.testing import Schedule, dst_report, frozen_clock
+from timezones.testing import Schedule, ZonedRule, dst_report, frozen_clock
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -116,9 +116,9 @@ def test_frozen_clock_is_a_clock_and_moves_only_when_told() -> None:
 def test_dst_report_lists_shifted_skipped_and_folded() -> None:
     report = dst_report(
         [
-            Schedule("reminder", "daily@02:30", "America/New_York"),
-            Schedule("backup", "daily@01:30", "America/New_York", fold="both"),
-            Schedule("standup", "weekdays@09:00", "Europe/Berlin"),
+            ZonedRule("reminder", "daily@02:30", "America/New_York"),
+            ZonedRule("backup", "daily@01:30", "America/New_York", fold="both"),
+            ZonedRule("standup", "weekdays@09:00", "Europe/Berlin"),
             ("weekly:fri@12:00", "Pacific/Apia"),
         ],
         datetime(2011, 1, 1, tzinfo=UTC),
@@ -131,3 +131,8 @@ def test_dst_report_lists_shifted_skipped_and_folded() -> None:
         ("#3", "2011-12-30T12:00:00", "skipped", 0),
     ]
     assert "no fire" in str(report[-1])
+
+
+def test_the_former_name_of_zoned_rule_still_works() -> None:
+    """``timezones.testing.Schedule`` was documented: it stays, as the same class."""
+    assert Schedule is ZonedRule

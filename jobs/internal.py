@@ -1,0 +1,42 @@
+"""What ``scheduler`` (the composition root) uses of ``jobs`` beyond its public API.
+
+For ``scheduler`` only: not a stable API, and applications should not import it. Everything an
+application calls is in ``jobs.__all__`` (and in the public modules listed there: ``outbox``,
+``limits``, ``effects``, ``metrics``, ``maintenance``, ``tracing``). What is here are the
+building blocks the scheduler's services and CLI are made of: enqueue without validation (input
+checked earlier), the input validators, the one loader of named SQL, the logging set-up, the
+connection settings the CLI reads, the fields of a service's config (to build the CLI's
+options from), the migration check, and the names of services and spans.
+``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
+and this module, that every name here is one ``scheduler`` uses (and none is also public), and
+that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
+"""
+
+from jobs import logs, queries, validate
+from jobs.config import settings as config_settings
+from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
+from jobs.enqueue import JobColumns, enqueue_columns
+from jobs.listener import CHANNEL as JOBS_CHANNEL
+from jobs.migrate import pending as pending_migrations
+from jobs.service import default_name
+from jobs.tracing import service_span
+from jobs.validate import DEFAULT_MAX_ATTEMPTS
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "JOBS_CHANNEL",
+    "LISTEN_URL_ENV",
+    "POOLERS",
+    "POOLER_ENV",
+    "JobColumns",
+    "Pooler",
+    "config_settings",
+    "default_name",
+    "enqueue_columns",
+    "listen_url",
+    "logs",
+    "pending_migrations",
+    "queries",
+    "service_span",
+    "validate",
+]
