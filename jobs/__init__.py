@@ -11,6 +11,7 @@ from jobs import (
     metrics,
     outbox,
     queries,
+    steps,
     tracing,
     validate,
 )
@@ -28,6 +29,7 @@ from jobs.admin import (
     requeue_async,
     supersede,
     supersede_async,
+    supersede_steps,
 )
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.connection import connect, connect_kwargs, pooler_mode
@@ -157,7 +159,9 @@ __all__ = [
 # (maintenance), the service shape every long-running loop shares (Service, Reconnect), the
 # Prometheus instruments and collector (metrics, Metrics), the pooler settings (connection,
 # pooler_mode), the one SQL query loader (queries), the input validators (validate), the
-# logging set-up (logs) and the optional OpenTelemetry tracing (tracing: configure()).
+# logging set-up (logs), the optional OpenTelemetry tracing (tracing: configure()) and the
+# sync and async drivers of operations written as steps (steps; supersede_steps,
+# effects.record_many_steps).
 __all__ += [
     "DEFAULT_MAX_ATTEMPTS",
     "JOBS_CHANNEL",
@@ -177,9 +181,11 @@ __all__ += [
     "pending_migrations",
     "pooler_mode",
     "queries",
+    "steps",
     "stop_on_signals",
     "supersede",
     "supersede_async",
+    "supersede_steps",
     "tracing",
     "validate",
 ]

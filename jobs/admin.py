@@ -18,7 +18,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from jobs import validate
+from jobs import steps, validate
 from jobs.errors import InvalidJob, JobNotFound, JobsError
 from jobs.model import Attempt, JobRecord, JobStatus, QueueStats, Requeued
 from jobs.queries import query
@@ -279,11 +279,35 @@ def supersede(
     replacement job can be enqueued under the original key. Leased (running) jobs are not
     touched. Returns the ids cancelled.
     """
+    return steps.on(
+        conn,
+        supersede_steps(
+            job_type=job_type,
+            idempotency_keys=idempotency_keys,
+            organization_id=organization_id,
+            reason=reason,
+            suffix=suffix,
+            now=now,
+        ),
+    )
+
+
+def supersede_steps(
+    *,
+    job_type: str,
+    idempotency_keys: Sequence[str],
+    organization_id: Any = None,
+    reason: str = "superseded",
+    suffix: str,
+    now: datetime | None = None,
+) -> steps.Steps[list[int]]:
+    """:func:`supersede` as steps (:mod:`jobs.steps`), for operations that supersede jobs
+    among statements of their own (the scheduler's schedule changes), sync and async."""
     prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
     if prepared is None:
         return []
     name, params = prepared
-    return _first_column(conn.execute(query(name), params).fetchall())
+    return _first_column((yield query(name), params))
 
 
 def _supersede_params(
@@ -407,10 +431,15 @@ async def supersede_async(
     suffix: str,
     now: datetime | None = None,
 ) -> list[int]:
-    """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
-    prepared = _supersede_params(job_type, idempotency_keys, organization_id, reason, suffix, now)
-    if prepared is None:
-        return []
-    name, params = prepared
-    cur = await conn.execute(query(name), params)
-    return _first_column(await cur.fetchall())
+    """:func:`supersede` on an ``AsyncConnection``."""
+    return await steps.on_async(
+        conn,
+        supersede_steps(
+            job_type=job_type,
+            idempotency_keys=idempotency_keys,
+            organization_id=organization_id,
+            reason=reason,
+            suffix=suffix,
+            now=now,
+        ),
+    )

@@ -37,7 +37,7 @@ from typing import Any
 
 import psycopg
 
-from jobs import validate
+from jobs import steps, validate
 from jobs.errors import InvalidJob
 from jobs.model import Job
 from jobs.queries import query
@@ -86,10 +86,21 @@ def record_many(
     given twice is recorded once (with the first job id). Runs in the caller's transaction: if
     that transaction rolls back, the records go too.
     """
+    return steps.on(conn, record_many_steps(keys, job_ids=job_ids, now=now))
+
+
+def record_many_steps(
+    keys: Sequence[str],
+    *,
+    job_ids: Sequence[int | None] | None = None,
+    now: datetime | None = None,
+) -> steps.Steps[set[str]]:
+    """:func:`record_many` as steps (:mod:`jobs.steps`), for operations that record effects
+    among statements of their own, in sync and async forms."""
     params = _record_many_params(keys, job_ids, now)
     if params is None:
         return set()
-    rows = conn.execute(query("job_effect_record_many"), params).fetchall()
+    rows = yield query("job_effect_record_many"), params
     return {row[0] for row in rows}
 
 
@@ -120,11 +131,7 @@ async def record_many_async(
     now: datetime | None = None,
 ) -> set[str]:
     """:func:`record_many` on an ``AsyncConnection`` (for async handlers)."""
-    params = _record_many_params(keys, job_ids, now)
-    if params is None:
-        return set()
-    cur = await conn.execute(query("job_effect_record_many"), params)
-    return {row[0] for row in await cur.fetchall()}
+    return await steps.on_async(conn, record_many_steps(keys, job_ids=job_ids, now=now))
 
 
 def record_once(
