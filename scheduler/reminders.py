@@ -5,7 +5,9 @@ paused the schedule, changed its time or zone, or entered quiet hours. :func:`st
 the schedule when the job runs so that a handler never delivers a superseded reminder, and
 records the occurrence as skipped when it is not due any more. :func:`still_due_many` does the
 same for a whole batch with one read of all their schedules (``still_due`` is it for one job),
-and records the skips of the batch with one statement after the effect-once dedupe.
+and records the skips of the batch with one statement after the effect-once dedupe. Their
+``_async`` forms run the same steps (:mod:`jobs.steps`). A job's occurrence is read from its
+payload by :class:`scheduler.occurrence_job.OccurrenceMeta`.
 
 :class:`ReminderBatchHandler` delivers a batch of up to :data:`MAX_BATCH` reminders a time
 (``jobs.BatchHandler``), through a provider's multicast ``send_many``:

@@ -2,7 +2,9 @@
 
 Every function validates its input first, through :class:`scheduler.spec.ScheduleSpec` (where
 the fields are declared, once), and raises :class:`scheduler.InvalidSchedule` naming the field;
-nothing is written then.
+nothing is written then, and the database clock is not read before. Each operation is written
+once, as steps (:mod:`jobs.steps`: a generator of statements), which the function and its
+``_async`` form run on their connection, so the two cannot differ.
 
 Changing when a schedule fires (rule, zone, policies, quiet hours, jitter), pausing or deleting
 it at instant T *supersedes* the occurrences it had enqueued ahead of time whose instant is
