@@ -328,7 +328,17 @@ def supersede(
     replacement job can be enqueued under the original key. Leased (running) jobs are not
     touched. Returns the ids cancelled.
     """
-    return on(conn, _supersede(job_type, idempotency_keys, organization_id, reason, suffix, now))
+    return on(
+        conn,
+        supersede_steps(
+            job_type=job_type,
+            idempotency_keys=idempotency_keys,
+            organization_id=organization_id,
+            reason=reason,
+            suffix=suffix,
+            now=now,
+        ),
+    )
 
 
 async def supersede_async(
@@ -342,17 +352,25 @@ async def supersede_async(
     now: datetime | None = None,
 ) -> list[int]:
     """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
-    steps = _supersede(job_type, idempotency_keys, organization_id, reason, suffix, now)
+    steps = supersede_steps(
+        job_type=job_type,
+        idempotency_keys=idempotency_keys,
+        organization_id=organization_id,
+        reason=reason,
+        suffix=suffix,
+        now=now,
+    )
     return await on_async(conn, steps)
 
 
-def _supersede(
+def supersede_steps(
+    *,
     job_type: str,
     idempotency_keys: Sequence[str],
-    organization_id: Any,
-    reason: str,
+    organization_id: Any = None,
+    reason: str = "superseded",
     suffix: str,
-    now: datetime | None,
+    now: datetime | None = None,
 ) -> Steps[list[int]]:
     keys = [validate.idempotency_key(k) for k in idempotency_keys]
     if not keys:

@@ -87,7 +87,7 @@ def record_many(
     given twice is recorded once (with the first job id). Runs in the caller's transaction: if
     that transaction rolls back, the records go too.
     """
-    return on(conn, _record_many(keys, job_ids, now))
+    return on(conn, record_many_steps(keys, job_ids=job_ids, now=now))
 
 
 async def record_many_async(
@@ -98,11 +98,14 @@ async def record_many_async(
     now: datetime | None = None,
 ) -> set[str]:
     """:func:`record_many` on an ``AsyncConnection`` (for async handlers)."""
-    return await on_async(conn, _record_many(keys, job_ids, now))
+    return await on_async(conn, record_many_steps(keys, job_ids=job_ids, now=now))
 
 
-def _record_many(
-    keys: Sequence[str], job_ids: Sequence[int | None] | None, now: datetime | None
+def record_many_steps(
+    keys: Sequence[str],
+    *,
+    job_ids: Sequence[int | None] | None = None,
+    now: datetime | None = None,
 ) -> Steps[set[str]]:
     """:func:`record_many` as steps (:mod:`jobs.steps`), for the sync and the async form."""
     if job_ids is not None and len(job_ids) != len(keys):

@@ -5,20 +5,23 @@ application calls is in ``jobs.__all__`` (and in the public modules listed there
 ``limits``, ``effects``, ``metrics``, ``maintenance``, ``tracing``). What is here are the
 building blocks the scheduler's services and CLI are made of: enqueue without validation (input
 checked earlier), the input validators, the one loader of named SQL, the logging set-up, the
-connection settings the CLI reads, the fields of a service's config (to build the CLI's
+connection settings the CLI reads, the drivers of operations written as steps (and the
+supersede of jobs as a step), the fields of a service's config (to build the CLI's
 options from), the migration check, and the names of services and spans.
 ``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
 and this module, that every name here is one ``scheduler`` uses (and none is also public), and
 that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
 """
 
-from jobs import logs, queries, validate
+from jobs import logs, queries, steps, validate
+from jobs.admin import supersede_steps
 from jobs.config import settings as config_settings
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
 from jobs.enqueue import JobColumns, enqueue_columns
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
 from jobs.service import default_name
+from jobs.steps import Steps
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 
@@ -30,6 +33,7 @@ __all__ = [
     "POOLER_ENV",
     "JobColumns",
     "Pooler",
+    "Steps",
     "config_settings",
     "default_name",
     "enqueue_columns",
@@ -38,5 +42,7 @@ __all__ = [
     "pending_migrations",
     "queries",
     "service_span",
+    "steps",
+    "supersede_steps",
     "validate",
 ]

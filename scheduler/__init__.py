@@ -2,6 +2,7 @@
 
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound, SchedulerError
 from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule, TickResult
+from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.schedules import (
     create_schedule,
     create_schedule_async,
@@ -13,7 +14,6 @@ from scheduler.schedules import (
     get_schedule_async,
     list_schedules,
     list_schedules_async,
-    occurrence_idempotency_key,
     pause,
     pause_async,
     resume,

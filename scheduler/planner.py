@@ -13,19 +13,16 @@ The next occurrence is always computed from the previous *scheduled* occurrence,
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobs import Job
 from scheduler.model import CatchUp, QuietAction, Schedule
 from timezones import Occurrence, next_after
 
 # At most this many occurrences are decided per schedule per tick; a schedule with more overdue
 # occurrences (an every-minute rule after a week down) continues at the next tick.
 MAX_PER_TICK = 2000
-SCHEDULE_PAYLOAD_KEY = "tockwork_schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,13 +208,3 @@ def adaptive_lookahead(
         return max(lookahead, max_lookahead)
     need = timedelta(seconds=due * LOOKAHEAD_SAFETY / rate) + margin
     return max(lookahead, min(max_lookahead, need))
-
-
-def schedule_meta(job: Job) -> Mapping[str, Any] | None:
-    """The schedule metadata the scheduler put in a job's payload, or None."""
-    payload = job.payload
-    if isinstance(payload, Mapping):
-        meta = payload.get(SCHEDULE_PAYLOAD_KEY)
-        if isinstance(meta, Mapping):
-            return meta
-    return None

@@ -7,7 +7,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from jobs.internal import queries
+from jobs.internal import queries, steps
 
 
 def query(name: str) -> LiteralString:
@@ -19,11 +19,16 @@ def database_now(conn: psycopg.Connection[Any], now: datetime | None = None) -> 
     """``now`` when given (a pinned or injected clock), else the database clock, read once.
 
     The one place the scheduler asks the database for the time: an operation takes its instant
-    from here once and uses it throughout.
+    from here once and uses it throughout (:func:`database_now_steps` in an operation written
+    as steps).
     """
+    return steps.on(conn, database_now_steps(now))
+
+
+def database_now_steps(now: datetime | None = None) -> steps.Steps[datetime]:
+    """:func:`database_now` as steps (:mod:`jobs.steps`): no statement when ``now`` is given."""
     if now is not None:
         return now
-    row = conn.execute(query("pg_now")).fetchone()
-    assert row is not None
-    value: datetime = row[0]
+    rows = yield query("pg_now"), None
+    value: datetime = rows[0][0]
     return value

@@ -5,7 +5,9 @@ paused the schedule, changed its time or zone, or entered quiet hours. :func:`st
 the schedule when the job runs so that a handler never delivers a superseded reminder, and
 records the occurrence as skipped when it is not due any more. :func:`still_due_many` does the
 same for a whole batch with one read of all their schedules (``still_due`` is it for one job),
-and records the skips of the batch with one statement after the effect-once dedupe.
+and records the skips of the batch with one statement after the effect-once dedupe. Their
+``_async`` forms run the same steps (:mod:`jobs.steps`). A job's occurrence is read from its
+payload by :class:`scheduler.occurrence_job.OccurrenceMeta`.
 
 :class:`ReminderBatchHandler` delivers a batch of up to :data:`MAX_BATCH` reminders a time
 (``jobs.BatchHandler``), through a provider's multicast ``send_many``:
@@ -47,10 +49,12 @@ import psycopg
 
 import jobs
 from jobs import Job, effects
+from jobs.internal import Steps, steps
 from scheduler import simulated
 from scheduler.model import QuietAction, QuietHours, Schedule, schedule_from_row
-from scheduler.planner import next_occurrence, schedule_meta
-from scheduler.queries import database_now, query
+from scheduler.occurrence_job import OccurrenceMeta, schedule_meta
+from scheduler.planner import next_occurrence
+from scheduler.queries import database_now, database_now_steps, query
 from scheduler.simulated import Message, SendResult, SendStatus, SimulatedPush
 from timezones import Clock, get_zone
 
@@ -106,24 +110,21 @@ def _states(rows: Sequence[Any]) -> dict[int, _State]:
     }
 
 
-def _stale(
-    metas: Mapping[int, Mapping[str, Any] | None], states: Mapping[int, _State]
-) -> list[int]:
+def _stale(metas: Mapping[int, OccurrenceMeta | None], states: Mapping[int, _State]) -> list[int]:
     """The schedules changed since one of these jobs was enqueued (not paused): only for them
     does the check need the whole row (the rule, to tell a superseded occurrence)."""
     ids: set[int] = set()
     for meta in metas.values():
         if meta is None:
             continue
-        sid = int(meta["id"])
-        state = states.get(sid)
-        if state is not None and not state.paused and state.version != meta.get("version"):
-            ids.add(sid)
+        state = states.get(meta.schedule_id)
+        if state is not None and not state.paused and state.version != meta.version:
+            ids.add(meta.schedule_id)
     return sorted(ids)
 
 
 def _decide(
-    state: _State | None, schedule: Schedule | None, meta: Mapping[str, Any], at: datetime
+    state: _State | None, schedule: Schedule | None, meta: OccurrenceMeta, at: datetime
 ) -> Due:
     """The still-due rules for one job of a schedule at instant ``at``: ``state`` is what
     ``schedule_still_due_many`` read (``None``: deleted), ``schedule`` the whole row when it
@@ -134,12 +135,11 @@ def _decide(
         return Due(False, "deleted")
     if state.paused:
         return Due(False, "paused")
-    if state.version != meta.get("version"):
+    if state.version != meta.version:
         if schedule is None:  # deleted between the two reads
             return Due(False, "deleted")
-        occ_at = datetime.fromisoformat(meta["at"])
-        occ = next_occurrence(schedule, occ_at - timedelta(seconds=1))
-        if occ is None or occ.key != meta["occurrence"] or occ.at != occ_at:
+        occ = next_occurrence(schedule, meta.at - timedelta(seconds=1))
+        if occ is None or occ.key != meta.occurrence_key or occ.at != meta.at:
             return Due(False, "superseded")
     quiet = state.quiet_hours
     if quiet is not None:
@@ -166,33 +166,31 @@ def still_due_many(
     caller's transaction, as :func:`record_skipped` does; ``record=False`` only reads, for a
     handler that records them elsewhere (in the worker's completion transaction).
     """
+    return steps.on(conn, _still_due_steps(jobs_, now, record))
+
+
+def _still_due_steps(
+    jobs_: Sequence[Job], now: datetime | None, record: bool
+) -> Steps[dict[int, Due]]:
+    """still_due_many(_async): the clock (unless given), the schedules' state, the whole rows
+    of those changed since, the rules, and the skip records."""
     metas, ids = _metas(jobs_)
     if not ids:
-        return {job.id: Due(True) for job in jobs_}
-    with conn.pipeline():  # the clock and the read in one round trip
-        clock = conn.execute(query("pg_now")) if now is None else None
-        read = conn.execute(query("schedule_still_due_many"), {"ids": ids})
-    at = _instant(clock.fetchone()) if clock is not None else now
-    assert at is not None
-    states = _states(read.fetchall())
+        return {job.id: _DUE for job in jobs_}
+    at = yield from database_now_steps(now)
+    states = _states((yield query("schedule_still_due_many"), {"ids": ids}))
     stale = _stale(metas, states)
-    full = conn.execute(query("schedule_get_many"), {"ids": stale}).fetchall() if stale else []
+    full = (yield query("schedule_get_many"), {"ids": stale}) if stale else []
     dues = _decide_all(jobs_, metas, states, full, at)
     if record:
-        record_skipped(conn, jobs_, dues, now=at)
+        yield from _record_skipped_steps(jobs_, dues, at)
     return dues
 
 
-def _instant(row: Any) -> datetime:
-    assert row is not None
-    value: datetime = row[0]
-    return value
-
-
-def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, Mapping[str, Any] | None], list[int]]:
-    """Each job's schedule metadata, and the ids of the schedules to read."""
-    metas = {job.id: schedule_meta(job) for job in jobs_}
-    ids = sorted({int(meta["id"]) for meta in metas.values() if meta is not None})
+def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, OccurrenceMeta | None], list[int]]:
+    """Each job's occurrence meta, and the ids of the schedules to read."""
+    metas = {job.id: OccurrenceMeta.of(job) for job in jobs_}
+    ids = sorted({meta.schedule_id for meta in metas.values() if meta is not None})
     return metas, ids
 
 
@@ -201,7 +199,7 @@ _DUE = Due(True)
 
 def _decide_all(
     jobs_: Sequence[Job],
-    metas: Mapping[int, Mapping[str, Any] | None],
+    metas: Mapping[int, OccurrenceMeta | None],
     states: Mapping[int, _State],
     full_rows: Sequence[Any],
     at: datetime,
@@ -213,17 +211,16 @@ def _decide_all(
         if meta is None:
             dues[job.id] = _DUE
             continue
-        sid = int(meta["id"])
-        state = states.get(sid)
+        state = states.get(meta.schedule_id)
         if (
             state is not None
             and not state.paused
-            and state.version == meta.get("version")
+            and state.version == meta.version
             and state.quiet_hours is None
         ):  # the common case: nothing to compute
             dues[job.id] = _DUE
             continue
-        dues[job.id] = _decide(state, schedules.get(sid), meta, at)
+        dues[job.id] = _decide(state, schedules.get(meta.schedule_id), meta, at)
     return dues
 
 
@@ -240,25 +237,32 @@ def record_skipped(
     ``jobs.effects.record_many``), then the skips and their schedules' ``skipped_count`` in one
     statement. Runs in the caller's transaction.
     """
+    return steps.on(conn, _record_skipped_steps(jobs_, dues, now))
+
+
+def _record_skipped_steps(
+    jobs_: Collection[Job], dues: Mapping[int, Due], now: datetime
+) -> Steps[int]:
     todo, keys = _skips(jobs_, dues)
     if not todo:
         return 0
-    new = effects.record_many(conn, keys, job_ids=[job.id for job, _, _ in todo], now=now)
+    job_ids = [job.id for job, _, _ in todo]
+    new = yield from effects.record_many_steps(keys, job_ids=job_ids, now=now)
     params = _skip_params(todo, keys, new, dues, now)
     if params is None:
         return 0
-    conn.execute(query("schedule_skip_record_counted"), params)
+    yield query("schedule_skip_record_counted"), params
     return len(params["ids"])
 
 
-_Skip = tuple[Job, Mapping[str, Any], str]
+_Skip = tuple[Job, OccurrenceMeta, str]
 
 
 def _skips(jobs_: Collection[Job], dues: Mapping[int, Due]) -> tuple[list[_Skip], list[str]]:
     """The skipped jobs among ``jobs_`` with their kind, and their effect-once keys."""
     todo: list[_Skip] = []
     for job in jobs_:
-        due, meta = dues.get(job.id), schedule_meta(job)
+        due, meta = dues.get(job.id), OccurrenceMeta.of(job)
         if due is not None and due.skipped and meta is not None:
             todo.append((job, meta, "skipped" if due.reason != "superseded" else "superseded"))
     return todo, [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
@@ -278,9 +282,9 @@ def _skip_params(
     if not rows:
         return None
     return {
-        "ids": [int(meta["id"]) for _, meta, _ in rows],
-        "keys": [meta["occurrence"] for _, meta, _ in rows],
-        "ats": [datetime.fromisoformat(meta["at"]) for _, meta, _ in rows],
+        "ids": [meta.schedule_id for _, meta, _ in rows],
+        "keys": [meta.occurrence_key for _, meta, _ in rows],
+        "ats": [meta.at for _, meta, _ in rows],
         "kinds": [kind for _, _, kind in rows],
         "reasons": [dues[job.id].reason for job, _, _ in rows],
         "now": now,
@@ -309,27 +313,7 @@ async def still_due_many_async(
 ) -> dict[int, Due]:
     """:func:`still_due_many` on an ``AsyncConnection`` (for ``async def`` handlers): the same
     rules and the same skip records, in the caller's async transaction."""
-    metas, ids = _metas(jobs_)
-    if not ids:
-        return {job.id: Due(True) for job in jobs_}
-    if now is not None:
-        at = now
-    else:
-        cur = await conn.execute(query("pg_now"))
-        row = await cur.fetchone()
-        assert row is not None
-        at = row[0]
-    cur = await conn.execute(query("schedule_still_due_many"), {"ids": ids})
-    states = _states(await cur.fetchall())
-    stale = _stale(metas, states)
-    full: list[Any] = []
-    if stale:
-        cur = await conn.execute(query("schedule_get_many"), {"ids": stale})
-        full = await cur.fetchall()
-    dues = _decide_all(jobs_, metas, states, full, at)
-    if record:
-        await record_skipped_async(conn, jobs_, dues, now=at)
-    return dues
+    return await steps.on_async(conn, _still_due_steps(jobs_, now, record))
 
 
 async def record_skipped_async(
@@ -340,17 +324,7 @@ async def record_skipped_async(
     now: datetime,
 ) -> int:
     """:func:`record_skipped` on an ``AsyncConnection``."""
-    todo, keys = _skips(jobs_, dues)
-    if not todo:
-        return 0
-    new = await effects.record_many_async(
-        conn, keys, job_ids=[job.id for job, _, _ in todo], now=now
-    )
-    params = _skip_params(todo, keys, new, dues, now)
-    if params is None:
-        return 0
-    await conn.execute(query("schedule_skip_record_counted"), params)
-    return len(params["ids"])
+    return await steps.on_async(conn, _record_skipped_steps(jobs_, dues, now))
 
 
 async def still_due_async(
@@ -398,7 +372,20 @@ class _ThreadConnections:
             self._opened.clear()
 
 
-class ReminderHandler(_ThreadConnections):
+class _Reminders(_ThreadConnections):
+    """What both reminder handlers hold: the provider, and the clock their instant comes from
+    (else the database's)."""
+
+    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
+        super().__init__(conninfo)
+        self.provider = provider
+        self.clock = clock
+
+    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
+        return database_now(conn, self.clock.now() if self.clock is not None else None)
+
+
+class ReminderHandler(_Reminders):
     """A handler for reminder jobs: check :func:`still_due`, then push through ``provider``.
 
     A deferred reminder (quiet hours) is snoozed until the window ends; a superseded, paused or
@@ -406,16 +393,11 @@ class ReminderHandler(_ThreadConnections):
     its own connection; :meth:`close` closes them all.
     """
 
-    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
-        super().__init__(conninfo)
-        self.provider = provider
-        self.clock = clock
-
     def __call__(self, job: Job) -> None:
         conn = self._connection()
         try:
             with conn.transaction():
-                now = database_now(conn, self.clock.now() if self.clock is not None else None)
+                now = self._now(conn)
                 due = still_due(conn, job, now=now)
                 if not due:
                     if due.defer_until is not None:
@@ -450,7 +432,7 @@ class ReminderBatch(Protocol):
     ) -> None: ...
 
 
-class ReminderBatchHandler(_ThreadConnections):
+class ReminderBatchHandler(_Reminders):
     """The batch handler for reminder jobs: up to :data:`MAX_BATCH` a call (module docstring).
 
     Wrap it with ``jobs.batch_handler(handler, max_batch=handler.max_batch)`` (what
@@ -458,11 +440,6 @@ class ReminderBatchHandler(_ThreadConnections):
     """
 
     max_batch = MAX_BATCH
-
-    def __init__(self, conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None):
-        super().__init__(conninfo)
-        self.provider = provider
-        self.clock = clock
 
     def __call__(self, batch: ReminderBatch) -> None:
         conn = self._connection()
@@ -474,7 +451,7 @@ class ReminderBatchHandler(_ThreadConnections):
     def _deliver(self, conn: psycopg.Connection[Any], batch: ReminderBatch) -> None:
         todo = list(batch.jobs)
         with conn.transaction():
-            now = database_now(conn, self.clock.now() if self.clock is not None else None)
+            now = self._now(conn)
             dues = still_due_many(conn, todo, now=now, record=False)
             keys = {job.id: effects.effect_key(job, "push") for job in todo if dues[job.id]}
             delivered_before = effects.recorded(conn, keys.values())

@@ -2,7 +2,9 @@
 
 Every function validates its input first, through :class:`scheduler.spec.ScheduleSpec` (where
 the fields are declared, once), and raises :class:`scheduler.InvalidSchedule` naming the field;
-nothing is written then.
+nothing is written then, and the database clock is not read before. Each operation is written
+once, as steps (:mod:`jobs.steps`: a generator of statements), which the function and its
+``_async`` form run on their connection, so the two cannot differ.
 
 Changing when a schedule fires (rule, zone, policies, quiet hours, jitter), pausing or deleting
 it at instant T *supersedes* the occurrences it had enqueued ahead of time whose instant is
@@ -15,18 +17,20 @@ new zone's occurrence for a local day that was already enqueued finds the existi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-import jobs
+from jobs.internal import Steps, steps, supersede_steps
 from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
+from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.planner import next_occurrence
-from scheduler.queries import database_now, query
+from scheduler.queries import database_now_steps, query
 from scheduler.spec import (
     INPUT_ERRORS,
     ScheduleSpec,
@@ -52,12 +56,6 @@ _UNSET: Any = object()
 MAX_LIST = 100_000
 MAX_PREVIEW = 10_000
 _ID_MAX = 2**63 - 1
-
-
-def _now(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
-    if now is not None:
-        return _aware("now", now)
-    return database_now(conn)
 
 
 def _aware(field: str, value: Any) -> datetime:
@@ -126,10 +124,26 @@ def create_schedule(
     # The keyword parameters are ScheduleSpec's fields, spelled out for callers and type
     # checkers (tests/unit/scheduler/test_spec.py keeps the two the same).
     fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
-    at = _now(conn, now)
-    params = _prepare_create(ScheduleSpec.validated(fields), at, tzdb_version())
-    row = conn.execute(query("schedule_insert"), params).fetchone()
-    return get_schedule(conn, _inserted(row, params))
+    return steps.on(conn, _create_steps(fields, now))
+
+
+def _create_steps(fields: Mapping[str, Any], now: datetime | None) -> Steps[Schedule]:
+    """create_schedule(_async): the input checked, then the clock read, then the insert."""
+    spec = ScheduleSpec.validated(fields)
+    at = yield from database_now_steps(_checked_now(now))
+    params = _prepare_create(spec, at, tzdb_version())
+    rows = yield query("schedule_insert"), params
+    return (yield from _get_steps(_inserted(_first(rows), params)))
+
+
+def _checked_now(now: datetime | None) -> datetime | None:
+    """A given ``now`` in UTC (refused if naive), for :func:`database_now_steps`."""
+    return None if now is None else _aware("now", now)
+
+
+def _first(rows: Sequence[Any]) -> Any:
+    """A statement's one row, or None."""
+    return rows[0] if rows else None
 
 
 def create_schedules(
@@ -145,10 +159,10 @@ def create_schedules(
     :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
     caller rolls back: it runs in the caller's transaction).
     """
-    _check_items(items)
-    rows = _prepare_many(items, _now(conn, now))
+    rows = steps.on(conn, _create_many_steps(items, now))
     if not rows:
         return []
+    # The rows in one pipeline (executemany): not a step, the one part written twice.
     with conn.cursor() as cur:
         cur.executemany(query("schedule_insert"), rows, returning=True)
         returned = [cur.fetchone()]
@@ -186,16 +200,32 @@ def _check_items(items: Any) -> None:
         raise InvalidSchedule("items", items, "must be a list of schedule mappings")
 
 
-def _prepare_many(items: Iterable[Mapping[str, Any]], at: datetime) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    tzdb = tzdb_version()
+def _create_many_steps(
+    items: Iterable[Mapping[str, Any]], now: datetime | None
+) -> Steps[list[dict[str, Any]]]:
+    """create_schedules(_async) up to their insert: every item checked, then the clock read,
+    then each item's first occurrence; the insert's parameters, one mapping per item."""
+    _check_items(items)
+    specs: list[ScheduleSpec] = []
     for index, item in enumerate(items):
-        try:
-            spec = ScheduleSpec.validated(item)
+        with _naming_item(index):
+            specs.append(ScheduleSpec.validated(item))
+    at = yield from database_now_steps(_checked_now(now))
+    tzdb = tzdb_version()
+    rows: list[dict[str, Any]] = []
+    for index, spec in enumerate(specs):
+        with _naming_item(index):
             rows.append(_prepare_create(spec, at, tzdb))
-        except InvalidSchedule as exc:
-            raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
     return rows
+
+
+@contextmanager
+def _naming_item(index: int) -> Iterator[None]:
+    """An InvalidSchedule of item ``index`` names it: ``items[3].zone``."""
+    try:
+        yield
+    except InvalidSchedule as exc:
+        raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
 
 
 def _prepare_create(spec: ScheduleSpec, at: datetime, tzdb: str) -> dict[str, Any]:
@@ -220,8 +250,18 @@ def get_schedule(
     for_update: bool = False,
 ) -> Schedule:
     """One schedule by id, or by ``key`` within an organization."""
+    return steps.on(conn, _get_steps(schedule_id, key, organization_id, for_update))
+
+
+def _get_steps(
+    schedule_id: int | None,
+    key: str | None = None,
+    organization_id: Any = None,
+    for_update: bool = False,
+) -> Steps[Schedule]:
     name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
-    return _found(conn.execute(query(name), params).fetchone(), missing)
+    rows = yield query(name), params
+    return _found(_first(rows), missing)
 
 
 def _get_query(
@@ -254,8 +294,13 @@ def list_schedules(
     limit: int = 1000,
 ) -> list[Schedule]:
     """Schedules, optionally of one organization, one subject or one source; by id."""
-    params = _list_params(organization_id, subject, source, limit)
-    rows = conn.execute(query("schedule_list"), params).fetchall()
+    return steps.on(conn, _list_steps(organization_id, subject, source, limit))
+
+
+def _list_steps(
+    organization_id: Any, subject: str | int | None, source: str | None, limit: int
+) -> Steps[list[Schedule]]:
+    rows = yield query("schedule_list"), _list_params(organization_id, subject, source, limit)
     return [schedule_from_row(tuple(r)) for r in rows]
 
 
@@ -283,13 +328,13 @@ def _list_params(
     return params
 
 
-def _supersede(conn: psycopg.Connection[Any], schedule: Schedule, at: datetime, reason: str) -> int:
+def _supersede_steps(schedule: Schedule, at: datetime, reason: str) -> Steps[int]:
     """Cancel the jobs enqueued ahead for occurrences after ``at``; record them; return count."""
     ahead = _ahead(schedule, at)
     if not ahead:
         return 0
-    cancelled = jobs.supersede(conn, **_supersede_args(schedule, ahead, at, reason))
-    conn.execute(query("schedule_skip_record"), _skip_params(schedule, ahead, at, reason))
+    cancelled = yield from supersede_steps(**_supersede_args(schedule, ahead, at, reason))
+    yield query("schedule_skip_record"), _skip_params(schedule, ahead, at, reason)
     return len(cancelled)
 
 
@@ -335,11 +380,6 @@ def _skip_params(
     }
 
 
-def occurrence_idempotency_key(schedule_id: int, occurrence_key: str) -> str:
-    """The idempotency key of one occurrence's job: the same in every replica, every time."""
-    return f"schedule:{schedule_id}:{occurrence_key}"
-
-
 def update_schedule(
     conn: psycopg.Connection[Any],
     schedule_id: int,
@@ -354,9 +394,7 @@ def update_schedule(
     supersedes the occurrences enqueued ahead of ``now`` and recomputes the next one from
     ``now`` in the new configuration.
     """
-    _check_changes(schedule_id, changes, now)
-    current = get_schedule(conn, schedule_id, for_update=True)
-    return _apply(conn, current, changes, now, pause=None)
+    return steps.on(conn, _change_steps(schedule_id, changes, now, pause=None))
 
 
 def _check_changes(schedule_id: Any, changes: Mapping[str, Any], now: datetime | None) -> None:
@@ -375,21 +413,21 @@ def _check_changes(schedule_id: Any, changes: Mapping[str, Any], now: datetime |
             settings[name].check(value)
 
 
-def _apply(
-    conn: psycopg.Connection[Any],
-    current: Schedule,
-    changes: Mapping[str, Any],
-    now: datetime | None,
-    *,
-    pause: bool | None,
-) -> Schedule:
-    at = _now(conn, now)
+def _change_steps(
+    schedule_id: Any, changes: Mapping[str, Any], now: datetime | None, *, pause: bool | None
+) -> Steps[Schedule]:
+    """update_schedule, pause and resume (and their async forms): the input checked, the row
+    locked, the clock read, the jobs ahead superseded if the timing changed, the row written."""
+    _check_changes(schedule_id, changes, now)
+    current = yield from _get_steps(schedule_id, for_update=True)
+    at = yield from database_now_steps(_checked_now(now))
     after, recompute, reset, reason = _plan(current, changes, pause)
-    superseded = _supersede(conn, current, at, reason) if reason is not None else 0
-    conn.execute(
-        query("schedule_update"), _update_params(current, after, at, reset, recompute, superseded)
+    superseded = (yield from _supersede_steps(current, at, reason)) if reason is not None else 0
+    yield (
+        query("schedule_update"),
+        _update_params(current, after, at, reset, recompute, superseded),
     )
-    return get_schedule(conn, current.id)
+    return (yield from _get_steps(current.id))
 
 
 def _plan(
@@ -445,34 +483,31 @@ def pause(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Stop enqueueing; occurrences enqueued ahead of now are superseded."""
-    _check_id_now(schedule_id, now)
-    return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=True)
+    return steps.on(conn, _change_steps(schedule_id, {}, now, pause=True))
 
 
 def resume(
     conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """Enqueue again from now on; the occurrences during the pause are not caught up."""
-    _check_id_now(schedule_id, now)
-    return _apply(conn, get_schedule(conn, schedule_id, for_update=True), {}, now, pause=False)
+    return steps.on(conn, _change_steps(schedule_id, {}, now, pause=False))
 
 
 def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None) -> bool:
     """Delete a schedule; its jobs enqueued ahead of now are superseded. False if it was gone."""
-    _check_id_now(schedule_id, now)
+    return steps.on(conn, _delete_steps(schedule_id, now))
+
+
+def _delete_steps(schedule_id: Any, now: datetime | None) -> Steps[bool]:
+    _check_changes(schedule_id, {}, now)
     try:
-        current = get_schedule(conn, schedule_id, for_update=True)
+        current = yield from _get_steps(schedule_id, for_update=True)
     except ScheduleNotFound:
         return False
-    _supersede(conn, current, _now(conn, now), "deleted")
-    conn.execute(query("schedule_delete"), {"id": schedule_id})
+    at = yield from database_now_steps(_checked_now(now))
+    yield from _supersede_steps(current, at, "deleted")
+    yield query("schedule_delete"), {"id": schedule_id}
     return True
-
-
-def _check_id_now(schedule_id: Any, now: datetime | None) -> None:
-    _schedule_id(schedule_id)
-    if now is not None:
-        _aware("now", now)
 
 
 def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurrence]:
@@ -489,18 +524,7 @@ def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurr
 
 
 # The same API on a psycopg AsyncConnection, in the caller's async transaction (FastAPI and
-# other asyncio services): the same validation and planning (the pure helpers above), the same
-# named queries; only the statements await.
-
-
-async def _now_async(conn: psycopg.AsyncConnection[Any], now: datetime | None) -> datetime:
-    if now is not None:
-        return _aware("now", now)
-    cur = await conn.execute(query("pg_now"))
-    row = await cur.fetchone()
-    assert row is not None
-    value: datetime = row[0]
-    return value
+# other asyncio services): the same steps as above, awaited.
 
 
 async def create_schedule_async(
@@ -527,11 +551,7 @@ async def create_schedule_async(
 ) -> Schedule:
     """:func:`create_schedule` on an ``AsyncConnection``."""
     fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
-    spec = ScheduleSpec.validated(fields)
-    at = await _now_async(conn, now)
-    params = _prepare_create(spec, at, tzdb_version())
-    cur = await conn.execute(query("schedule_insert"), params)
-    return await get_schedule_async(conn, _inserted(await cur.fetchone(), params))
+    return await steps.on_async(conn, _create_steps(fields, now))
 
 
 async def create_schedules_async(
@@ -541,8 +561,7 @@ async def create_schedules_async(
     now: datetime | None = None,
 ) -> list[int]:
     """:func:`create_schedules` on an ``AsyncConnection``."""
-    _check_items(items)
-    rows = _prepare_many(items, await _now_async(conn, now))
+    rows = await steps.on_async(conn, _create_many_steps(items, now))
     if not rows:
         return []
     async with conn.cursor() as cur:
@@ -562,9 +581,7 @@ async def get_schedule_async(
     for_update: bool = False,
 ) -> Schedule:
     """:func:`get_schedule` on an ``AsyncConnection``."""
-    name, params, missing = _get_query(schedule_id, key, organization_id, for_update)
-    cur = await conn.execute(query(name), params)
-    return _found(await cur.fetchone(), missing)
+    return await steps.on_async(conn, _get_steps(schedule_id, key, organization_id, for_update))
 
 
 async def list_schedules_async(
@@ -576,37 +593,7 @@ async def list_schedules_async(
     limit: int = 1000,
 ) -> list[Schedule]:
     """:func:`list_schedules` on an ``AsyncConnection``."""
-    params = _list_params(organization_id, subject, source, limit)
-    cur = await conn.execute(query("schedule_list"), params)
-    return [schedule_from_row(tuple(r)) for r in await cur.fetchall()]
-
-
-async def _supersede_async(
-    conn: psycopg.AsyncConnection[Any], schedule: Schedule, at: datetime, reason: str
-) -> int:
-    ahead = _ahead(schedule, at)
-    if not ahead:
-        return 0
-    cancelled = await jobs.supersede_async(conn, **_supersede_args(schedule, ahead, at, reason))
-    await conn.execute(query("schedule_skip_record"), _skip_params(schedule, ahead, at, reason))
-    return len(cancelled)
-
-
-async def _apply_async(
-    conn: psycopg.AsyncConnection[Any],
-    current: Schedule,
-    changes: Mapping[str, Any],
-    now: datetime | None,
-    *,
-    pause: bool | None,
-) -> Schedule:
-    at = await _now_async(conn, now)
-    after, recompute, reset, reason = _plan(current, changes, pause)
-    superseded = await _supersede_async(conn, current, at, reason) if reason is not None else 0
-    await conn.execute(
-        query("schedule_update"), _update_params(current, after, at, reset, recompute, superseded)
-    )
-    return await get_schedule_async(conn, current.id)
+    return await steps.on_async(conn, _list_steps(organization_id, subject, source, limit))
 
 
 async def update_schedule_async(
@@ -617,38 +604,25 @@ async def update_schedule_async(
     **changes: Any,
 ) -> Schedule:
     """:func:`update_schedule` on an ``AsyncConnection``."""
-    _check_changes(schedule_id, changes, now)
-    current = await get_schedule_async(conn, schedule_id, for_update=True)
-    return await _apply_async(conn, current, changes, now, pause=None)
+    return await steps.on_async(conn, _change_steps(schedule_id, changes, now, pause=None))
 
 
 async def pause_async(
     conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """:func:`pause` on an ``AsyncConnection``."""
-    _check_id_now(schedule_id, now)
-    current = await get_schedule_async(conn, schedule_id, for_update=True)
-    return await _apply_async(conn, current, {}, now, pause=True)
+    return await steps.on_async(conn, _change_steps(schedule_id, {}, now, pause=True))
 
 
 async def resume_async(
     conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> Schedule:
     """:func:`resume` on an ``AsyncConnection``."""
-    _check_id_now(schedule_id, now)
-    current = await get_schedule_async(conn, schedule_id, for_update=True)
-    return await _apply_async(conn, current, {}, now, pause=False)
+    return await steps.on_async(conn, _change_steps(schedule_id, {}, now, pause=False))
 
 
 async def delete_async(
     conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
 ) -> bool:
     """:func:`delete` on an ``AsyncConnection``; False if the schedule was gone."""
-    _check_id_now(schedule_id, now)
-    try:
-        current = await get_schedule_async(conn, schedule_id, for_update=True)
-    except ScheduleNotFound:
-        return False
-    await _supersede_async(conn, current, await _now_async(conn, now), "deleted")
-    await conn.execute(query("schedule_delete"), {"id": schedule_id})
-    return True
+    return await steps.on_async(conn, _delete_steps(schedule_id, now))

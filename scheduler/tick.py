@@ -35,8 +35,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any, cast
@@ -55,9 +56,10 @@ from jobs.internal import (
 from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
+from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
 from scheduler.planner import (
     LOOKAHEAD_SAFETY,
-    SCHEDULE_PAYLOAD_KEY,
+    OccurrenceDecision,
     Plan,
     PlanMemo,
     adaptive_lookahead,
@@ -65,7 +67,6 @@ from scheduler.planner import (
     plan,
 )
 from scheduler.queries import database_now, query
-from scheduler.schedules import occurrence_idempotency_key
 from timezones import Clock, Occurrence, tzdb_version
 
 # pg_try_advisory_xact_lock(class, object): 'tocs' as an int4, our own class id.
@@ -104,6 +105,76 @@ def _run_at_order(run_ats: list[datetime]) -> list[int] | None:
     if all(a <= b for a, b in pairwise(run_ats)):
         return None
     return sorted(range(len(run_ats)), key=run_ats.__getitem__)
+
+
+@dataclass(slots=True)
+class _Skips:
+    """The occurrences a batch records as missed or skipped, as ``schedule_skip_record``'s
+    parallel arrays (one element per occurrence)."""
+
+    ids: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    ats: list[datetime] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    reasons: list[str | None] = field(default_factory=list)
+
+    def add(self, schedule_id: int, key: str, decision: OccurrenceDecision) -> None:
+        self.ids.append(schedule_id)
+        self.keys.append(key)
+        self.ats.append(decision.occurrence.at)
+        self.kinds.append(decision.kind)
+        self.reasons.append(decision.reason)
+
+    def params(self, now: datetime) -> dict[str, Any]:
+        return {"ids": self.ids, "keys": self.keys, "ats": self.ats, "kinds": self.kinds,
+                "reasons": self.reasons, "now": now}  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Advance:
+    """Where each schedule of a batch moves to, as ``schedule_advance``'s parallel arrays (one
+    element per schedule): its cursor, next occurrence, last job and counts."""
+
+    ids: list[int] = field(default_factory=list)
+    cursor_ats: list[datetime | None] = field(default_factory=list)
+    next_run_ats: list[datetime | None] = field(default_factory=list)
+    next_keys: list[str | None] = field(default_factory=list)
+    last_keys: list[str | None] = field(default_factory=list)
+    last_ats: list[datetime | None] = field(default_factory=list)
+    last_job_ids: list[int | None] = field(default_factory=list)
+    enqueued: list[int] = field(default_factory=list)
+    missed: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    tzdbs: list[str] = field(default_factory=list)
+
+    def add(
+        self,
+        p: Plan,
+        keyof: Callable[[Occurrence], str],
+        last_job: int | None,
+        created: int,
+        tzdb: str,
+    ) -> None:
+        last = p.last_enqueued
+        self.ids.append(p.schedule.id)
+        self.cursor_ats.append(p.cursor_at)
+        self.next_run_ats.append(p.next.at if p.next else None)
+        self.next_keys.append(keyof(p.next) if p.next else None)
+        self.last_keys.append(keyof(last.occurrence) if last else None)
+        self.last_ats.append(last.occurrence.at if last else None)
+        self.last_job_ids.append(last_job)
+        self.enqueued.append(created)
+        self.missed.append(p.missed)
+        self.skipped.append(p.skipped)
+        self.tzdbs.append(tzdb)
+
+    def params(self, now: datetime) -> dict[str, Any]:
+        return {
+            "ids": self.ids, "cursor_ats": self.cursor_ats, "next_run_ats": self.next_run_ats,
+            "next_keys": self.next_keys, "last_keys": self.last_keys, "last_ats": self.last_ats,
+            "last_job_ids": self.last_job_ids, "enqueued": self.enqueued, "missed": self.missed,
+            "skipped": self.skipped, "tzdbs": self.tzdbs, "now": now,
+        }  # fmt: skip
 
 
 class Scheduler(Service[TickResult]):
@@ -341,34 +412,24 @@ class Scheduler(Service[TickResult]):
         # The schedules were validated when created; build the insert's columns directly.
         columns = JobColumns()  # no concurrency or unique keys: their defaults
         owners: list[int] = []  # the plan index of each job row
-        skips: dict[str, list[Any]] = {"ids": [], "keys": [], "ats": [], "kinds": [], "reasons": []}
+        skips = _Skips()
         for p_index, p in enumerate(plans):
             s = p.schedule
-            base = s.payload_text.rstrip()[:-1].rstrip()  # the object without its closing brace
-            sep = "," if base != "{" else ""
             for d in p.decisions:
                 key = keyof(d.occurrence)
                 if d.kind == "enqueue":
-                    # Built as text: the key is digits, '-', 'T', ':', '#' and 'Z' only.
-                    meta = (
-                        f'{{"id":{s.id},"occurrence":"{key}",'
-                        f'"at":"{d.occurrence.at.isoformat()}","version":{s.version}}}'
-                    )
+                    meta = OccurrenceMeta(s.id, key, d.occurrence.at, s.version)
                     columns.organization_ids.append(s.organization_id)
                     columns.queues.append(s.queue)
                     columns.job_types.append(s.job_type)
-                    columns.payloads.append(f'{base}{sep}"{SCHEDULE_PAYLOAD_KEY}":{meta}}}')
+                    columns.payloads.append(meta.into_payload(s.payload_text))
                     columns.idempotency_keys.append(occurrence_idempotency_key(s.id, key))
                     columns.priorities.append(0)
                     columns.run_ats.append(d.run_at)
                     columns.max_attempts.append(DEFAULT_MAX_ATTEMPTS)
                     owners.append(p_index)
                 else:
-                    skips["ids"].append(s.id)
-                    skips["keys"].append(key)
-                    skips["ats"].append(d.occurrence.at)
-                    skips["kinds"].append(d.kind)
-                    skips["reasons"].append(d.reason)
+                    skips.add(s.id, key, d)
         order = _run_at_order(cast("list[datetime]", columns.run_ats))  # each has its run_at
         # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
         if order is None:
@@ -386,31 +447,15 @@ class Scheduler(Service[TickResult]):
                 created[p_index] += 1
             else:
                 result.duplicates += 1
-        if skips["ids"]:
-            conn.execute(query("schedule_skip_record"), {**skips, "now": now})
-        update: dict[str, list[Any]] = {
-            "ids": [], "cursor_ats": [], "next_run_ats": [], "next_keys": [], "last_keys": [],
-            "last_ats": [], "last_job_ids": [], "enqueued": [], "missed": [], "skipped": [],
-            "tzdbs": [],
-        }  # fmt: skip
+        if skips.ids:
+            conn.execute(query("schedule_skip_record"), skips.params(now))
+        advance = _Advance()
         for i, p in enumerate(plans):
-            last = p.last_enqueued
-            missed, skipped = p.missed, p.skipped
-            update["ids"].append(p.schedule.id)
-            update["cursor_ats"].append(p.cursor_at)
-            update["next_run_ats"].append(p.next.at if p.next else None)
-            update["next_keys"].append(keyof(p.next) if p.next else None)
-            update["last_keys"].append(keyof(last.occurrence) if last else None)
-            update["last_ats"].append(last.occurrence.at if last else None)
-            update["last_job_ids"].append(last_job[i])
-            update["enqueued"].append(created[i])
-            update["missed"].append(missed)
-            update["skipped"].append(skipped)
-            update["tzdbs"].append(self.tzdb)
+            advance.add(p, keyof, last_job[i], created[i], self.tzdb)
             result.enqueued += created[i]
-            result.missed += missed
-            result.skipped += skipped
-        conn.execute(query("schedule_advance"), {**update, "now": now})
+            result.missed += p.missed
+            result.skipped += p.skipped
+        conn.execute(query("schedule_advance"), advance.params(now))
 
     # -- tz database changes ----------------------------------------------------------------
 

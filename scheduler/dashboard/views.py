@@ -25,6 +25,7 @@ import timezones
 from jobs import outbox
 from scheduler import schedules as schedule_api
 from scheduler.health import scheduler_lag
+from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.queries import query
 from timezones.errors import InvalidInput
 
@@ -514,7 +515,7 @@ def schedule_detail(
     conn: psycopg.Connection[Any], schedule_id: int, now: datetime
 ) -> dict[str, Any]:
     s = schedule_api.get_schedule(conn, schedule_id)
-    prefix = schedule_api.occurrence_idempotency_key(s.id, "")
+    prefix = occurrence_idempotency_key(s.id, "")
     recent = conn.execute(
         query("dashboard_schedule_jitter"),
         {

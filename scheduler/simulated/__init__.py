@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
 from functools import cache
 from typing import Any, LiteralString
@@ -32,7 +32,7 @@ import jobs
 from jobs import Job, effects, migrate
 from jobs.internal import queries
 from scheduler.errors import InvalidSchedule
-from scheduler.planner import schedule_meta
+from scheduler.occurrence_job import OccurrenceMeta
 
 # The migration component's name (its package): ``sql/migrations`` and ``sql/schema.sql``.
 COMPONENT = "scheduler.simulated"
@@ -190,18 +190,15 @@ class SimulatedPush:
         delivered: set[str] = set()
         if accepted:
             rows = [(key, accepted[key]) for key in sorted(accepted)]
-            metas = [schedule_meta(m.job) or {} for _, m in rows]
+            metas = [OccurrenceMeta.of(m.job) for _, m in rows]
             cursor = conn.execute(
                 query("simulated_push_insert_many"),
                 {
                     "effect_keys": [key for key, _ in rows],
                     "job_ids": [m.job.id for _, m in rows],
-                    "schedule_ids": [meta.get("id") for meta in metas],
-                    "occurrence_keys": [meta.get("occurrence") for meta in metas],
-                    "occurrence_ats": [
-                        datetime.fromisoformat(meta["at"]) if "at" in meta else None
-                        for meta in metas
-                    ],
+                    "schedule_ids": [None if m is None else m.schedule_id for m in metas],
+                    "occurrence_keys": [None if m is None else m.occurrence_key for m in metas],
+                    "occurrence_ats": [None if m is None else m.at for m in metas],
                     "subjects": [m.subject for _, m in rows],
                     "messages": [m.message for _, m in rows],
                     "attempts": [m.job.attempt for _, m in rows],
