@@ -26,7 +26,7 @@ from jobs import validate
 from jobs.errors import InvalidJob, JobNotFound, JobsError
 from jobs.model import Attempt, JobRecord, JobStatus, QueueStats, Requeued
 from jobs.queries import query
-from jobs.steps import Savepoint, Steps, on, on_async, one
+from jobs.steps import Savepoint, Steps, async_form, one, sync_form
 from jobs.validate import INT8_MAX, MAX_ERROR_CODE
 
 MAX_IDS = 1_000_000
@@ -99,8 +99,7 @@ def _window(since: datetime | None, until: datetime | None) -> dict[str, Any]:
     return {"since": after, "until": before}
 
 
-def requeue(
-    conn: psycopg.Connection[Any],
+def _requeue(
     *,
     ids: Iterable[int] | None = None,
     queue: str | None = None,
@@ -110,7 +109,7 @@ def requeue(
     until: datetime | None = None,
     statuses: Sequence[str] = ("dead",),
     now: datetime | None = None,
-) -> Requeued:
+) -> Steps[Requeued]:
     """Put dead (or cancelled) jobs back to pending with a fresh set of attempts.
 
     Select them by ``ids`` or by a filter (queue, job type, last error code, and the time they
@@ -118,36 +117,6 @@ def requeue(
     (a list); its ``skipped`` holds the selected jobs left as they were because their unique
     key is held by an active job, or by an older job of the same selection (which is requeued).
     """
-    return on(conn, _requeue(ids, queue, job_type, error_code, since, until, statuses, now))
-
-
-async def requeue_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    ids: Iterable[int] | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    statuses: Sequence[str] = ("dead",),
-    now: datetime | None = None,
-) -> Requeued:
-    """:func:`requeue` on an ``AsyncConnection``: the same statements and the same skips."""
-    steps = _requeue(ids, queue, job_type, error_code, since, until, statuses, now)
-    return await on_async(conn, steps)
-
-
-def _requeue(
-    ids: Iterable[int] | None,
-    queue: str | None,
-    job_type: str | None,
-    error_code: str | None,
-    since: datetime | None,
-    until: datetime | None,
-    statuses: Sequence[str],
-    now: datetime | None,
-) -> Steps[Requeued]:
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
     params.update(_window(since, until))
@@ -171,45 +140,17 @@ def _requeue(
     raise JobsError("the unique keys of the jobs to requeue kept being taken; retry")
 
 
-def cancel(
-    conn: psycopg.Connection[Any],
-    *,
-    ids: Iterable[int] | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    statuses: Sequence[str] = ("pending", "retrying"),
-    reason: str | None = None,
-    now: datetime | None = None,
-) -> list[int]:
-    """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
-    return on(conn, _cancel(ids, queue, job_type, error_code, statuses, reason, now))
-
-
-async def cancel_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    ids: Iterable[int] | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    statuses: Sequence[str] = ("pending", "retrying"),
-    reason: str | None = None,
-    now: datetime | None = None,
-) -> list[int]:
-    """:func:`cancel` on an ``AsyncConnection``."""
-    return await on_async(conn, _cancel(ids, queue, job_type, error_code, statuses, reason, now))
-
-
 def _cancel(
-    ids: Iterable[int] | None,
-    queue: str | None,
-    job_type: str | None,
-    error_code: str | None,
-    statuses: Sequence[str],
-    reason: str | None,
-    now: datetime | None,
+    *,
+    ids: Iterable[int] | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    statuses: Sequence[str] = ("pending", "retrying"),
+    reason: str | None = None,
+    now: datetime | None = None,
 ) -> Steps[list[int]]:
+    """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(
         statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
@@ -225,17 +166,8 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     return JobRecord(*values)
 
 
-def get_job(conn: psycopg.Connection[Any], job_id: int) -> JobRecord:
-    """One job by id; raises :class:`jobs.JobNotFound`."""
-    return on(conn, _get_job(job_id))
-
-
-async def get_job_async(conn: psycopg.AsyncConnection[Any], job_id: int) -> JobRecord:
-    """:func:`get_job` on an ``AsyncConnection``; raises :class:`jobs.JobNotFound`."""
-    return await on_async(conn, _get_job(job_id))
-
-
 def _get_job(job_id: int) -> Steps[JobRecord]:
+    """One job by id; raises :class:`jobs.JobNotFound`."""
     _ids([job_id])
     rows = yield query("job_get"), {"id": job_id}
     if not rows:
@@ -250,39 +182,15 @@ def job_attempts(conn: psycopg.Connection[Any], job_id: int) -> list[Attempt]:
     return [Attempt(*row) for row in rows]
 
 
-def list_jobs(
-    conn: psycopg.Connection[Any],
-    *,
-    statuses: Sequence[str] = ("dead",),
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    limit: int = 100,
-) -> list[JobRecord]:
-    """Jobs in the given statuses (dead by default), oldest id first."""
-    return on(conn, _list_jobs(statuses, queue, job_type, error_code, limit))
-
-
-async def list_jobs_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    statuses: Sequence[str] = ("dead",),
-    queue: str | None = None,
-    job_type: str | None = None,
-    error_code: str | None = None,
-    limit: int = 100,
-) -> list[JobRecord]:
-    """:func:`list_jobs` on an ``AsyncConnection``."""
-    return await on_async(conn, _list_jobs(statuses, queue, job_type, error_code, limit))
-
-
 def _list_jobs(
-    statuses: Sequence[str],
-    queue: str | None,
-    job_type: str | None,
-    error_code: str | None,
-    limit: int,
+    *,
+    statuses: Sequence[str] = ("dead",),
+    queue: str | None = None,
+    job_type: str | None = None,
+    error_code: str | None = None,
+    limit: int = 100,
 ) -> Steps[list[JobRecord]]:
+    """Jobs in the given statuses (dead by default), oldest id first."""
     params: dict[str, Any] = {
         "statuses": _statuses(statuses, set(JobStatus), "statuses"),
         "queue": None if queue is None else validate.queue_name(queue),
@@ -295,72 +203,10 @@ def _list_jobs(
     return [_record(row) for row in (yield query("job_list"), params)]
 
 
-def queue_stats(conn: psycopg.Connection[Any], *, now: datetime | None = None) -> list[QueueStats]:
+def _queue_stats(*, now: datetime | None = None) -> Steps[list[QueueStats]]:
     """Per queue: ready count, oldest ready age (seconds), leased, retrying, dead, scheduled."""
-    return on(conn, _queue_stats(now))
-
-
-async def queue_stats_async(
-    conn: psycopg.AsyncConnection[Any], *, now: datetime | None = None
-) -> list[QueueStats]:
-    """:func:`queue_stats` on an ``AsyncConnection``."""
-    return await on_async(conn, _queue_stats(now))
-
-
-def _queue_stats(now: datetime | None) -> Steps[list[QueueStats]]:
     params = {"now": validate.aware(now, "now")}
     return [QueueStats(*row) for row in (yield query("job_queue_stats"), params)]
-
-
-def supersede(
-    conn: psycopg.Connection[Any],
-    *,
-    job_type: str,
-    idempotency_keys: Sequence[str],
-    organization_id: Any = None,
-    reason: str = "superseded",
-    suffix: str,
-    now: datetime | None = None,
-) -> list[int]:
-    """Cancel the waiting jobs holding ``idempotency_keys`` and free their keys.
-
-    Each key is renamed with ``suffix`` (the cancelled job stays, for the record), so a
-    replacement job can be enqueued under the original key. Leased (running) jobs are not
-    touched. Returns the ids cancelled.
-    """
-    return on(
-        conn,
-        supersede_steps(
-            job_type=job_type,
-            idempotency_keys=idempotency_keys,
-            organization_id=organization_id,
-            reason=reason,
-            suffix=suffix,
-            now=now,
-        ),
-    )
-
-
-async def supersede_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    job_type: str,
-    idempotency_keys: Sequence[str],
-    organization_id: Any = None,
-    reason: str = "superseded",
-    suffix: str,
-    now: datetime | None = None,
-) -> list[int]:
-    """:func:`supersede` on an ``AsyncConnection`` (used by the async scheduler API)."""
-    steps = supersede_steps(
-        job_type=job_type,
-        idempotency_keys=idempotency_keys,
-        organization_id=organization_id,
-        reason=reason,
-        suffix=suffix,
-        now=now,
-    )
-    return await on_async(conn, steps)
 
 
 def supersede_steps(
@@ -372,6 +218,12 @@ def supersede_steps(
     suffix: str,
     now: datetime | None = None,
 ) -> Steps[list[int]]:
+    """Cancel the waiting jobs holding ``idempotency_keys`` and free their keys.
+
+    Each key is renamed with ``suffix`` (the cancelled job stays, for the record), so a
+    replacement job can be enqueued under the original key. Leased (running) jobs are not
+    touched. Returns the ids cancelled.
+    """
     keys = [validate.idempotency_key(k) for k in idempotency_keys]
     if not keys:
         return []
@@ -390,3 +242,18 @@ def supersede_steps(
         "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
     )
     return [row[0] for row in (yield query(name), params)]
+
+
+# Each operation above is written once, as steps (jobs/steps.py); its sync and async forms:
+requeue = sync_form(_requeue, "requeue")
+requeue_async = async_form(_requeue, "requeue_async", "requeue")
+cancel = sync_form(_cancel, "cancel")
+cancel_async = async_form(_cancel, "cancel_async", "cancel")
+get_job = sync_form(_get_job, "get_job")
+get_job_async = async_form(_get_job, "get_job_async", "get_job")
+list_jobs = sync_form(_list_jobs, "list_jobs")
+list_jobs_async = async_form(_list_jobs, "list_jobs_async", "list_jobs")
+queue_stats = sync_form(_queue_stats, "queue_stats")
+queue_stats_async = async_form(_queue_stats, "queue_stats_async", "queue_stats")
+supersede = sync_form(supersede_steps, "supersede")
+supersede_async = async_form(supersede_steps, "supersede_async", "supersede")

@@ -28,15 +28,17 @@ commit a transaction of its own): its operation runs a statement first.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+import inspect
+from collections.abc import Callable, Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, LiteralString, TypeAlias, TypeVar
+from typing import Any, Concatenate, LiteralString, ParamSpec, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import ExecStatus
 
 R = TypeVar("R")
+P = ParamSpec("P")
 
 _ROWS = int(ExecStatus.TUPLES_OK)  # a statement's result holds rows (possibly none)
 
@@ -156,3 +158,62 @@ async def on_async(conn: psycopg.AsyncConnection[Any], steps: Steps[R]) -> R:
     """Run ``steps`` on a new cursor of ``conn``."""
     async with conn.cursor() as cur:
         return await run_async(cur, steps)
+
+
+def _signed(
+    form: Callable[..., Any], build: Callable[..., Any], name: str, conn_type: type, doc: str
+) -> None:
+    """Give ``form`` the name, doc and signature of a public function: ``build``'s parameters
+    after a ``conn`` (what ``help()`` and ``inspect.signature`` show)."""
+    signature = inspect.signature(build)
+    conn = inspect.Parameter("conn", inspect.Parameter.POSITIONAL_ONLY, annotation=conn_type)
+    return_type = signature.return_annotation  # Steps[X] (text, as annotations are): X
+    if isinstance(return_type, str) and return_type.startswith("Steps[") and return_type[-1] == "]":
+        return_type = return_type[len("Steps[") : -1]
+    form.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[conn, *signature.parameters.values()], return_annotation=return_type
+    )
+    form.__name__ = form.__qualname__ = name
+    form.__module__ = build.__module__
+    form.__doc__ = doc
+    form.__wrapped__ = build  # type: ignore[attr-defined]
+
+
+def sync_form(
+    build: Callable[P, Steps[R]], name: str
+) -> Callable[Concatenate[psycopg.Connection[Any], P], R]:
+    """The function that runs the operation ``build`` makes on a ``Connection``: its
+    parameters are ``conn`` and ``build``'s, its doc is ``build``'s. An operation is then
+    written once, its sync and async forms declared in a line each::
+
+        def _requeue(*, ids=None, ...) -> Steps[Requeued]:
+            '''Put dead (or cancelled) jobs back to pending...'''
+            ...
+        requeue = sync_form(_requeue, "requeue")
+        requeue_async = async_form(_requeue, "requeue_async", "requeue")
+
+    ``build`` runs when the form is called, inside the driver: it validates its input before it
+    yields a first statement, so bad input is refused before anything is sent.
+    """
+
+    def form(conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with conn.cursor() as cur:
+            return run(cur, build(*args, **kwargs))
+
+    _signed(form, build, name, psycopg.Connection, build.__doc__ or "")
+    return form
+
+
+def async_form(
+    build: Callable[P, Steps[R]], name: str, sync_name: str
+) -> Callable[Concatenate[psycopg.AsyncConnection[Any], P], Coroutine[Any, Any, R]]:
+    """The coroutine function that runs the operation ``build`` makes on an
+    ``AsyncConnection`` (see :func:`sync_form`): the same parameters, the same steps."""
+
+    async def form(conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        async with conn.cursor() as cur:
+            return await run_async(cur, build(*args, **kwargs))
+
+    doc = f":func:`{sync_name}` on an ``AsyncConnection``: the same parameters and steps."
+    _signed(form, build, name, psycopg.AsyncConnection, doc)
+    return form
