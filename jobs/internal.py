@@ -21,7 +21,7 @@ from jobs.enqueue import JobColumns, enqueue_columns
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
 from jobs.service import default_name
-from jobs.steps import Steps
+from jobs.steps import Many, Steps, async_form, sync_form
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 
@@ -32,8 +32,10 @@ __all__ = [
     "POOLERS",
     "POOLER_ENV",
     "JobColumns",
+    "Many",
     "Pooler",
     "Steps",
+    "async_form",
     "config_settings",
     "default_name",
     "enqueue_columns",
@@ -44,5 +46,6 @@ __all__ = [
     "service_span",
     "steps",
     "supersede_steps",
+    "sync_form",
     "validate",
 ]

@@ -2,11 +2,13 @@
 
 An operation that exists on a ``Connection`` and on an ``AsyncConnection`` is written once, as a
 generator that yields each step it needs and is sent back what the step produced. Its
-``return`` value is the operation's result. Three kinds of step:
+``return`` value is the operation's result. Four kinds of step:
 
 - a statement, ``(sql, params)``: sent back the rows it returned (``[]`` for a statement that
   returns none);
 - a :class:`Copy`: ``COPY ... FROM STDIN`` of the given rows; sent back ``[]``;
+- a :class:`Many`: one statement per parameter set in one pipeline (``executemany``); sent
+  back the first row of each set's result (or None);
 - a :class:`Savepoint`: a nested operation run inside ``conn.transaction()`` (a savepoint in
   the caller's transaction); sent back its result. An error inside it rolls back to the
   savepoint and is raised in the generator at its ``yield``, so the operation handles it there
@@ -65,13 +67,22 @@ class Copy:
 
 
 @dataclass(frozen=True, slots=True)
+class Many:
+    """``sql`` once per parameter set of ``params``, in one pipeline (``executemany``); sent
+    back the first row of each set's result, or None for a set that returned no row."""
+
+    sql: LiteralString
+    params: Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class Savepoint:
     """Run ``body`` (an operation) in a savepoint; see the module docstring."""
 
     body: Steps[Any]
 
 
-Step: TypeAlias = Statement | Copy | Savepoint
+Step: TypeAlias = Statement | Copy | Many | Savepoint
 """What an operation yields."""
 
 Steps: TypeAlias = Generator[Step, Any, R]
@@ -102,6 +113,11 @@ def run(cur: psycopg.Cursor[Any], steps: Steps[R]) -> R:
                     for row in step.rows:
                         write_row(row)
                 sent = []
+            elif isinstance(step, Many):
+                cur.executemany(step.sql, step.params, returning=True)
+                sent = [cur.fetchone()]
+                while cur.nextset():
+                    sent.append(cur.fetchone())
             else:
                 assert isinstance(step, Savepoint)
                 try:
@@ -134,6 +150,11 @@ async def run_async(cur: psycopg.AsyncCursor[Any], steps: Steps[R]) -> R:
                     for row in step.rows:
                         await copy.write_row(row)
                 sent = []
+            elif isinstance(step, Many):
+                await cur.executemany(step.sql, step.params, returning=True)
+                sent = [await cur.fetchone()]
+                while cur.nextset():
+                    sent.append(await cur.fetchone())
             else:
                 assert isinstance(step, Savepoint)
                 try:

@@ -22,9 +22,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
-
-from jobs.internal import Steps, steps, supersede_steps
+from jobs.internal import Many, Steps, async_form, supersede_steps, sync_form
 from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
@@ -94,8 +92,7 @@ def _check_policies(rule: Rule, zone: str, gap: str | None, fold: str | None, no
         raise InvalidSchedule("rule", rule_to_json(rule), str(exc)) from None
 
 
-def create_schedule(
-    conn: psycopg.Connection[Any],
+def _create(
     *,
     job_type: str,
     rule: Rule | str | Mapping[str, Any],
@@ -115,7 +112,7 @@ def create_schedule(
     paused: bool = False,
     source: str = "api",
     now: datetime | None = None,
-) -> Schedule:
+) -> Steps[Schedule]:
     """Create a schedule in the caller's transaction; its first occurrence is strictly after now.
 
     ``catch_up`` defaults to ``latest`` for reminders and ``all`` for named definitions (``key``
@@ -124,7 +121,7 @@ def create_schedule(
     # The keyword parameters are ScheduleSpec's fields, spelled out for callers and type
     # checkers (tests/unit/scheduler/test_spec.py keeps the two the same).
     fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
-    return steps.on(conn, _create_steps(fields, now))
+    return (yield from _create_steps(fields, now))
 
 
 def _create_steps(fields: Mapping[str, Any], now: datetime | None) -> Steps[Schedule]:
@@ -146,12 +143,11 @@ def _first(rows: Sequence[Any]) -> Any:
     return rows[0] if rows else None
 
 
-def create_schedules(
-    conn: psycopg.Connection[Any],
+def _create_many(
     items: Iterable[Mapping[str, Any]],
     *,
     now: datetime | None = None,
-) -> list[int]:
+) -> Steps[list[int]]:
     """Create many schedules at once (the keyword arguments of :func:`create_schedule` each).
 
     Every item is validated before anything is written (an error names ``items[i].field``);
@@ -159,16 +155,10 @@ def create_schedules(
     :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
     caller rolls back: it runs in the caller's transaction).
     """
-    rows = steps.on(conn, _create_many_steps(items, now))
+    rows = yield from _create_many_steps(items, now)
     if not rows:
         return []
-    # The rows in one pipeline (executemany): not a step, the one part written twice.
-    with conn.cursor() as cur:
-        cur.executemany(query("schedule_insert"), rows, returning=True)
-        returned = [cur.fetchone()]
-        while cur.nextset():
-            returned.append(cur.fetchone())
-    return _inserted_ids(rows, returned)
+    return _inserted_ids(rows, (yield Many(query("schedule_insert"), rows)))
 
 
 def _inserted_ids(rows: Sequence[Mapping[str, Any]], returned: Sequence[Any]) -> list[int]:
@@ -241,16 +231,15 @@ def _prepare_create(spec: ScheduleSpec, at: datetime, tzdb: str) -> dict[str, An
     return params
 
 
-def get_schedule(
-    conn: psycopg.Connection[Any],
+def _get(
     schedule_id: int | None = None,
     *,
     key: str | None = None,
     organization_id: Any = None,
     for_update: bool = False,
-) -> Schedule:
+) -> Steps[Schedule]:
     """One schedule by id, or by ``key`` within an organization."""
-    return steps.on(conn, _get_steps(schedule_id, key, organization_id, for_update))
+    return (yield from _get_steps(schedule_id, key, organization_id, for_update))
 
 
 def _get_steps(
@@ -285,16 +274,15 @@ def _get_query(
     return name, {"id": None, "key": key, "organization_id": org}, f"with key {key!r}"
 
 
-def list_schedules(
-    conn: psycopg.Connection[Any],
+def _list(
     *,
     organization_id: Any = _UNSET,
     subject: str | int | None = None,
     source: str | None = None,
     limit: int = 1000,
-) -> list[Schedule]:
+) -> Steps[list[Schedule]]:
     """Schedules, optionally of one organization, one subject or one source; by id."""
-    return steps.on(conn, _list_steps(organization_id, subject, source, limit))
+    return (yield from _list_steps(organization_id, subject, source, limit))
 
 
 def _list_steps(
@@ -380,13 +368,7 @@ def _skip_params(
     }
 
 
-def update_schedule(
-    conn: psycopg.Connection[Any],
-    schedule_id: int,
-    *,
-    now: datetime | None = None,
-    **changes: Any,
-) -> Schedule:
+def _update(schedule_id: int, *, now: datetime | None = None, **changes: Any) -> Steps[Schedule]:
     """Change a schedule in the caller's transaction.
 
     ``changes`` takes the keyword arguments of :func:`create_schedule` (except ``key`` and
@@ -394,7 +376,7 @@ def update_schedule(
     supersedes the occurrences enqueued ahead of ``now`` and recomputes the next one from
     ``now`` in the new configuration.
     """
-    return steps.on(conn, _change_steps(schedule_id, changes, now, pause=None))
+    return (yield from _change_steps(schedule_id, changes, now, pause=None))
 
 
 def _check_changes(schedule_id: Any, changes: Mapping[str, Any], now: datetime | None) -> None:
@@ -479,23 +461,19 @@ def _update_params(
     return params
 
 
-def pause(
-    conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
-) -> Schedule:
+def _pause(schedule_id: int, *, now: datetime | None = None) -> Steps[Schedule]:
     """Stop enqueueing; occurrences enqueued ahead of now are superseded."""
-    return steps.on(conn, _change_steps(schedule_id, {}, now, pause=True))
+    return (yield from _change_steps(schedule_id, {}, now, pause=True))
 
 
-def resume(
-    conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None
-) -> Schedule:
+def _resume(schedule_id: int, *, now: datetime | None = None) -> Steps[Schedule]:
     """Enqueue again from now on; the occurrences during the pause are not caught up."""
-    return steps.on(conn, _change_steps(schedule_id, {}, now, pause=False))
+    return (yield from _change_steps(schedule_id, {}, now, pause=False))
 
 
-def delete(conn: psycopg.Connection[Any], schedule_id: int, *, now: datetime | None = None) -> bool:
+def _delete(schedule_id: int, *, now: datetime | None = None) -> Steps[bool]:
     """Delete a schedule; its jobs enqueued ahead of now are superseded. False if it was gone."""
-    return steps.on(conn, _delete_steps(schedule_id, now))
+    return (yield from _delete_steps(schedule_id, now))
 
 
 def _delete_steps(schedule_id: Any, now: datetime | None) -> Steps[bool]:
@@ -523,106 +501,22 @@ def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurr
     return result
 
 
-# The same API on a psycopg AsyncConnection, in the caller's async transaction (FastAPI and
-# other asyncio services): the same steps as above, awaited.
-
-
-async def create_schedule_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    job_type: str,
-    rule: Rule | str | Mapping[str, Any],
-    zone: str,
-    payload: Mapping[str, Any] | None = None,
-    queue: str = "default",
-    key: str | None = None,
-    subject: str | int | None = None,
-    organization_id: Any = None,
-    jitter: timedelta | float = 0,
-    catch_up: CatchUp | str | None = None,
-    catch_up_grace: timedelta | float | None = None,
-    catch_up_max: int = 100,
-    quiet_hours: QuietHours | Mapping[str, Any] | None = None,
-    gap: GapPolicy | str | None = None,
-    fold: FoldPolicy | str | None = None,
-    paused: bool = False,
-    source: str = "api",
-    now: datetime | None = None,
-) -> Schedule:
-    """:func:`create_schedule` on an ``AsyncConnection``."""
-    fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
-    return await steps.on_async(conn, _create_steps(fields, now))
-
-
-async def create_schedules_async(
-    conn: psycopg.AsyncConnection[Any],
-    items: Iterable[Mapping[str, Any]],
-    *,
-    now: datetime | None = None,
-) -> list[int]:
-    """:func:`create_schedules` on an ``AsyncConnection``."""
-    rows = await steps.on_async(conn, _create_many_steps(items, now))
-    if not rows:
-        return []
-    async with conn.cursor() as cur:
-        await cur.executemany(query("schedule_insert"), rows, returning=True)
-        returned = [await cur.fetchone()]
-        while cur.nextset():
-            returned.append(await cur.fetchone())
-    return _inserted_ids(rows, returned)
-
-
-async def get_schedule_async(
-    conn: psycopg.AsyncConnection[Any],
-    schedule_id: int | None = None,
-    *,
-    key: str | None = None,
-    organization_id: Any = None,
-    for_update: bool = False,
-) -> Schedule:
-    """:func:`get_schedule` on an ``AsyncConnection``."""
-    return await steps.on_async(conn, _get_steps(schedule_id, key, organization_id, for_update))
-
-
-async def list_schedules_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    organization_id: Any = _UNSET,
-    subject: str | int | None = None,
-    source: str | None = None,
-    limit: int = 1000,
-) -> list[Schedule]:
-    """:func:`list_schedules` on an ``AsyncConnection``."""
-    return await steps.on_async(conn, _list_steps(organization_id, subject, source, limit))
-
-
-async def update_schedule_async(
-    conn: psycopg.AsyncConnection[Any],
-    schedule_id: int,
-    *,
-    now: datetime | None = None,
-    **changes: Any,
-) -> Schedule:
-    """:func:`update_schedule` on an ``AsyncConnection``."""
-    return await steps.on_async(conn, _change_steps(schedule_id, changes, now, pause=None))
-
-
-async def pause_async(
-    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
-) -> Schedule:
-    """:func:`pause` on an ``AsyncConnection``."""
-    return await steps.on_async(conn, _change_steps(schedule_id, {}, now, pause=True))
-
-
-async def resume_async(
-    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
-) -> Schedule:
-    """:func:`resume` on an ``AsyncConnection``."""
-    return await steps.on_async(conn, _change_steps(schedule_id, {}, now, pause=False))
-
-
-async def delete_async(
-    conn: psycopg.AsyncConnection[Any], schedule_id: int, *, now: datetime | None = None
-) -> bool:
-    """:func:`delete` on an ``AsyncConnection``; False if the schedule was gone."""
-    return await steps.on_async(conn, _delete_steps(schedule_id, now))
+# Each operation above is written once, as steps (jobs/steps.py); its forms on a psycopg
+# Connection and on an AsyncConnection (FastAPI and other asyncio services), in the caller's
+# transaction:
+create_schedule = sync_form(_create, "create_schedule")
+create_schedule_async = async_form(_create, "create_schedule_async", "create_schedule")
+create_schedules = sync_form(_create_many, "create_schedules")
+create_schedules_async = async_form(_create_many, "create_schedules_async", "create_schedules")
+get_schedule = sync_form(_get, "get_schedule")
+get_schedule_async = async_form(_get, "get_schedule_async", "get_schedule")
+list_schedules = sync_form(_list, "list_schedules")
+list_schedules_async = async_form(_list, "list_schedules_async", "list_schedules")
+update_schedule = sync_form(_update, "update_schedule")
+update_schedule_async = async_form(_update, "update_schedule_async", "update_schedule")
+pause = sync_form(_pause, "pause")
+pause_async = async_form(_pause, "pause_async", "pause")
+resume = sync_form(_resume, "resume")
+resume_async = async_form(_resume, "resume_async", "resume")
+delete = sync_form(_delete, "delete")
+delete_async = async_form(_delete, "delete_async", "delete")
