@@ -107,6 +107,24 @@ def _unique_steps(params: Mapping[str, Any]) -> Generator[_Statement, _Rows, Enq
     raise JobsError(f"unique key {params['unique_key']!r} kept changing hands; retry")
 
 
+def _insert_query(params: Mapping[str, Any]) -> LiteralString:
+    """The insert of a job without a unique key: ``job_enqueue_defaults`` (three parameters, no
+    ON CONFLICT) when every other field is what the table's defaults would write, as
+    ``_all_defaults`` decides for a batch; else ``job_enqueue``."""
+    if (
+        params["idempotency_key"] is None
+        and params["organization_id"] is None
+        and params["run_at"] is None
+        and params["now"] is None
+        and params["priority"] == 0
+        and params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
+        and params["concurrency_key"] is None
+        and params["trace_parent"] is None
+    ):
+        return query("job_enqueue_defaults")
+    return query("job_enqueue")
+
+
 def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
     return query("job_find_by_key" if params["organization_id"] else "job_find_by_key_no_org")
 
@@ -156,7 +174,7 @@ def enqueue(
         if params["unique_key"] is not None:
             return run(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
-            cur.execute(query("job_enqueue"), params)
+            cur.execute(_insert_query(params), params)
             row = cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=True)
@@ -202,7 +220,7 @@ async def enqueue_async(
         if params["unique_key"] is not None:
             return await run_async(cur, _unique_steps(params))
         for _ in range(_CONFLICT_ROUNDS):
-            await cur.execute(query("job_enqueue"), params)
+            await cur.execute(_insert_query(params), params)
             row = await cur.fetchone()
             if row is not None:
                 return Enqueued(id=row[0], created=True)
