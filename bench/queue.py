@@ -877,6 +877,7 @@ def _phase_latency(
 PEER_SCRIPT = _BENCH_DIR / "peer_pgqueuer.py"
 PEER_PYTHON = _BENCH_DIR.parent / ".venv-bench" / "bin" / "python"
 PEER_BULK = 1000  # jobs per bulk call on both sides
+PEER_SINGLE_ROUNDS = 10  # alternations of the one-job-per-transaction comparison
 
 
 class PeerUnavailable(RuntimeError):
@@ -962,20 +963,28 @@ def _phase_peers(
         figures["latency_p50"] = percentile(on, 50)
     # The enqueue figures alternate the two libraries in rounds (the commit-bound rates drift
     # with the machine's load within a minute): rate = all jobs / all the seconds of a side.
+    # One job per transaction takes a loop of its own, of short rounds in ABBA order (a drift
+    # within the loop hits both sides alike) with nothing between them: the bulk rounds leave
+    # the tables to autovacuum, which would land on whichever side came next.
     rounds = 4
-    single_n = max(1, args.single // rounds)
+    single_rounds = PEER_SINGLE_ROUNDS
+    single_n = max(1, args.single // single_rounds)
     bulk_n = max(1, args.many // rounds // PEER_BULK) * PEER_BULK  # whole calls on both sides
     seconds = {"single_auto": 0.0, "single": 0.0, "lib_bulk": 0.0, "raw_copy": 0.0, "bulk": 0.0}
+    for r in range(single_rounds):
+        for side in ("lib", "peer") if r % 4 in (0, 3) else ("peer", "lib"):
+            if side == "lib":
+                seconds["single_auto"] += single_n / enqueue_single_autocommit(url, single_n)
+            else:
+                reset(url, vacuum=True)
+                seconds["single"] += peer(python, url, "single", single_n)["seconds"]
     for _ in range(rounds):
-        seconds["single_auto"] += single_n / enqueue_single_autocommit(url, single_n)
-        reset(url, vacuum=True)
-        seconds["single"] += peer(python, url, "single", single_n)["seconds"]
         lib_rate, raw_rate = bench_enqueue_many(url, bulk_n, PEER_BULK)
         seconds["lib_bulk"] += bulk_n / lib_rate
         seconds["raw_copy"] += bulk_n / raw_rate
         reset(url, vacuum=True)
         seconds["bulk"] += peer(python, url, "bulk", bulk_n, PEER_BULK)["seconds"]
-    single_auto, single = (rounds * single_n / seconds[k] for k in ("single_auto", "single"))
+    single_auto, single = (single_rounds * single_n / seconds[k] for k in ("single_auto", "single"))
     lib_bulk = rounds * bulk_n / seconds["lib_bulk"]
     raw_copy = rounds * bulk_n / seconds["raw_copy"]
     bulk = rounds * bulk_n / seconds["bulk"]
@@ -1039,7 +1048,8 @@ def _phase_peers(
         f"PgQueuer {version} (asyncpg, uvloop, run as subprocesses of {python}): drain = "
         f"PgQueuer(AsyncpgDriver).run(mode=drain) with its defaults (batch 10) in 2 processes, "
         f"span {drain['span']:.2f}s, cpu {', '.join(f'{c:.2f}s' for c in drain['cpu'])}; "
-        f"enqueue = Queries.enqueue on an autocommit connection; latency p95/p99 "
+        f"enqueue = Queries.enqueue on an autocommit connection (1 job/txn: {single_rounds} "
+        f"rounds of {single_n:,} a side, ABBA); latency p95/p99 "
         f"{percentile(latency, 95):.2f}/{percentile(latency, 99):.2f} ms "
         f"({len(latency)} samples); raw COPY in the same run {fmt_rate(raw_copy)} "
         f"(batches of {PEER_BULK:,}); library drain defaults = jobs.Worker(url, handlers)"
