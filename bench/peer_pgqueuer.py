@@ -17,6 +17,10 @@ uses nothing of the project: it prints one JSON object on stdout per call.
   rate = N / (first worker started to last worker finished);
 - ``latency SAMPLES GAP_MS``: one worker process runs continuously; one job per transaction
   every ~GAP_MS ms carries ``time.time()``; latency = the handler's first line minus that.
+- ``serve``: ``single`` in blocks on one connection: reads a count per line on stdin, enqueues
+  that many jobs and answers ``{"seconds": ...}`` on a line, until stdin ends (so that
+  ``bench/queue.py`` can alternate short blocks of both libraries without a process start
+  between them);
 - ``account N``: ``single N`` without clearing the queue, counting the driver calls (statements)
   and the client's CPU, with its server backend's pid, for ``bench/enqueue_one.py`` (the
   caller reads the database's counters around it).
@@ -101,6 +105,25 @@ def _proc_cpu(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _serve(conninfo: dict[str, Any]) -> dict[str, Any]:
+    queries = await _queries(conninfo)
+    await _clear(queries)
+    for i in range(20):  # warm up: prepared statements
+        await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+    done = 0
+    # Blocking reads between blocks: nothing else runs on this loop, and none is timed.
+    for line in sys.stdin:
+        n = int(line)
+        start = time.perf_counter()
+        for i in range(done, done + n):
+            await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+        seconds = time.perf_counter() - start
+        done += n
+        print(json.dumps({"seconds": seconds}), flush=True)
+    await _clear(queries)
+    return {"jobs": done}
 
 
 async def _account(conninfo: dict[str, Any], n: int) -> dict[str, Any]:
@@ -304,6 +327,8 @@ def main(argv: list[str]) -> int:
         result = runner(_install(conninfo))
     elif command == "single":
         result = runner(_single(conninfo, int(rest[0])))
+    elif command == "serve":
+        result = runner(_serve(conninfo))
     elif command == "account":
         result = runner(_account(conninfo, int(rest[0])))
     elif command == "bulk":
