@@ -47,6 +47,31 @@ from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 _CONFLICT_ROUNDS = 5
 
 
+# Job types and queue names that passed their validator (a bounded few: an application has a
+# handful), so that the common enqueue checks them with a set lookup instead of a pattern.
+_JOB_TYPES: set[str] = set()
+_QUEUES: set[str] = set()
+_SEEN_MAX = 1024
+
+
+def _job_type(value: Any) -> str:
+    if type(value) is str and value in _JOB_TYPES:
+        return value
+    checked = validate.job_type(value)
+    if type(checked) is str and len(_JOB_TYPES) < _SEEN_MAX:
+        _JOB_TYPES.add(checked)
+    return checked
+
+
+def _queue(value: Any) -> str:
+    if type(value) is str and value in _QUEUES:
+        return value
+    checked = validate.queue_name(value)
+    if type(checked) is str and len(_QUEUES) < _SEEN_MAX:
+        _QUEUES.add(checked)
+    return checked
+
+
 def _params(
     job_type: Any,
     payload: Any,
@@ -62,6 +87,38 @@ def _params(
     concurrency_key: Any = None,
 ) -> dict[str, Any]:
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
+    if (
+        idempotency_key is None
+        and organization_id is None
+        and run_at is None
+        and now is None
+        and type(priority) is int
+        and priority == 0
+        and max_attempts is None
+        and unique_key is None
+        and concurrency_key is None
+        and type(on_active) is str
+        and on_active == "keep"
+    ):
+        # The common call (job_enqueue_defaults): every optional field at its default, which
+        # its validator would return as given; the three the caller sets are checked in the
+        # same order, a job type or queue seen valid already by a set lookup.
+        return {
+            "job_type": _job_type(job_type),
+            "payload": validate.payload(payload),
+            "queue": _queue(queue),
+            "idempotency_key": None,
+            "organization_id": None,
+            "run_at": None,
+            "priority": 0,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "now": None,
+            "trace_parent": trace_parent,
+            "trace_state": trace_state,
+            "unique_key": None,
+            "concurrency_key": None,
+            "on_active": on_active,
+        }
     params: dict[str, Any] = {
         "job_type": validate.job_type(job_type),
         "payload": validate.payload(payload),
