@@ -17,6 +17,13 @@ uses nothing of the project: it prints one JSON object on stdout per call.
   rate = N / (first worker started to last worker finished);
 - ``latency SAMPLES GAP_MS``: one worker process runs continuously; one job per transaction
   every ~GAP_MS ms carries ``time.time()``; latency = the handler's first line minus that.
+- ``serve``: ``single`` in blocks on one connection: reads a count per line on stdin, enqueues
+  that many jobs and answers ``{"seconds": ...}`` on a line, until stdin ends (so that
+  ``bench/queue.py`` can alternate short blocks of both libraries without a process start
+  between them);
+- ``account N``: ``single N`` without clearing the queue, counting the driver calls (statements)
+  and the client's CPU, with its server backend's pid, for ``bench/enqueue_one.py`` (the
+  caller reads the database's counters around it).
 
 The connection is given as a JSON object of asyncpg ``connect`` keywords.
 """
@@ -35,6 +42,7 @@ import asyncio  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -87,6 +95,66 @@ async def _single(conninfo: dict[str, Any], n: int) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     await _clear(queries)
     return {"rate": n / seconds, "seconds": seconds}
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of a local process (the server backend), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _serve(conninfo: dict[str, Any]) -> dict[str, Any]:
+    queries = await _queries(conninfo)
+    await _clear(queries)
+    for i in range(20):  # warm up: prepared statements
+        await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+    done = 0
+    # Blocking reads between blocks: nothing else runs on this loop, and none is timed.
+    for line in sys.stdin:
+        n = int(line)
+        start = time.perf_counter()
+        for i in range(done, done + n):
+            await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+        seconds = time.perf_counter() - start
+        done += n
+        print(json.dumps({"seconds": seconds}), flush=True)
+    await _clear(queries)
+    return {"jobs": done}
+
+
+async def _account(conninfo: dict[str, Any], n: int) -> dict[str, Any]:
+    queries = await _queries(conninfo)
+    for i in range(20):  # warm up: prepared statements, as in _single
+        await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+    driver = queries.driver
+    calls = 0
+    fetch, execute = driver.fetch, driver.execute
+
+    async def counted_fetch(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await fetch(*args)
+
+    async def counted_execute(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await execute(*args)
+
+    driver.fetch, driver.execute = counted_fetch, counted_execute
+    pid = (await driver.fetch("SELECT pg_backend_pid() AS pid"))[0]["pid"]
+    calls = 0
+    server0 = _proc_cpu(pid)
+    cpu0, start = time.process_time(), time.perf_counter()
+    for i in range(n):
+        await queries.enqueue(ENTRYPOINT, b'{"i": %d}' % i, 0)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    server1 = _proc_cpu(pid)
+    server = None if server0 is None or server1 is None else server1 - server0
+    return {"seconds": seconds, "cpu": cpu, "server_cpu": server, "statements": calls}
 
 
 async def _bulk(conninfo: dict[str, Any], n: int, batch: int) -> dict[str, Any]:
@@ -259,6 +327,10 @@ def main(argv: list[str]) -> int:
         result = runner(_install(conninfo))
     elif command == "single":
         result = runner(_single(conninfo, int(rest[0])))
+    elif command == "serve":
+        result = runner(_serve(conninfo))
+    elif command == "account":
+        result = runner(_account(conninfo, int(rest[0])))
     elif command == "bulk":
         result = runner(_bulk(conninfo, int(rest[0]), int(rest[1])))
     elif command == "drain":

@@ -173,20 +173,28 @@ def enqueue_single_library(conn: psycopg.Connection[Any], n: int, base: int) -> 
     return time.perf_counter() - start
 
 
-def enqueue_single_autocommit(url: str, n: int) -> float:
+@contextmanager
+def enqueue_single_autocommit(url: str) -> Iterator[Callable[[int], float]]:
     """``jobs.enqueue`` on an autocommit connection, one job per statement (each its own
     transaction): the shape of PgQueuer's ``Queries.enqueue`` in bench/peer_pgqueuer.py, one
-    round trip a job. The explicit ``enqueue`` + ``commit()`` of :func:`enqueue_single_library`
+    round trip a job. Yields ``run(n)``: the seconds of ``n`` more enqueues on the one
+    connection. The explicit ``enqueue`` + ``commit()`` of :func:`enqueue_single_library`
     pays psycopg's ``BEGIN`` and the ``COMMIT`` as round trips of their own."""
     reset(url, vacuum=True)
     with psycopg.connect(url, autocommit=True) as conn:
         for i in range(20):  # warm up: prepared statements, as the peer's harness does
             jobs.enqueue(conn, "noop", {"i": i})
-        start = time.perf_counter()
-        for i in range(n):
-            jobs.enqueue(conn, "noop", {"i": i})
-        seconds = time.perf_counter() - start
-    return n / seconds
+        done = 0
+
+        def run(n: int) -> float:
+            nonlocal done
+            start = time.perf_counter()
+            for i in range(done, done + n):
+                jobs.enqueue(conn, "noop", {"i": i})
+            done += n
+            return time.perf_counter() - start
+
+        yield run
 
 
 def enqueue_single_raw(conn: psycopg.Connection[Any], n: int, base: int) -> float:
@@ -877,6 +885,7 @@ def _phase_latency(
 PEER_SCRIPT = _BENCH_DIR / "peer_pgqueuer.py"
 PEER_PYTHON = _BENCH_DIR.parent / ".venv-bench" / "bin" / "python"
 PEER_BULK = 1000  # jobs per bulk call on both sides
+PEER_SINGLE_ROUNDS = 30  # alternated blocks of the one-job-per-transaction comparison
 
 
 class PeerUnavailable(RuntimeError):
@@ -912,6 +921,35 @@ def peer(python: Path, url: str, command: str, *args: object, timeout: float = 1
     if done.returncode != 0:
         raise RuntimeError(f"PgQueuer {command} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def peer_session(python: Path, url: str, command: str) -> Iterator[Callable[[int], float]]:
+    """A long-lived ``bench/peer_pgqueuer.py serve``: yields ``run(n)``, the seconds of ``n``
+    more jobs on the peer's one connection (no process start between blocks)."""
+    proc = subprocess.Popen(
+        [str(python), str(PEER_SCRIPT), command, json.dumps(asyncpg_conninfo(url))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def run(n: int) -> float:
+        stdin.write(f"{n}\n")
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"PgQueuer {command} ended early (exit {proc.wait(60)})")
+        return float(json.loads(line)["seconds"])
+
+    try:
+        yield run
+    finally:
+        stdin.close()
+        stdout.read()
+        proc.wait(timeout=120)
 
 
 def peer_python(path: str) -> Path:
@@ -962,20 +1000,32 @@ def _phase_peers(
         figures["latency_p50"] = percentile(on, 50)
     # The enqueue figures alternate the two libraries in rounds (the commit-bound rates drift
     # with the machine's load within a minute): rate = all jobs / all the seconds of a side.
+    # One job per transaction takes a loop of its own: short blocks (100 jobs, ~30 ms) in ABBA
+    # order on one connection a side (PgQueuer's a long-lived subprocess), so that the load of
+    # a shared machine, which comes and goes in seconds, hits both sides alike; nothing runs
+    # between them (the bulk rounds leave work to autovacuum).
     rounds = 4
-    single_n = max(1, args.single // rounds)
+    single_rounds = PEER_SINGLE_ROUNDS
+    single_n = max(1, args.single // single_rounds)
     bulk_n = max(1, args.many // rounds // PEER_BULK) * PEER_BULK  # whole calls on both sides
     seconds = {"single_auto": 0.0, "single": 0.0, "lib_bulk": 0.0, "raw_copy": 0.0, "bulk": 0.0}
+    with (
+        enqueue_single_autocommit(url) as lib_single,
+        peer_session(python, url, "serve") as peer_single,
+    ):
+        for r in range(single_rounds):
+            for side in ("lib", "peer") if r % 4 in (0, 3) else ("peer", "lib"):
+                if side == "lib":
+                    seconds["single_auto"] += lib_single(single_n)
+                else:
+                    seconds["single"] += peer_single(single_n)
     for _ in range(rounds):
-        seconds["single_auto"] += single_n / enqueue_single_autocommit(url, single_n)
-        reset(url, vacuum=True)
-        seconds["single"] += peer(python, url, "single", single_n)["seconds"]
         lib_rate, raw_rate = bench_enqueue_many(url, bulk_n, PEER_BULK)
         seconds["lib_bulk"] += bulk_n / lib_rate
         seconds["raw_copy"] += bulk_n / raw_rate
         reset(url, vacuum=True)
         seconds["bulk"] += peer(python, url, "bulk", bulk_n, PEER_BULK)["seconds"]
-    single_auto, single = (rounds * single_n / seconds[k] for k in ("single_auto", "single"))
+    single_auto, single = (single_rounds * single_n / seconds[k] for k in ("single_auto", "single"))
     lib_bulk = rounds * bulk_n / seconds["lib_bulk"]
     raw_copy = rounds * bulk_n / seconds["raw_copy"]
     bulk = rounds * bulk_n / seconds["bulk"]
@@ -1039,7 +1089,8 @@ def _phase_peers(
         f"PgQueuer {version} (asyncpg, uvloop, run as subprocesses of {python}): drain = "
         f"PgQueuer(AsyncpgDriver).run(mode=drain) with its defaults (batch 10) in 2 processes, "
         f"span {drain['span']:.2f}s, cpu {', '.join(f'{c:.2f}s' for c in drain['cpu'])}; "
-        f"enqueue = Queries.enqueue on an autocommit connection; latency p95/p99 "
+        f"enqueue = Queries.enqueue on an autocommit connection (1 job/txn: {single_rounds} "
+        f"blocks of {single_n:,} a side, ABBA); latency p95/p99 "
         f"{percentile(latency, 95):.2f}/{percentile(latency, 99):.2f} ms "
         f"({len(latency)} samples); raw COPY in the same run {fmt_rate(raw_copy)} "
         f"(batches of {PEER_BULK:,}); library drain defaults = jobs.Worker(url, handlers)"

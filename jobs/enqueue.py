@@ -49,7 +49,7 @@ from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
-from jobs.steps import Copy, Savepoint, Steps, on, on_async, one
+from jobs.steps import Copy, Savepoint, Steps, async_form, on, on_async, one, sync_form
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
@@ -164,6 +164,31 @@ def _or_none(values: list[Any] | None, n: int) -> list[Any]:
     return [None] * n if values is None else values
 
 
+# Job types and queue names that passed their validator (a bounded few: an application has a
+# handful), so that the common enqueue checks them with a set lookup instead of a pattern.
+_JOB_TYPES: set[str] = set()
+_QUEUES: set[str] = set()
+_SEEN_MAX = 1024
+
+
+def _job_type(value: Any) -> str:
+    if type(value) is str and value in _JOB_TYPES:
+        return value
+    checked = validate.job_type(value)
+    if type(checked) is str and len(_JOB_TYPES) < _SEEN_MAX:
+        _JOB_TYPES.add(checked)
+    return checked
+
+
+def _queue(value: Any) -> str:
+    if type(value) is str and value in _QUEUES:
+        return value
+    checked = validate.queue_name(value)
+    if type(checked) is str and len(_QUEUES) < _SEEN_MAX:
+        _QUEUES.add(checked)
+    return checked
+
+
 def _params(
     job_type: Any,
     payload: Any,
@@ -179,6 +204,38 @@ def _params(
     concurrency_key: Any = None,
 ) -> dict[str, Any]:
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
+    if (
+        idempotency_key is None
+        and organization_id is None
+        and run_at is None
+        and now is None
+        and type(priority) is int
+        and priority == 0
+        and max_attempts is None
+        and unique_key is None
+        and concurrency_key is None
+        and type(on_active) is str
+        and on_active == "keep"
+    ):
+        # The common call (job_enqueue_defaults): every optional field at its default, which
+        # its validator would return as given; the three the caller sets are checked in the
+        # same order, a job type or queue seen valid already by a set lookup.
+        return {
+            "job_type": _job_type(job_type),
+            "payload": validate.payload({} if payload is None else payload),
+            "queue": _queue(queue),
+            "idempotency_key": None,
+            "organization_id": None,
+            "run_at": None,
+            "priority": 0,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "now": None,
+            "trace_parent": trace_parent,
+            "trace_state": trace_state,
+            "unique_key": None,
+            "concurrency_key": None,
+            "on_active": on_active,
+        }
     params: dict[str, Any] = {
         "job_type": validate.job_type(job_type),
         "payload": validate.payload({} if payload is None else payload),
@@ -205,7 +262,7 @@ def _enqueue_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
     if params["unique_key"] is not None:
         return (yield from _unique_steps(params))
     for _ in range(_CONFLICT_ROUNDS):
-        rows = yield query("job_enqueue"), params
+        rows = yield _insert_query(params), params
         if rows:
             return Enqueued(id=rows[0][0], created=True)
         rows = yield _lookup_query(params), params
@@ -238,8 +295,25 @@ def _unique_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
     raise JobsError(f"unique key {params['unique_key']!r} kept changing hands; retry")
 
 
-def enqueue(
-    conn: psycopg.Connection[Any],
+def _insert_query(params: Mapping[str, Any]) -> LiteralString:
+    """The insert of a job without a unique key: ``job_enqueue_defaults`` (three parameters, no
+    ON CONFLICT) when every other field is what the table's defaults would write, as
+    ``_all_defaults`` decides for a batch; else ``job_enqueue``."""
+    if (
+        params["idempotency_key"] is None
+        and params["organization_id"] is None
+        and params["run_at"] is None
+        and params["now"] is None
+        and params["priority"] == 0
+        and params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
+        and params["concurrency_key"] is None
+        and params["trace_parent"] is None
+    ):
+        return query("job_enqueue_defaults")
+    return query("job_enqueue")
+
+
+def _enqueue(
     job_type: str,
     payload: Any = None,
     *,
@@ -253,7 +327,7 @@ def enqueue(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
     on_active: OnActive = "keep",
-) -> Enqueued:
+) -> Steps[Enqueued]:
     """Insert a job in the caller's transaction and return its id.
 
     ``payload`` is any JSON-serialisable value (``None`` means ``{}``). ``run_at`` (aware) delays
@@ -269,31 +343,11 @@ def enqueue(
         job_type, payload, queue, idempotency_key, organization_id, run_at, priority,
         max_attempts, now, unique_key, on_active, concurrency_key,
     )  # fmt: skip
-    return on(conn, _enqueue_steps(params))
+    return (yield from _enqueue_steps(params))
 
 
-async def enqueue_async(
-    conn: psycopg.AsyncConnection[Any],
-    job_type: str,
-    payload: Any = None,
-    *,
-    queue: str = "default",
-    idempotency_key: str | None = None,
-    organization_id: Any = None,
-    run_at: datetime | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-    now: datetime | None = None,
-    concurrency_key: str | None = None,
-    unique_key: str | None = None,
-    on_active: OnActive = "keep",
-) -> Enqueued:
-    """:func:`enqueue` on an ``AsyncConnection``; the same rules apply."""
-    params = _params(
-        job_type, payload, queue, idempotency_key, organization_id, run_at, priority,
-        max_attempts, now, unique_key, on_active, concurrency_key,
-    )  # fmt: skip
-    return await on_async(conn, _enqueue_steps(params))
+enqueue = sync_form(_enqueue, "enqueue")
+enqueue_async = async_form(_enqueue, "enqueue_async", "enqueue")
 
 
 def enqueue_many(

@@ -26,6 +26,22 @@ SELECT id,
             THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
 FROM ins;
 
+-- name: job_enqueue_defaults
+-- job_enqueue for the common call (jobs/enqueue.py, _insert_query): no idempotency key, no
+-- organization, run_at or pinned clock, priority 0, the default max_attempts, no concurrency
+-- key, no trace. The table's defaults fill those columns as job_enqueue would (run_at and
+-- created_at: now() of this transaction), so three parameters are sent instead of twelve. No ON
+-- CONFLICT: without a key no arbiter index can conflict, and an insert with one is a speculative
+-- insertion (a lock on the inserting transaction's token and a second WAL record, the confirm)
+-- even for a row outside the arbiter's predicate. Ready now by construction: always wakes.
+WITH ins AS (
+    INSERT INTO jobs (queue, job_type, payload)
+    VALUES (%(queue)s, %(job_type)s, %(payload)s::jsonb)
+    RETURNING id, queue
+)
+SELECT id, pg_notify('tockwork_jobs', queue) IS NOT NULL AS notified
+FROM ins;
+
 -- name: job_find_by_key
 SELECT id FROM jobs
 WHERE organization_id = %(organization_id)s::uuid

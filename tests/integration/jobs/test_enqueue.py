@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,8 @@ import pytest
 
 import jobs
 from jobs import JobSpec
+from jobs.queries import query as jobs_query
+from jobs.validate import DEFAULT_MAX_ATTEMPTS
 
 T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 
@@ -186,6 +189,36 @@ def test_one_notification_per_queue_per_transaction(db_url: str) -> None:
             jobs.enqueue(c, "later", queue="gamma", run_at=datetime(2099, 1, 1, tzinfo=UTC))
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
     assert sorted(notes) == ["alpha", "beta"]
+
+
+def test_a_job_with_every_default_is_the_row_the_general_insert_writes(db_url: str) -> None:
+    """The common call takes job_enqueue_defaults (three parameters, the table's defaults): its
+    row is the one job_enqueue writes for the same call, and it wakes the queue."""
+    columns = (
+        "organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,"
+        " attempts, max_attempts, created_at, concurrency_key, trace_parent, trace_state,"
+        " unique_key, run_at = now() AND created_at = now()"
+    )
+    enqueue_module = importlib.import_module("jobs.enqueue")
+    params = enqueue_module._params(
+        "send", {"n": 1}, "mail", None, None, None, 0, None, None, None, "keep", None
+    )
+    assert enqueue_module._insert_query(params) == jobs_query("job_enqueue_defaults")
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN tockwork_jobs")
+        with psycopg.connect(db_url) as c, c.transaction():
+            fast = jobs.enqueue(c, "send", {"n": 1}, queue="mail")
+            general = c.execute(jobs_query("job_enqueue"), params).fetchone()
+            assert general is not None
+            rows = [
+                c.execute(f"SELECT {columns} FROM jobs WHERE id = %s", (i,)).fetchone()  # noqa: S608
+                for i in (fast.id, general[0])
+            ]
+        notes = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert fast.created
+    assert rows[0] == rows[1]
+    assert rows[0] is not None and rows[0][-1] is True and rows[0][9] == DEFAULT_MAX_ATTEMPTS
+    assert notes == ["mail"]
 
 
 def test_enqueue_many_wakes_each_ready_queue_once_the_rows_are_visible(db_url: str) -> None:

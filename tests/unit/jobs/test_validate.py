@@ -4,10 +4,13 @@ Invariant: ``validate.payload`` accepts exactly what ``json.dumps(allow_nan=Fals
 refuses the rest with the same message, and its text decodes to the same JSON value; except
 what PostgreSQL cannot store or the standard library would change silently, which is refused:
 the NUL character, lone surrogates, and object keys that are not strings.
+
+Also: the short path of the common ``jobs.enqueue`` call validates as every validator would.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import uuid
 from collections import OrderedDict
@@ -138,3 +141,57 @@ def test_a_backslash_before_u0000_is_text_not_a_nul() -> None:
     assert json.loads(validate.payload({"a": "\\u0000"})) == {"a": "\\u0000"}
     with pytest.raises(InvalidJob, match="NUL"):
         validate.payload({"a": "\\\x00"})
+
+
+def _general_params(job_type: Any, payload: Any, queue: Any) -> dict[str, Any]:
+    """What ``jobs.enqueue``'s validation made of a call with every optional field at its
+    default before the common call had a path of its own: each validator, in order."""
+    return {
+        "job_type": validate.job_type(job_type),
+        "payload": validate.payload(payload),
+        "queue": validate.queue_name(queue),
+        "idempotency_key": validate.idempotency_key(None),
+        "organization_id": validate.organization_id(None),
+        "run_at": validate.aware(None, "run_at"),
+        "priority": validate.priority(0),
+        "max_attempts": validate.max_attempts(None),
+        "now": validate.aware(None, "now"),
+        "trace_parent": None,
+        "trace_state": None,
+        "unique_key": validate.unique_key(None),
+        "concurrency_key": validate.concurrency_key(None),
+        "on_active": validate.on_active("keep", None),
+    }
+
+
+def test_the_common_enqueue_validates_as_every_validator_would() -> None:
+    """``_params`` takes a short path for the common call (job type, payload, queue, nothing
+    else) and remembers the job types and queues it saw valid: the same values come out, and
+    bad ones raise the same errors, before and after a valid one was remembered."""
+    enqueue_module = importlib.import_module("jobs.enqueue")
+
+    def fast(job_type: Any, payload: Any, queue: Any) -> dict[str, Any]:
+        return dict(
+            enqueue_module._params(
+                job_type, payload, queue, None, None, None, 0, None, None, None, "keep", None
+            )
+        )
+
+    for _ in range(2):  # first seen, then remembered
+        assert fast("send", {"n": 1}, "mail") == _general_params("send", {"n": 1}, "mail")
+    cases: list[tuple[Any, Any, Any]] = [
+        ("", {}, "mail"),
+        (" send", {}, "mail"),
+        ("send", {1: "a"}, "mail"),
+        ("send", {}, "Mail"),
+        ("send", {}, "mail\n"),
+        (7, {}, "mail"),
+        ("send", {}, None),
+        ("", {1: "a"}, "Mail"),  # several bad fields: the first in the validators' order
+    ]
+    for job_type, payload, queue in cases:
+        with pytest.raises(InvalidJob) as expected:
+            _general_params(job_type, payload, queue)
+        with pytest.raises(InvalidJob) as got:
+            fast(job_type, payload, queue)
+        assert (got.value.field, got.value.reason) == (expected.value.field, expected.value.reason)
