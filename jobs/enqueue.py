@@ -33,7 +33,7 @@ A batch travels as a :class:`JobColumns`: validated jobs as parallel lists, one 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import repeat
@@ -171,21 +171,13 @@ _QUEUES: set[str] = set()
 _SEEN_MAX = 1024
 
 
-def _job_type(value: Any) -> str:
-    if type(value) is str and value in _JOB_TYPES:
+def _seen(value: Any, seen: set[str], check: Callable[[Any], str]) -> str:
+    """``value`` checked by ``check``, by a set lookup once it passed (``seen``, bounded)."""
+    if type(value) is str and value in seen:
         return value
-    checked = validate.job_type(value)
-    if type(checked) is str and len(_JOB_TYPES) < _SEEN_MAX:
-        _JOB_TYPES.add(checked)
-    return checked
-
-
-def _queue(value: Any) -> str:
-    if type(value) is str and value in _QUEUES:
-        return value
-    checked = validate.queue_name(value)
-    if type(checked) is str and len(_QUEUES) < _SEEN_MAX:
-        _QUEUES.add(checked)
+    checked = check(value)
+    if type(checked) is str and len(seen) < _SEEN_MAX:
+        seen.add(checked)
     return checked
 
 
@@ -221,9 +213,9 @@ def _params(
         # its validator would return as given; the three the caller sets are checked in the
         # same order, a job type or queue seen valid already by a set lookup.
         return {
-            "job_type": _job_type(job_type),
+            "job_type": _seen(job_type, _JOB_TYPES, validate.job_type),
             "payload": validate.payload({} if payload is None else payload),
-            "queue": _queue(queue),
+            "queue": _seen(queue, _QUEUES, validate.queue_name),
             "idempotency_key": None,
             "organization_id": None,
             "run_at": None,

@@ -3,22 +3,27 @@
 -- Every time predicate takes %(now)s and falls back to the database clock, so production has one
 -- clock (the database's) and tests pin it.
 
--- name: job_enqueue
--- Insert one job; on an idempotency conflict insert nothing and return no row (the caller then
--- looks the existing job up). Wakes the queue's workers only when the job is ready now; NOTIFY
--- payloads are de-duplicated by PostgreSQL within a transaction, so a transaction that enqueues
--- many jobs on one queue sends one notification.
+-- template: job_enqueue (unique)
+-- variant: job_enqueue
+-- variant: job_enqueue_unique   unique
+-- Insert one job; on a conflict of its key insert nothing and return no row (the caller then
+-- looks the holder up, or replaces it). job_enqueue: a job with an idempotency key, or none.
+-- job_enqueue_unique: a job with a unique key (jobs_unique_active_uq), whose conflict is with
+-- an active job (pending, retrying or leased; one a concurrent transaction is inserting is
+-- waited for). A job has one kind of key or the other, never both (jobs/validate.py), so one
+-- arbiter applies. Wakes the queue's workers only when the job is ready now; NOTIFY payloads
+-- are de-duplicated by PostgreSQL within a transaction, so a transaction that enqueues many
+-- jobs on one queue sends one notification.
 WITH ins AS (
-    INSERT INTO jobs (organization_id, queue, job_type, payload, idempotency_key, priority,
+    INSERT INTO jobs (organization_id, queue, job_type, payload, {{job_key_column}}, priority,
                       run_at, max_attempts, created_at, trace_parent, trace_state,
                       concurrency_key)
     VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
-            %(idempotency_key)s::text, %(priority)s,
+            %({{job_key_column}})s::text, %(priority)s,
             coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
             coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text,
             %(concurrency_key)s::text)
-    ON CONFLICT (organization_id, job_type, idempotency_key)
-        WHERE idempotency_key IS NOT NULL DO NOTHING
+    {{job_key_arbiter}}
     RETURNING id, run_at
 )
 SELECT id,
@@ -102,30 +107,6 @@ FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(idempotency_k
 JOIN jobs AS j
   ON j.organization_id IS NOT DISTINCT FROM k.organization_id
  AND j.job_type = k.job_type AND j.idempotency_key = k.idempotency_key;
-
--- name: job_enqueue_unique
--- Insert one job with a unique key (jobs_unique_active_uq): on a conflict with an active job
--- (pending, retrying or leased; one a concurrent transaction is inserting is waited for)
--- insert nothing and return no row; the caller then replaces or looks up the holder. A job has
--- a unique key or an idempotency key, never both (jobs/validate.py), so this index is the only
--- arbiter it can hit.
-WITH ins AS (
-    INSERT INTO jobs (organization_id, queue, job_type, payload, unique_key, priority, run_at,
-                      max_attempts, created_at, trace_parent, trace_state, concurrency_key)
-    VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
-            %(unique_key)s::text, %(priority)s,
-            coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
-            coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text,
-            %(concurrency_key)s::text)
-    ON CONFLICT (job_type, unique_key, organization_id)
-        WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased')
-        DO NOTHING
-    RETURNING id, run_at
-)
-SELECT id,
-       CASE WHEN run_at <= coalesce(%(now)s::timestamptz, now())
-            THEN pg_notify('tockwork_jobs', %(queue)s) END IS NOT NULL AS notified
-FROM ins;
 
 -- name: job_replace_by_unique_key
 -- on_active='replace': the waiting (pending or retrying) job holding the unique key takes the
