@@ -6,8 +6,9 @@ application calls is in ``jobs.__all__`` (and in the public modules listed there
 building blocks the scheduler's services and CLI are made of: enqueue without validation (input
 checked earlier), the input validators, the one loader of named SQL, the logging set-up, the
 connection settings the CLI reads, the drivers of operations written as steps (and the
-supersede of jobs as a step), the fields of a service's config (to build the CLI's
-options from), the migration check, and the names of services and spans.
+supersede of jobs as a step), the fields of a service's config (to build the CLI's options
+from) and what declares one (``setting``, ``merged``), the migration check, and the names of
+services and spans.
 ``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
 and this module, that every name here is one ``scheduler`` uses (and none is also public), and
 that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
@@ -15,6 +16,7 @@ that ``jobs``, ``timezones`` and the examples do not import it (tests and benche
 
 from jobs import logs, queries, steps, validate
 from jobs.admin import supersede_steps
+from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
 from jobs.enqueue import JobColumns, enqueue_columns
@@ -31,19 +33,23 @@ __all__ = [
     "LISTEN_URL_ENV",
     "POOLERS",
     "POOLER_ENV",
+    "UNSET",
     "JobColumns",
     "Many",
     "Pooler",
     "Steps",
+    "Unset",
     "async_form",
     "config_settings",
     "default_name",
     "enqueue_columns",
     "listen_url",
     "logs",
+    "merged",
     "pending_migrations",
     "queries",
     "service_span",
+    "setting",
     "steps",
     "supersede_steps",
     "sync_form",

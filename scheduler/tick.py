@@ -48,10 +48,14 @@ from psycopg.types.string import TextLoader
 from jobs import Reconnect, Service
 from jobs.internal import (
     DEFAULT_MAX_ATTEMPTS,
+    UNSET,
     JobColumns,
+    Unset,
     default_name,
     enqueue_columns,
+    merged,
     service_span,
+    setting,
 )
 from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
@@ -177,6 +181,60 @@ class _Advance:
         }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """A scheduler replica's settings, each with its default, bounds and help
+    (:mod:`jobs.config`).
+
+    ``Scheduler(conninfo, config=SchedulerConfig(...))``; the scheduler's keyword arguments of
+    the same names override single fields. ``tockwork scheduler`` builds its options from these
+    fields.
+    """
+
+    lookahead: timedelta = setting(
+        timedelta(seconds=60),
+        help="enqueue occurrences this many seconds ahead",
+        flag="--lookahead",
+        metavar="SECONDS",
+    )
+    max_lookahead: timedelta = setting(
+        DEFAULT_MAX_LOOKAHEAD,
+        help="how far ahead the lookahead may grow when a herd is due (seconds; at most "
+        "--lookahead turns it off)",
+        flag="--max-lookahead",
+        metavar="SECONDS",
+    )
+    # The CLI's bound is its largest count (scheduler/cli/common.py, MAX_COUNT: 100,000).
+    batch_size: int = setting(
+        DEFAULT_BATCH_SIZE,
+        help="schedules planned per tick transaction (1 to 100,000)",
+        flag="--batch-size",
+        minimum=1,
+        metavar="N",
+    )
+    interval: timedelta = setting(
+        timedelta(seconds=1),
+        help="seconds between ticks when idle (above 0)",
+        flag="--interval",
+        positive=True,
+        metavar="SECONDS",
+    )
+    tick_rate: float | None = setting(
+        None,
+        help="occurrences a second this replica assumes when it sizes the adaptive lookahead "
+        "(None: measured)",
+    )
+
+    def __post_init__(self) -> None:
+        batch_size, tick_rate = self.batch_size, self.tick_rate
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidSchedule("batch_size", batch_size, "must be >= 1")
+        if self.lookahead < timedelta(0):
+            raise InvalidSchedule("lookahead", self.lookahead, "must not be negative")
+        if tick_rate is not None and not tick_rate > 0:
+            raise InvalidSchedule("tick_rate", tick_rate, "must be a positive number")
+
+
 class Scheduler(Service[TickResult]):
     """One scheduler replica. Run as many as you like.
 
@@ -195,23 +253,28 @@ class Scheduler(Service[TickResult]):
         self,
         conninfo: str,
         *,
+        config: SchedulerConfig | None = None,
         clock: Clock | None = None,
-        lookahead: timedelta = timedelta(seconds=60),
-        max_lookahead: timedelta = DEFAULT_MAX_LOOKAHEAD,
-        tick_rate: float | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        interval: timedelta = timedelta(seconds=1),
+        lookahead: timedelta | Unset = UNSET,
+        max_lookahead: timedelta | Unset = UNSET,
+        tick_rate: float | Unset | None = UNSET,
+        batch_size: int | Unset = UNSET,
+        interval: timedelta | Unset = UNSET,
         connect_kwargs: dict[str, Any] | None = None,
         metrics: Metrics | None = None,
         name: str | None = None,
         reconnect: Reconnect | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise InvalidSchedule("batch_size", batch_size, "must be >= 1")
-        if lookahead < timedelta(0):
-            raise InvalidSchedule("lookahead", lookahead, "must not be negative")
-        if tick_rate is not None and not tick_rate > 0:
-            raise InvalidSchedule("tick_rate", tick_rate, "must be a positive number")
+        config = merged(
+            config,
+            SchedulerConfig,
+            lookahead=lookahead,
+            max_lookahead=max_lookahead,
+            tick_rate=tick_rate,
+            batch_size=batch_size,
+            interval=interval,
+        )
+        self.config = config
         super().__init__(
             conninfo,
             kind="scheduler",
@@ -222,15 +285,16 @@ class Scheduler(Service[TickResult]):
             autocommit=False,
             reconnect=reconnect,
         )
-        self.lookahead = lookahead
-        self.max_lookahead = max_lookahead
-        self.fixed_rate = tick_rate
-        self.rate = tick_rate or INITIAL_RATE  # occurrences/s of this replica, over full batches
-        self.effective_lookahead = lookahead
+        self.lookahead = config.lookahead
+        self.max_lookahead = config.max_lookahead
+        self.fixed_rate = config.tick_rate
+        # occurrences/s of this replica, over full batches
+        self.rate = config.tick_rate or INITIAL_RATE
+        self.effective_lookahead = config.lookahead
         self._probed_at: datetime | None = None
         self._reach: datetime | None = None  # the furthest horizon an extension has set
-        self.batch_size = batch_size
-        self.interval = interval
+        self.batch_size = config.batch_size
+        self.interval = config.interval
         self.metrics = metrics or Metrics.for_registry()
         self.tzdb = tzdb_version()
         self.totals = TickResult()

@@ -16,6 +16,8 @@ from scheduler.cli.common import (
     MAX_COUNT,
     InputError,
     SubParsers,
+    config_args,
+    config_from_args,
     connect,
     connect_kwargs,
     database_arg,
@@ -25,7 +27,6 @@ from scheduler.cli.common import (
     metrics_args,
     positive_int,
     resolve_url,
-    seconds,
     text,
 )
 from scheduler.definitions import load_file, load_limits, sync
@@ -33,7 +34,7 @@ from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
-from scheduler.tick import DEFAULT_MAX_LOOKAHEAD, Scheduler
+from scheduler.tick import Scheduler, SchedulerConfig
 from timezones import SystemClock
 from timezones.errors import shown
 
@@ -62,13 +63,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
                 f"deleted {len(result.deleted)}, unchanged {len(result.unchanged)}"
             )
     replica = Scheduler(
-        url,
-        lookahead=args.lookahead,
-        max_lookahead=args.max_lookahead,
-        batch_size=args.batch_size,
-        interval=args.interval,
-        connect_kwargs=kwargs,
-        name=args.name,
+        url, config=config_from_args(SchedulerConfig, args), connect_kwargs=kwargs, name=args.name
     )
     server = None
     if args.metrics_port is not None:
@@ -210,35 +205,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "occurrence once (replicas coordinate through the database; run as many as you like).",
     )
     database_arg(p, production=True)
-    p.add_argument(
-        "--lookahead",
-        type=seconds("--lookahead"),
-        default="60",
-        metavar="SECONDS",
-        help="enqueue occurrences this many seconds ahead",
-    )
-    p.add_argument(
-        "--max-lookahead",
-        type=seconds("--max-lookahead"),
-        default=str(int(DEFAULT_MAX_LOOKAHEAD.total_seconds())),
-        metavar="SECONDS",
-        help="how far ahead the lookahead may grow when a herd is due (seconds; at most "
-        "--lookahead turns it off)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=positive_int("--batch-size", MAX_COUNT),
-        default=2000,
-        metavar="N",
-        help=f"schedules planned per tick transaction (1 to {MAX_COUNT:,})",
-    )
-    p.add_argument(
-        "--interval",
-        type=seconds("--interval", positive=True),
-        default="1",
-        metavar="SECONDS",
-        help="seconds between ticks when idle (above 0)",
-    )
+    config_args(p, SchedulerConfig, "lookahead", "max_lookahead", "batch_size", "interval")
     p.add_argument(
         "--name", type=text("--name"), help="this replica's name in logs (default: host:pid:n)"
     )
