@@ -22,7 +22,7 @@ from scheduler.schedules import (
     update_schedule_async,
 )
 from scheduler.spec import ScheduleSpec
-from scheduler.tick import Scheduler
+from scheduler.tick import Scheduler, SchedulerConfig
 from timezones.errors import InvalidInput, TockworkError
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "ScheduleNotFound",
     "ScheduleSpec",
     "Scheduler",
+    "SchedulerConfig",
     "SchedulerError",
     "TickResult",
     "TockworkError",
