@@ -883,29 +883,25 @@ WHERE status IN ('pending', 'retrying', 'leased', 'dead')
 GROUP BY queue
 ORDER BY queue;
 
--- name: job_supersede_by_keys
+-- fragment: job_supersede_organization if not no_org
+organization_id = %(organization_id)s::uuid
+
+-- fragment: job_supersede_organization if no_org
+organization_id IS NULL
+
+-- template: job_supersede_by_keys (no_org)
+-- variant: job_supersede_by_keys
+-- variant: job_supersede_by_keys_no_org   no_org
 -- Cancel the waiting jobs that hold these idempotency keys and free the keys (renamed with a
 -- suffix), so a replacement can be enqueued under the same key. Running jobs are left alone.
+-- The organization is a plain equality (an index probe), or IS NULL for the jobs of none.
 UPDATE jobs
 SET status = 'cancelled',
     idempotency_key = idempotency_key || %(suffix)s,
     last_error_code = %(reason)s,
     last_error_summary = %(summary)s,
     completed_at = coalesce(%(now)s::timestamptz, now())
-WHERE organization_id = %(organization_id)s::uuid
-  AND job_type = %(job_type)s
-  AND idempotency_key = ANY(%(keys)b::text[])
-  AND status IN ('pending', 'retrying')
-RETURNING id, idempotency_key;
-
--- name: job_supersede_by_keys_no_org
-UPDATE jobs
-SET status = 'cancelled',
-    idempotency_key = idempotency_key || %(suffix)s,
-    last_error_code = %(reason)s,
-    last_error_summary = %(summary)s,
-    completed_at = coalesce(%(now)s::timestamptz, now())
-WHERE organization_id IS NULL
+WHERE {{job_supersede_organization}}
   AND job_type = %(job_type)s
   AND idempotency_key = ANY(%(keys)b::text[])
   AND status IN ('pending', 'retrying')
