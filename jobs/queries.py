@@ -23,7 +23,8 @@ kinds of block do it, expanded once, when the queries load:
 - ``-- template: <name> (<flag>, ...)`` is followed by one ``-- variant: <query_name> <flag> ...``
   line per combination of the flags (the flags it sets; every combination exactly once, so the
   table has no hole), then the text, which is expanded under each row's flags into the named
-  query of that row. :func:`variant` picks a row's query by its flags.
+  query of that row. Comments before the table's last row document the template in its file
+  and are not sent. :func:`variant` picks a row's query by its flags.
 
 What the expansion checks, at load: every include names a fragment or an argument, no fragment
 includes itself, a condition names only the flags of the template it is expanded in, two
@@ -137,9 +138,10 @@ def _template(header: str, body: str) -> tuple[str, Template]:
             f"template {name!r}: its variant table must have each combination of "
             f"{', '.join(flags)} once" + (f"; missing: {holes}" if holes else "; one is repeated")
         )
-    text = _VARIANT.sub("", body)
-    text = "\n".join(line for line in text.split("\n") if line.strip() or line == "")
-    return name, Template(text.strip(), flags, tuple(rows))
+    # What comes before the table's last row documents the template in its file; the statement
+    # is what follows it.
+    last = list(_VARIANT.finditer(body))[-1]
+    return name, Template(body[last.end() :].strip(), flags, tuple(rows))
 
 
 def parse_file(text: str) -> Parsed:

@@ -312,14 +312,36 @@ LEFT JOIN buckets AS b ON b.scope = 'queue' AND b.name = w.queue
 -- fragment: job_claim_policy_join if fair
 LEFT JOIN job_queue_policies AS p ON p.queue = w.queue
 
+-- fragment: job_claim_plain_from if limited
+-- The queues and their n, after the queue buckets (wanted).
+wanted AS w
+
+-- fragment: job_claim_plain_from if not limited
+-- The queues and their n as given: wanted, a CTE this statement then does not reference, is
+-- left out of the plan (measured: 0.04 ms of a 1 ms one-job claim, with the columns below).
+unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
+
+-- fragment: job_claim_plain_columns if limited
+c.id, c.job_type, c.priority, c.run_at, w.queue
+
+-- fragment: job_claim_plain_columns if not limited
+c.id
+
+-- fragment: job_claim_plain_cte if limited
+candidates
+
+-- fragment: job_claim_plain_cte if not limited
+-- Nothing to admit: the candidates are what is leased (one CTE less to plan).
+admitted
+
 -- fragment: job_claim_plain if not fair
-candidates AS (
-    SELECT c.id, c.job_type, c.priority, c.run_at, w.queue
-    FROM wanted AS w
+, {{job_claim_plain_cte}} AS (
+    SELECT {{job_claim_plain_columns}}
+    FROM {{job_claim_plain_from}}
     CROSS JOIN LATERAL (
         {{job_ready_scan queue=w.queue scope= filter=job_claim_held_back limit=w.n}}
     ) AS c
-),
+)
 
 -- fragment: job_claim_fair_filter
 {{job_claim_held_back}}
@@ -347,7 +369,7 @@ greatest(q.n - cardinality(q.ids), 0)
 -- K minus the leased count of a key. Race-free only after job_queue_policy_lock in an earlier
 -- statement of the same transaction (jobs/store.py). A candidate that loses to the limit is
 -- locked until commit but not leased.
-leased_keys AS (
+, leased_keys AS (
     SELECT j.queue, j.concurrency_key AS key, count(*)::int AS leased
     FROM jobs AS j
     WHERE j.status = 'leased' AND j.concurrency_key IS NOT NULL
@@ -461,10 +483,20 @@ allowed AS (
 candidates AS (
     SELECT a.id, a.job_type, a.queue, a.nth
     FROM allowed AS a JOIN queues AS q ON q.queue = a.queue WHERE a.nth <= q.n
-),
+)
 
--- fragment: job_claim_admitted if not limited
-SELECT id, job_type, queue FROM candidates
+-- fragment: job_claim_admit if fair
+, admitted AS (
+    {{job_claim_admitted}}
+)
+
+-- fragment: job_claim_admit if limited and not fair
+, admitted AS (
+    {{job_claim_admitted}}
+)
+
+-- fragment: job_claim_admitted if fair and not limited
+SELECT id FROM candidates
 
 -- fragment: job_claim_admitted if limited and not fair
 -- Without job type limits, every candidate (the one-time filter skips the ranking).
@@ -519,14 +551,6 @@ spent AS (
 )
 
 -- template: job_claim (fair, limited, skip_scan)
--- variant: job_claim                            limited
--- variant: job_claim_skip_scan                  limited skip_scan
--- variant: job_claim_unlimited
--- variant: job_claim_unlimited_skip_scan        skip_scan
--- variant: job_claim_fair                       fair limited
--- variant: job_claim_fair_skip_scan             fair limited skip_scan
--- variant: job_claim_fair_unlimited             fair
--- variant: job_claim_fair_unlimited_skip_scan   fair skip_scan
 -- Lease up to n ready jobs per queue in one short statement. SKIP LOCKED lets claimers pass
 -- each other; every claim bumps the fencing token, so only the current holder can write the
 -- outcome. The rows carry the caller's claim id, so a caller that lost the reply can find them
@@ -545,18 +569,27 @@ spent AS (
 --   are not read at all (their planning and execution tripled the cost of a one-job claim:
 --   5.5 ms against 2.6 ms on PostgreSQL 18).
 -- skip_scan: PostgreSQL 18 and later (job_ready_scan).
+-- variant: job_claim                            limited
+-- variant: job_claim_skip_scan                  limited skip_scan
+-- variant: job_claim_unlimited
+-- variant: job_claim_unlimited_skip_scan        skip_scan
+-- variant: job_claim_fair                       fair limited
+-- variant: job_claim_fair_skip_scan             fair limited skip_scan
+-- variant: job_claim_fair_unlimited             fair
+-- variant: job_claim_fair_unlimited_skip_scan   fair skip_scan
+-- Lease up to n ready jobs per queue in one short statement (job_claim, composed in
+-- jobs/sql/job.sql): SKIP LOCKED, a new fencing token and the caller's claim id on each row.
 WITH {{job_claim_rate_limits}}
 wanted AS (
     SELECT w.queue, {{job_claim_wanted_n}} AS n {{job_claim_policy}}
     FROM unnest(%(queues)b::text[], %(limits)b::int[]) AS w(queue, n)
     {{job_claim_policy_join}}
     {{job_claim_queue_bucket}}
-),
+)
 {{job_claim_plain}}
 {{job_claim_fair}}
-admitted AS (
-    {{job_claim_admitted}}
-){{job_claim_spent}}
+{{job_claim_admit}}
+{{job_claim_spent}}
 UPDATE jobs AS j
 SET status = 'leased',
     attempts = j.attempts + 1,
