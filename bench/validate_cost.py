@@ -33,8 +33,9 @@ class Stop(Exception):
     pass
 
 class StopConnection:
-    # Stops enqueue_many at its first statement, once every spec has been validated.
-    def cursor(self, *args, **kwargs):
+    # Stops enqueue_many at its first use of the connection (its cursor, or its transaction
+    # state), once every spec has been validated.
+    def __getattr__(self, name):
         raise Stop
 
 kinds = {
