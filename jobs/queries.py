@@ -18,8 +18,11 @@ kinds of block do it, expanded once, when the queries load:
   arguments, ``{{job_ready_scan queue=w.queue limit=w.n scope=}}``: inside the fragment,
   ``{{queue}}`` is the argument's text (a value that names a fragment is that fragment,
   expanded; a value may be empty; a value has no spaces). An include that stands alone on its
-  line is indented like that line. A fragment's leading comment documents it in the file and is
-  not included. Fragments are not queries: ``query()`` does not know them.
+  line is indented like that line; an argument's value that names an argument of the fragment
+  it is written in passes that one on. ``{{package.name}}`` includes a fragment of another
+  package (the scheduler's dashboard reads the queue's ready index as the claim does). A
+  fragment's leading comment documents it in the file and is not included. Fragments are not
+  queries: ``query()`` does not know them.
 - ``-- template: <name> (<flag>, ...)`` is followed by one ``-- variant: <query_name> <flag> ...``
   line per combination of the flags (the flags it sets; every combination exactly once, so the
   table has no hole), then the text, which is expanded under each row's flags into the named
@@ -53,7 +56,7 @@ _NAME = re.compile(r"^\w+$")
 _FRAGMENT = re.compile(r"^(\w+)(?:\s+if\s+(.+))?$")
 _TEMPLATE = re.compile(r"^(\w+)\s*\(\s*(\w+(?:\s*,\s*\w+)*)\s*\)$")
 _VARIANT = re.compile(r"^-- variant: (\w+)((?:[ \t]+\w+)*)[ \t]*$", re.MULTILINE)
-_INCLUDE = re.compile(r"\{\{\s*(\w+)((?:\s+\w+=\S*?)*)\s*\}\}")
+_INCLUDE = re.compile(r"\{\{\s*((?:\w+\.)?\w+)((?:\s+\w+=\S*?)*)\s*\}\}")
 _ARGUMENT = re.compile(r"(\w+)=(\S*)")
 
 SCHEMA_FILE = "schema.sql"
@@ -194,7 +197,13 @@ def expand(
     def fragment(name: str, args: Mapping[str, str]) -> str:
         if name in _stack:
             raise ValueError(f"{context}: fragment {name!r} includes itself")
-        alternatives = fragments.get(name)
+        scope = fragments
+        if "." in name:  # another package's fragment: package.fragment
+            package, _, own = name.partition(".")
+            scope = package_fragments(package)
+            alternatives = scope.get(own)
+        else:
+            alternatives = fragments.get(name)
         if alternatives is None:
             raise ValueError(f"{context}: no fragment or argument named {name!r}")
         holding = [f for f in alternatives if f.holds(flags, name, context)]
@@ -202,7 +211,7 @@ def expand(
             raise ValueError(f"{context}: two alternatives of fragment {name!r} hold at once")
         if not holding:
             return ""
-        return expand(holding[0].text, fragments, flags, context, args, (*_stack, name))
+        return expand(holding[0].text, scope, flags, context, args, (*_stack, name))
 
     def include(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -211,7 +220,12 @@ def expand(
         else:
             args = {}
             for key, value in _ARGUMENT.findall(match.group(2)):
-                args[key] = fragment(value, {}) if value in fragments else value
+                if arguments is not None and value in arguments:
+                    args[key] = arguments[value]  # passed on: the caller's own argument
+                elif value in fragments:
+                    args[key] = fragment(value, {})
+                else:
+                    args[key] = value
             replaced = fragment(name, args)
         # An include alone on its line: the fragment's lines keep that line's indentation.
         line_start = text.rfind("\n", 0, match.start()) + 1
@@ -272,6 +286,16 @@ def query_files(package: str) -> list[Traversable]:
 @cache
 def _parsed(package: str) -> tuple[tuple[str, Parsed], ...]:
     return tuple((f.name, parse_file(f.read_text(encoding="utf-8"))) for f in query_files(package))
+
+
+@cache
+def package_fragments(package: str) -> Mapping[str, list[Fragment]]:
+    """Every fragment of ``package``'s files, by name (for ``{{package.fragment}}``)."""
+    fragments: dict[str, list[Fragment]] = {}
+    for _, parsed in _parsed(package):
+        for name, alternatives in parsed.fragments.items():
+            fragments.setdefault(name, []).extend(alternatives)
+    return MappingProxyType(fragments)
 
 
 @cache

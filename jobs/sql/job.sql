@@ -184,17 +184,12 @@ JOIN jobs AS j
 id, queue, job_type, payload, attempts, max_attempts, idempotency_key, organization_id,
 priority, run_at, created_at, lease_token, trace_parent, trace_state
 
--- fragment: job_ready_scan if not skip_scan
--- The ready jobs of queue {{queue}} (narrowed by {{scope}}), best first, at most {{limit}},
--- locked (SKIP LOCKED) unless {{filter}} refuses them: id, job_type, key, priority, run_at.
--- One priority at a time: the priorities with waiting jobs by a loose index scan of the ready
--- index, then each one's ready jobs as an index range (queue, [organization,] priority,
--- run_at <= now). Read in (priority, run_at) order in one scan instead, a queue whose waiting
--- jobs are mostly in the future (a herd enqueued ahead) would be read past every future row
--- whenever fewer jobs are due than wanted: PostgreSQL before 18 cannot skip over the priority
--- column (measured on 15: 111 ms a claim with a million future jobs, against well under a
--- millisecond this way; a fair claim 70.7 ms against 6.1 ms).
-WITH RECURSIVE levels AS (
+-- fragment: job_ready_levels
+-- levels: the priorities with waiting (pending or retrying) jobs in queue {{queue}} (narrowed by
+-- {{scope}}), highest first, by a loose index scan of the ready index (one probe a priority),
+-- and a NULL last; a CTE of a WITH RECURSIVE. Also read by the dashboard's queue figures
+-- (scheduler/sql/dashboard.sql, as jobs.job_ready_levels).
+levels AS (
     (SELECT priority FROM jobs
      WHERE queue = {{queue}} AND status IN ('pending', 'retrying')
        {{scope}}
@@ -208,6 +203,18 @@ WITH RECURSIVE levels AS (
     FROM levels AS l
     WHERE l.priority IS NOT NULL
 )
+
+-- fragment: job_ready_scan if not skip_scan
+-- The ready jobs of queue {{queue}} (narrowed by {{scope}}), best first, at most {{limit}},
+-- locked (SKIP LOCKED) unless {{filter}} refuses them: id, job_type, key, priority, run_at.
+-- One priority at a time: the priorities with waiting jobs by a loose index scan of the ready
+-- index, then each one's ready jobs as an index range (queue, [organization,] priority,
+-- run_at <= now). Read in (priority, run_at) order in one scan instead, a queue whose waiting
+-- jobs are mostly in the future (a herd enqueued ahead) would be read past every future row
+-- whenever fewer jobs are due than wanted: PostgreSQL before 18 cannot skip over the priority
+-- column (measured on 15: 111 ms a claim with a million future jobs, against well under a
+-- millisecond this way; a fair claim 70.7 ms against 6.1 ms).
+WITH RECURSIVE {{job_ready_levels queue=queue scope=scope}}
 SELECT d.id, d.job_type, d.key, d.priority, d.run_at
 -- unnest(ARRAY(...)) rather than the CTE itself: the planner then expects a few levels, not a
 -- hundred, and its cost estimate stays below jit_above_cost (JIT compiling this statement would

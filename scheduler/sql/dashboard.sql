@@ -212,23 +212,14 @@ SELECT q.queue,
             -- The oldest ready run_at is the first of some priority's run (the ready index is
             -- ordered by queue, priority, run_at): skip from priority to priority instead of
             -- reading every ready row of the queue.
-            WITH RECURSIVE priorities AS (
-                (SELECT priority FROM jobs
-                 WHERE queue = q.queue AND status IN ('pending', 'retrying')
-                 ORDER BY priority DESC LIMIT 1)
-                UNION ALL
-                SELECT (SELECT j.priority FROM jobs AS j
-                        WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
-                          AND j.priority < p.priority
-                        ORDER BY j.priority DESC LIMIT 1)
-                FROM priorities AS p WHERE p.priority IS NOT NULL
-            )
+            -- (the claim's loose scan of the priorities: jobs/sql/job.sql)
+            WITH RECURSIVE {{jobs.job_ready_levels queue=q.queue scope=}}
             SELECT min((SELECT j.run_at FROM jobs AS j
                         WHERE j.queue = q.queue AND j.status IN ('pending', 'retrying')
                           AND j.priority = p.priority
                           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
                         ORDER BY j.priority DESC, j.run_at LIMIT 1))
-            FROM priorities AS p WHERE p.priority IS NOT NULL)), 0)::float8
+            FROM levels AS p WHERE p.priority IS NOT NULL)), 0)::float8
            AS oldest_ready_age,
        coalesce((SELECT n FROM leased WHERE leased.queue = q.queue), 0) AS leased,
        (SELECT count(*) FROM (SELECT 1 FROM jobs

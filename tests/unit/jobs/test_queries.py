@@ -163,3 +163,22 @@ def test_variant_picks_a_row_of_the_claim_table_by_its_flags() -> None:
     assert table[frozenset({"limited"})] == "job_claim"
     with pytest.raises(TypeError, match="takes the flags"):
         variant("job_claim", fair=True)
+
+
+def test_an_argument_passes_on_and_a_package_names_its_fragment() -> None:
+    """``{{inner q=q}}`` inside a fragment passes the caller's ``q`` on; ``{{jobs.name}}``
+    includes a fragment of the jobs package (the dashboard reads the claim's priority scan)."""
+    text = """
+-- fragment: inner
+WHERE queue = {{q}}
+-- fragment: outer
+SELECT 1 FROM t {{inner q=q}}
+-- name: a_get
+{{outer q=w.queue}};
+"""
+    assert parse_named(text) == {"a_get": "SELECT 1 FROM t WHERE queue = w.queue;"}
+    levels = parse_named("-- name: b_get\nWITH RECURSIVE {{jobs.job_ready_levels queue=x scope=}}")
+    assert "lv.queue = x" in levels["b_get"] and "levels AS (" in levels["b_get"]
+    with pytest.raises(ValueError, match=r"no fragment or argument named 'jobs\.nothing'"):
+        parse_named("-- name: c_get\n{{jobs.nothing}}")
+    assert "{{" not in load("scheduler")["dashboard_queue_stats"]
