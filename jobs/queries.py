@@ -239,8 +239,13 @@ def expand(
     expanded = _INCLUDE.sub(include, text)
     if _stack:
         return expanded
-    # The lines of includes that expanded to nothing go, and no line ends in spaces.
-    return "\n".join(line.rstrip() for line in expanded.split("\n") if line.strip() != _DROP)
+    # The lines of includes that expanded to nothing go (a marker that ended up beside other
+    # text, a nested empty include, just goes), and no line ends in spaces.
+    return "\n".join(
+        line.replace(_DROP, "").rstrip()
+        for line in expanded.split("\n")
+        if not (_DROP in line and not line.replace(_DROP, "").strip())
+    )
 
 
 def parse_named(text: str) -> dict[str, LiteralString]:

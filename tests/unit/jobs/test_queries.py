@@ -182,3 +182,20 @@ SELECT 1 FROM t {{inner q=q}}
     with pytest.raises(ValueError, match=r"no fragment or argument named 'jobs\.nothing'"):
         parse_named("-- name: c_get\n{{jobs.nothing}}")
     assert "{{" not in load("scheduler")["dashboard_queue_stats"]
+
+
+def test_a_nested_empty_include_leaves_no_marker_behind() -> None:
+    """An include alone on its line that expands to nothing removes its line, also when the
+    fragment it is in is included beside other text."""
+    text = """
+-- fragment: empty if x
+1
+-- fragment: wrap
+{{empty}}
+a
+-- template: q (x)
+-- variant: q
+-- variant: q_x x
+SELECT {{wrap}};
+"""
+    assert parse_named(text) == {"q": "SELECT\na;", "q_x": "SELECT 1\na;"}
