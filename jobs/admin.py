@@ -26,7 +26,7 @@ from jobs import validate
 from jobs.errors import InvalidJob, JobNotFound, JobsError
 from jobs.model import Attempt, JobRecord, JobStatus, QueueStats, Requeued
 from jobs.queries import query
-from jobs.steps import Savepoint, Steps, async_form, one, sync_form
+from jobs.steps import Savepoint, Steps, forms, one
 from jobs.validate import INT8_MAX, MAX_ERROR_CODE
 
 MAX_IDS = 1_000_000
@@ -245,15 +245,9 @@ def supersede_steps(
 
 
 # Each operation above is written once, as steps (jobs/steps.py); its sync and async forms:
-requeue = sync_form(_requeue, "requeue")
-requeue_async = async_form(_requeue, "requeue_async", "requeue")
-cancel = sync_form(_cancel, "cancel")
-cancel_async = async_form(_cancel, "cancel_async", "cancel")
-get_job = sync_form(_get_job, "get_job")
-get_job_async = async_form(_get_job, "get_job_async", "get_job")
-list_jobs = sync_form(_list_jobs, "list_jobs")
-list_jobs_async = async_form(_list_jobs, "list_jobs_async", "list_jobs")
-queue_stats = sync_form(_queue_stats, "queue_stats")
-queue_stats_async = async_form(_queue_stats, "queue_stats_async", "queue_stats")
-supersede = sync_form(supersede_steps, "supersede")
-supersede_async = async_form(supersede_steps, "supersede_async", "supersede")
+requeue, requeue_async = forms(_requeue, "requeue")
+cancel, cancel_async = forms(_cancel, "cancel")
+get_job, get_job_async = forms(_get_job, "get_job")
+list_jobs, list_jobs_async = forms(_list_jobs, "list_jobs")
+queue_stats, queue_stats_async = forms(_queue_stats, "queue_stats")
+supersede, supersede_async = forms(supersede_steps, "supersede")

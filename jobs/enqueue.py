@@ -49,7 +49,7 @@ from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
-from jobs.steps import Copy, Savepoint, Steps, async_form, on, on_async, one, sync_form
+from jobs.steps import Copy, Savepoint, Steps, forms, on, on_async, one
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
@@ -338,8 +338,7 @@ def _enqueue(
     return (yield from _enqueue_steps(params))
 
 
-enqueue = sync_form(_enqueue, "enqueue")
-enqueue_async = async_form(_enqueue, "enqueue_async", "enqueue")
+enqueue, enqueue_async = forms(_enqueue, "enqueue")
 
 
 def enqueue_many(

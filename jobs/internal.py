@@ -23,7 +23,7 @@ from jobs.enqueue import JobColumns, enqueue_columns
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
 from jobs.service import default_name
-from jobs.steps import Many, Steps, async_form, sync_form
+from jobs.steps import Many, Steps, forms
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
 
@@ -39,10 +39,10 @@ __all__ = [
     "Pooler",
     "Steps",
     "Unset",
-    "async_form",
     "config_settings",
     "default_name",
     "enqueue_columns",
+    "forms",
     "listen_url",
     "logs",
     "merged",
@@ -52,6 +52,5 @@ __all__ = [
     "setting",
     "steps",
     "supersede_steps",
-    "sync_form",
     "validate",
 ]

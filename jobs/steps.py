@@ -200,41 +200,35 @@ def _signed(
     form.__wrapped__ = build  # type: ignore[attr-defined]
 
 
-def sync_form(
+def forms(
     build: Callable[P, Steps[R]], name: str
-) -> Callable[Concatenate[psycopg.Connection[Any], P], R]:
-    """The function that runs the operation ``build`` makes on a ``Connection``: its
-    parameters are ``conn`` and ``build``'s, its doc is ``build``'s. An operation is then
-    written once, its sync and async forms declared in a line each::
+) -> tuple[
+    Callable[Concatenate[psycopg.Connection[Any], P], R],
+    Callable[Concatenate[psycopg.AsyncConnection[Any], P], Coroutine[Any, Any, R]],
+]:
+    """The two public forms of the operation ``build`` makes: ``name`` runs it on a
+    ``Connection``, ``name + "_async"`` on an ``AsyncConnection``. Both take ``conn`` and then
+    ``build``'s parameters; the first has ``build``'s doc. An operation is then written once and
+    declared in one line::
 
         def _requeue(*, ids=None, ...) -> Steps[Requeued]:
             '''Put dead (or cancelled) jobs back to pending...'''
             ...
-        requeue = sync_form(_requeue, "requeue")
-        requeue_async = async_form(_requeue, "requeue_async", "requeue")
+        requeue, requeue_async = forms(_requeue, "requeue")
 
-    ``build`` runs when the form is called, inside the driver: it validates its input before it
+    ``build`` runs when a form is called, inside the driver: it validates its input before it
     yields a first statement, so bad input is refused before anything is sent.
     """
 
-    def form(conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def sync(conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
         with conn.cursor() as cur:
             return run(cur, build(*args, **kwargs))
 
-    _signed(form, build, name, psycopg.Connection, build.__doc__ or "")
-    return form
-
-
-def async_form(
-    build: Callable[P, Steps[R]], name: str, sync_name: str
-) -> Callable[Concatenate[psycopg.AsyncConnection[Any], P], Coroutine[Any, Any, R]]:
-    """The coroutine function that runs the operation ``build`` makes on an
-    ``AsyncConnection`` (see :func:`sync_form`): the same parameters, the same steps."""
-
-    async def form(conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    async def async_(conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
         async with conn.cursor() as cur:
             return await run_async(cur, build(*args, **kwargs))
 
-    doc = f":func:`{sync_name}` on an ``AsyncConnection``: the same parameters and steps."
-    _signed(form, build, name, psycopg.AsyncConnection, doc)
-    return form
+    _signed(sync, build, name, psycopg.Connection, build.__doc__ or "")
+    doc = f":func:`{name}` on an ``AsyncConnection``: the same parameters and steps."
+    _signed(async_, build, f"{name}_async", psycopg.AsyncConnection, doc)
+    return sync, async_

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobs.internal import Many, Steps, async_form, supersede_steps, sync_form
+from jobs.internal import Many, Steps, forms, supersede_steps
 from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
 from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
@@ -504,19 +504,11 @@ def preview(schedule: Schedule, after: datetime, count: int = 10) -> list[Occurr
 # Each operation above is written once, as steps (jobs/steps.py); its forms on a psycopg
 # Connection and on an AsyncConnection (FastAPI and other asyncio services), in the caller's
 # transaction:
-create_schedule = sync_form(_create, "create_schedule")
-create_schedule_async = async_form(_create, "create_schedule_async", "create_schedule")
-create_schedules = sync_form(_create_many, "create_schedules")
-create_schedules_async = async_form(_create_many, "create_schedules_async", "create_schedules")
-get_schedule = sync_form(_get, "get_schedule")
-get_schedule_async = async_form(_get, "get_schedule_async", "get_schedule")
-list_schedules = sync_form(_list, "list_schedules")
-list_schedules_async = async_form(_list, "list_schedules_async", "list_schedules")
-update_schedule = sync_form(_update, "update_schedule")
-update_schedule_async = async_form(_update, "update_schedule_async", "update_schedule")
-pause = sync_form(_pause, "pause")
-pause_async = async_form(_pause, "pause_async", "pause")
-resume = sync_form(_resume, "resume")
-resume_async = async_form(_resume, "resume_async", "resume")
-delete = sync_form(_delete, "delete")
-delete_async = async_form(_delete, "delete_async", "delete")
+create_schedule, create_schedule_async = forms(_create, "create_schedule")
+create_schedules, create_schedules_async = forms(_create_many, "create_schedules")
+get_schedule, get_schedule_async = forms(_get, "get_schedule")
+list_schedules, list_schedules_async = forms(_list, "list_schedules")
+update_schedule, update_schedule_async = forms(_update, "update_schedule")
+pause, pause_async = forms(_pause, "pause")
+resume, resume_async = forms(_resume, "resume")
+delete, delete_async = forms(_delete, "delete")
