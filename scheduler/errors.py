@@ -51,3 +51,11 @@ class ScheduleExists(SchedulerError, InvalidInput):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__("key", key, "a schedule with this key already exists")
+
+
+class InvalidPushConfig(SchedulerError, InvalidInput):
+    """A push channel's configuration is missing or malformed (a setting, a credentials file).
+
+    ``field`` names the setting (``TOCKWORK_FCM_CREDENTIALS``, ``key_id``...); ``value`` is what
+    was given, never key material: a path, a name, or a redacted form.
+    """

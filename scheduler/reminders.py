@@ -55,7 +55,7 @@ from scheduler.model import QuietAction, QuietHours, Schedule, schedule_from_row
 from scheduler.occurrence_job import OccurrenceMeta, schedule_meta
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now, database_now_steps, query
-from scheduler.simulated import Message, SendResult, SendStatus, SimulatedPush
+from scheduler.simulated import Message, SimulatedPush
 from timezones import Clock, get_zone
 
 # Jobs per batch of the reminder batch handler: one multicast request (FCM's limit).
@@ -174,17 +174,24 @@ def _still_due_steps(
 ) -> Steps[dict[int, Due]]:
     """still_due_many(_async): the clock (unless given), the schedules' state, the whole rows
     of those changed since, the rules, and the skip records."""
+    at = yield from database_now_steps(now)
+    dues, _ = yield from check_steps(jobs_, at)
+    if record:
+        yield from _record_skipped_steps(jobs_, dues, at)
+    return dues
+
+
+def check_steps(jobs_: Sequence[Job], at: datetime) -> Steps[tuple[dict[int, Due], dict[int, str]]]:
+    """The still-due rules of ``jobs_`` at ``at`` (no write): ``({job id: Due}, {schedule id:
+    zone})``, the zones of the schedules read (a delivery renders local times with them)."""
     metas, ids = _metas(jobs_)
     if not ids:
-        return {job.id: _DUE for job in jobs_}
-    at = yield from database_now_steps(now)
+        return {job.id: _DUE for job in jobs_}, {}
     states = _states((yield query("schedule_still_due_many"), {"ids": ids}))
     stale = _stale(metas, states)
     full = (yield query("schedule_get_many"), {"ids": stale}) if stale else []
     dues = _decide_all(jobs_, metas, states, full, at)
-    if record:
-        yield from _record_skipped_steps(jobs_, dues, at)
-    return dues
+    return dues, {sid: state.zone for sid, state in states.items()}
 
 
 def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, OccurrenceMeta | None], list[int]]:
@@ -432,87 +439,11 @@ class ReminderBatch(Protocol):
     ) -> None: ...
 
 
-class ReminderBatchHandler(_Reminders):
-    """The batch handler for reminder jobs: up to :data:`MAX_BATCH` a call (module docstring).
-
-    Wrap it with ``jobs.batch_handler(handler, max_batch=handler.max_batch)`` (what
-    :func:`reminder_batch_handler` returns) to give it to a worker.
-    """
-
-    max_batch = MAX_BATCH
-
-    def __call__(self, batch: ReminderBatch) -> None:
-        conn = self._connection()
-        try:
-            self._deliver(conn, batch)
-        except psycopg.OperationalError as exc:
-            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
-
-    def _deliver(self, conn: psycopg.Connection[Any], batch: ReminderBatch) -> None:
-        todo = list(batch.jobs)
-        with conn.transaction():
-            now = self._now(conn)
-            dues = still_due_many(conn, todo, now=now, record=False)
-            keys = {job.id: effects.effect_key(job, "push") for job in todo if dues[job.id]}
-            delivered_before = effects.recorded(conn, keys.values())
-        skipped: set[int] = set()
-        messages: list[Message] = []
-        for job in todo:
-            due = dues[job.id]
-            if due.defer_until is not None:
-                batch.snooze(job, max(due.defer_until - now, timedelta(0)))
-            elif not due:
-                batch.succeed(job)
-                if due.skipped:
-                    skipped.add(job.id)
-            elif keys[job.id] in delivered_before:
-                batch.succeed(job)  # pushed by an earlier run of this job (check-before-send)
-            else:
-                messages.append(reminder_message(job, key=keys[job.id]))
-        if skipped:
-
-            def record(c: psycopg.Connection[Any], succeeded: Sequence[Job]) -> None:
-                record_skipped(c, [j for j in succeeded if j.id in skipped], dues, now=now)
-
-            batch.in_completion(record)
-        if messages:
-            with conn.transaction():
-                results = self.provider.send_many(conn, messages)
-                ok = [r for r in results if r.ok]
-                effects.record_many(
-                    conn, [r.key for r in ok], job_ids=[r.job.id for r in ok], now=now
-                )
-            for result in results:
-                _apply(batch, result)
-
-
-def _apply(batch: ReminderBatch, result: SendResult) -> None:
-    """One message's result as its job's outcome."""
-    job, error = result.job, result.error or ""
-    match result.status:
-        case SendStatus.DELIVERED | SendStatus.DUPLICATE:
-            batch.succeed(job)
-        case SendStatus.TRANSIENT:
-            batch.retry(job, error, code=result.code or "transient")
-        case SendStatus.RATE_LIMITED:
-            batch.rate_limited(job, result.retry_after or timedelta(0), error)
-        case SendStatus.REJECTED:
-            batch.fail(job, error, code=result.code or "permanent")
-
-
 def reminder_handler(
     conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None
 ) -> ReminderHandler:
     """A :class:`ReminderHandler` (kept as a function for the documented name)."""
     return ReminderHandler(conninfo, provider, clock=clock)
-
-
-def reminder_batch_handler(
-    conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None
-) -> jobs.BatchHandler:  # type: ignore[name-defined, attr-defined, unused-ignore]
-    """A :class:`ReminderBatchHandler` as a ``jobs.BatchHandler`` of ``max_batch`` 500."""
-    handler = ReminderBatchHandler(conninfo, provider, clock=clock)
-    return jobs.batch_handler(handler, max_batch=handler.max_batch)
 
 
 def _simulated() -> tuple[str, SimulatedPush]:
@@ -530,14 +461,23 @@ def _simulated() -> tuple[str, SimulatedPush]:
 
 
 def simulated_app() -> dict[str, Any]:
-    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders via SimulatedPush.
+    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders through the
+    simulated channel (``scheduler.delivery.DeliveryHandler`` with
+    ``scheduler.simulated.SimulatedChannel``; each subject is its own simulated device).
 
-    The batch handler (:func:`reminder_batch_handler`, 500 reminders a multicast request).
     Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
     ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
     """
-    url, provider = _simulated()
-    return {"reminder": reminder_batch_handler(url, provider)}
+    from scheduler import delivery
+
+    url, _ = _simulated()
+    env = {**os.environ, "TOCKWORK_PUSH_SIMULATED": "1"}
+    for name in ("TOCKWORK_FCM_CREDENTIALS", "TOCKWORK_APNS_KEY_FILE", "TOCKWORK_APNS_KEY_ID",
+                 "TOCKWORK_APNS_TEAM_ID", "TOCKWORK_APNS_TOPIC"):  # fmt: skip
+        env.pop(name, None)
+    channels = delivery.channels_from_env(url, env)
+    handler = delivery.DeliveryHandler(url, channels, resolver=delivery.SubjectAsToken("simulated"))
+    return {"reminder": handler}
 
 
 def simulated_single_app() -> dict[str, jobs.Handler]:
@@ -551,11 +491,9 @@ __all__ = [
     "MAX_BATCH",
     "Due",
     "ReminderBatch",
-    "ReminderBatchHandler",
     "ReminderHandler",
     "SimulatedPush",
     "record_skipped",
-    "reminder_batch_handler",
     "reminder_handler",
     "reminder_message",
     "schedule_meta",
