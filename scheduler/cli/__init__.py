@@ -40,7 +40,7 @@ import psycopg
 from scheduler.cli import dashboard as dashboard_command
 from scheduler.cli import dev, limits, ops, outbox, policies, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
-from scheduler.cli.common import Parser, SubParsers, check_argv
+from scheduler.cli.common import Parser, SubParsers, check_argv, redact
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
@@ -125,7 +125,9 @@ def _as_flag(exc: InvalidInput, flags: frozenset[str]) -> str:
 
 
 def _one_line(exc: BaseException, limit: int = 500) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """An error's message on one bounded line, a password in a database URL masked (psycopg
+    quotes a connection string it cannot parse whole, password included)."""
+    text = redact(" ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -455,7 +455,7 @@ def check_url(url: str, field: str) -> str:
         params = pg_conninfo.conninfo_to_dict(url)
     except Exception as exc:  # psycopg.ProgrammingError: libpq could not parse it
         raise InputError(
-            field, redact(url), f"not a PostgreSQL URL or conninfo ({_line(exc)})"
+            field, redact(url), f"not a PostgreSQL URL or conninfo ({redact(_line(exc))})"
         ) from None
     ports = str(params.get("port") or "")
     for item in filter(None, ports.split(",")):
