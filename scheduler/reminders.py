@@ -17,9 +17,9 @@ them once).
 
 :class:`ReminderHandler` is the single-job handler (one transaction per reminder, through
 :class:`scheduler.simulated.SimulatedPush`, whose "call" is a write in that transaction); it
-opens a connection per worker thread and must be closed (:meth:`close`). :func:`simulated_app`
-wires the delivery handler to the simulated channel for ``tockwork worker --app
-scheduler.reminders:simulated_app``; ``simulated_single_app`` wires the single-job one.
+opens a connection per worker thread and must be closed (:meth:`close`). ``tockwork worker
+--app scheduler.delivery:simulated_app`` wires the delivery handler to the simulated channel;
+``scheduler.reminders:simulated_single_app`` wires the single-job handler.
 """
 
 from __future__ import annotations
@@ -446,26 +446,6 @@ def _simulated() -> tuple[str, SimulatedPush]:
     return url, provider
 
 
-def simulated_app() -> dict[str, Any]:
-    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders through the
-    simulated channel (``scheduler.delivery.DeliveryHandler`` with
-    ``scheduler.simulated.SimulatedChannel``; each subject is its own simulated device).
-
-    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
-    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
-    """
-    from scheduler import delivery
-
-    url, _ = _simulated()
-    env = {**os.environ, "TOCKWORK_PUSH_SIMULATED": "1"}
-    for name in ("TOCKWORK_FCM_CREDENTIALS", "TOCKWORK_APNS_KEY_FILE", "TOCKWORK_APNS_KEY_ID",
-                 "TOCKWORK_APNS_TEAM_ID", "TOCKWORK_APNS_TOPIC"):  # fmt: skip
-        env.pop(name, None)
-    channels = delivery.channels_from_env(url, env)
-    handler = delivery.DeliveryHandler(url, channels, resolver=delivery.SubjectAsToken("simulated"))
-    return {"reminder": handler}
-
-
 def simulated_single_app() -> dict[str, jobs.Handler]:
     """``--app scheduler.reminders:simulated_single_app``: the single-job handler, one
     transaction per reminder (to compare with the batch handler); same environment."""
@@ -483,7 +463,6 @@ __all__ = [
     "reminder_handler",
     "reminder_message",
     "schedule_meta",
-    "simulated_app",
     "simulated_single_app",
     "still_due",
     "still_due_many",

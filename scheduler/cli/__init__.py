@@ -40,7 +40,7 @@ import psycopg
 from scheduler.cli import dashboard as dashboard_command
 from scheduler.cli import dev, limits, ops, outbox, policies, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
-from scheduler.cli.common import Parser, SubParsers, check_argv, redact
+from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
@@ -158,6 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except InvalidInput as exc:
         print(f"{prog}: error: {_as_flag(exc, args.flags)}", file=sys.stderr)
+        return 2
+    except psycopg.errors.UndefinedTable:
+        # A command that reads the tables directly on a database nobody migrated: the same line
+        # and exit code as the commands that check the schema first (ensure_schema).
+        url = getattr(args, "database_url", None) or os.environ.get("DATABASE_URL") or ""
+        where = unmigrated(url) if url else unmigrated("dbname=development")
+        print(f"{prog}: error: {where}", file=sys.stderr)
         return 2
     except (TockworkError, psycopg.OperationalError) as exc:
         # An operational failure (database unreachable, a migration refused): say what.
