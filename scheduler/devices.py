@@ -207,7 +207,7 @@ def _provider_text(field: str, value: Any, maximum: int) -> str:
 
 
 def _add(
-    subject: str,
+    subject: str | int,
     channel: str,
     token: str,
     *,
