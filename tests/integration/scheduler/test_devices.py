@@ -369,3 +369,31 @@ def test_a_rolled_back_invalidation_leaves_no_fact(conn: Conn) -> None:
     conn.rollback()
     assert get_device(conn, device.id).valid  # type: ignore[union-attr]
     assert facts(conn) == []
+
+
+def test_the_delivery_handlers_registry_resolver_reads_and_writes_the_registry(
+    db_url: str, conn: Conn
+) -> None:
+    """scheduler.delivery.RegistryResolver (the seam the delivery handler calls) against the
+    registry: the valid devices per recipient, one fact per dead token, the last success."""
+    from scheduler.delivery import RegistryResolver
+
+    alive = add_device(conn, "alice", "fcm", "alice-token-000001", organization_id=ORG_A, now=T0)
+    dead = add_device(conn, "alice", "apns", "alice-token-000002", organization_id=ORG_A, now=T0)
+    conn.commit()
+    resolver = RegistryResolver()
+
+    async def scenario(c: psycopg.AsyncConnection[Any]) -> Any:
+        found = await resolver.resolve(c, [(ORG_A, "alice"), (None, "alice")])
+        targets = {t.id: t for t in found[(ORG_A, "alice")]}
+        await resolver.invalidate(c, [(targets[dead.id], "unregistered", "UNREGISTERED")], T0)
+        await resolver.invalidate(c, [(targets[dead.id], "unregistered", "UNREGISTERED")], T0)
+        await resolver.succeeded(c, [targets[alive.id]], T0)
+        return found
+
+    found = run_async(db_url, scenario)
+    assert [t.id for t in found[(ORG_A, "alice")]] == [alive.id, dead.id]
+    assert list(found[(None, "alice")]) == []
+    assert [f[1] for f in facts(conn)] == [str(dead.id)]
+    assert get_device(conn, alive.id).last_success_at == T0  # type: ignore[union-attr]
+    assert [x.id for x in devices_for(conn, [(ORG_A, "alice")])[(ORG_A, "alice")]] == [alive.id]
