@@ -60,7 +60,16 @@ SUCCESS_EVERY = timedelta(hours=1)  # last_success_at is written at most this of
 INVALIDATED = "device.invalidated"  # the outbox fact's event type
 AGGREGATE = "device"  # its aggregate type; the aggregate id is the device's id
 _ID_MAX = 2**63 - 1
-_UNSET: Any = object()
+
+
+class _AllOrganizations:
+    """The default of ``list_devices(organization_id=...)``: no filter (None is a value)."""
+
+    def __repr__(self) -> str:
+        return "<every organization>"
+
+
+_UNSET: Any = _AllOrganizations()
 
 
 @dataclass(frozen=True, slots=True)

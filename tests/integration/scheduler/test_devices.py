@@ -397,3 +397,26 @@ def test_the_delivery_handlers_registry_resolver_reads_and_writes_the_registry(
     assert [f[1] for f in facts(conn)] == [str(dead.id)]
     assert get_device(conn, alive.id).last_success_at == T0  # type: ignore[union-attr]
     assert [x.id for x in devices_for(conn, [(ORG_A, "alice")])[(ORG_A, "alice")]] == [alive.id]
+
+
+def test_two_first_registrations_of_one_token_race(db_url: str, conn: Conn) -> None:
+    """The second registration waits on the first's unique-index entry; when it commits, the
+    second finds the row unchanged, which its statement's snapshot cannot read: it runs the
+    statement again and returns the row (one row, both callers get it)."""
+    results: dict[str, Device] = {}
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        results["first"] = add_device(first, "alice", "fcm", TOKEN, platform="ios", now=T0)
+
+        def race() -> None:
+            results["second"] = add_device(second, "alice", "fcm", TOKEN, now=T0)
+            second.commit()
+
+        thread = threading.Thread(target=race)
+        thread.start()
+        _wait_until_blocked(conn, second.info.backend_pid)
+        conn.rollback()
+        first.commit()
+        thread.join(30)
+        assert not thread.is_alive()
+    assert results["second"] == results["first"]
+    assert conn.execute("SELECT count(*) FROM devices").fetchone() == (1,)
