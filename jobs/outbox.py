@@ -39,6 +39,7 @@ from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.model import JobSpec
 from jobs.queries import query
+from jobs.steps import Steps
 
 CHANNEL = "outbox_ready"
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
@@ -210,7 +211,51 @@ def record(
     aggregate before recording to make its events' order the commit order). Raises
     :class:`jobs.InvalidJob` naming the field, before anything is written.
     """
-    params = {
+    params = _record_params(
+        aggregate_type, aggregate_id, event_type, payload, schema_version, organization_id,
+        occurred_at,
+    )  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute(query("outbox_event_record"), params)
+        row = cur.fetchone()
+    assert row is not None
+    event_id: uuid.UUID = row[0]
+    return event_id
+
+
+def record_steps(
+    *,
+    aggregate_type: str,
+    aggregate_id: str | uuid.UUID | int,
+    event_type: str,
+    payload: Any,
+    schema_version: int = 1,
+    organization_id: uuid.UUID | str | None = None,
+    occurred_at: datetime | None = None,
+) -> Steps[uuid.UUID]:
+    """:func:`record` as steps (:mod:`jobs.steps`): for an operation written once for a
+    ``Connection`` and an ``AsyncConnection`` that records a fact in its own transaction (the
+    scheduler's device invalidation). The same checks, before the one statement."""
+    params = _record_params(
+        aggregate_type, aggregate_id, event_type, payload, schema_version, organization_id,
+        occurred_at,
+    )  # fmt: skip
+    rows = yield query("outbox_event_record"), params
+    event_id: uuid.UUID = rows[0][0]
+    return event_id
+
+
+def _record_params(
+    aggregate_type: Any,
+    aggregate_id: Any,
+    event_type: Any,
+    payload: Any,
+    schema_version: Any,
+    organization_id: Any,
+    occurred_at: Any,
+) -> dict[str, Any]:
+    """The parameters of ``outbox_event_record``, every field checked (raises InvalidJob)."""
+    return {
         "id": uuid7(),
         "aggregate_type": _name("aggregate_type", aggregate_type),
         "aggregate_id": _aggregate_id(aggregate_id),
@@ -220,12 +265,6 @@ def record(
         "organization_id": validate.organization_id(organization_id),
         "occurred_at": validate.aware(occurred_at, "occurred_at"),
     }
-    with conn.cursor() as cur:
-        cur.execute(query("outbox_event_record"), params)
-        row = cur.fetchone()
-    assert row is not None
-    event_id: uuid.UUID = row[0]
-    return event_id
 
 
 @dataclass(frozen=True, slots=True)

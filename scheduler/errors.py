@@ -59,3 +59,13 @@ class InvalidPushConfig(SchedulerError, InvalidInput):
     ``field`` names the setting (``TOCKWORK_FCM_CREDENTIALS``, ``key_id``...); ``value`` is what
     was given, never key material: a path, a name, or a redacted form.
     """
+
+
+class InvalidDevice(SchedulerError, InvalidInput):
+    """A device registry argument is invalid (scheduler.devices): an empty subject, a bad
+    channel name, an empty or overlong token, a malformed organization id...
+
+    ``field`` names the argument and ``value`` holds what was given, except for a token, whose
+    ``value`` is its redacted form (:func:`scheduler.push.redact_token`): a token is a
+    credential and never appears in full in an error. Nothing was written.
+    """

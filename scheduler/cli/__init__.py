@@ -4,6 +4,7 @@
 - ``jobs.py``: ``jobs dead|list|show|requeue|cancel``, ``stats``
 - ``schedules.py``: ``scheduler``, ``schedules sync|list|show|preview``
 - ``outbox.py``: ``relay``, ``outbox dead|retry``
+- ``devices.py``: ``devices add|list|show|remove`` (the device registry)
 - ``limits.py``: ``limits set|list|clear`` (global rate limits)
 - ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
 - ``ops.py``: ``healthz``, ``metrics-server``
@@ -38,7 +39,7 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dashboard as dashboard_command
-from scheduler.cli import dev, limits, ops, outbox, policies, preview, schedules, worker
+from scheduler.cli import dev, devices, limits, ops, outbox, policies, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
 from timezones.errors import InvalidInput, TockworkError
@@ -49,6 +50,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     jobs_commands.register,
     schedules.register,
     outbox.register,
+    devices.register,
     limits.register,
     policies.register,
     ops.register,

@@ -98,3 +98,38 @@ CREATE TABLE dashboard_audit (
 );
 
 CREATE INDEX dashboard_audit_at_idx ON dashboard_audit (at);
+
+-- The devices a subject's reminders go to (scheduler.devices, docs/devices.md): one row per
+-- (channel, token), owned by one subject of one organization (none counts as one) at a time. A
+-- token the provider declared dead keeps its row with invalidated_at set: it is never sent to
+-- again until the application registers it anew, which clears the mark. The token is bounded in
+-- bytes, not characters, because it is a key of a btree index (an entry of at most about 2.7 kB;
+-- real tokens are 64 to a few hundred bytes). last_success_at is written at most once an hour
+-- and is in no index, so that write is a HOT update.
+CREATE TABLE devices (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    organization_id uuid,
+    subject text NOT NULL,
+    channel text NOT NULL,
+    token text NOT NULL,
+    platform text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    last_success_at timestamptz,
+    invalidated_at timestamptz,
+    invalid_reason text,
+    CONSTRAINT devices_subject_check CHECK (length(subject) BETWEEN 1 AND 200),
+    CONSTRAINT devices_channel_check CHECK (channel ~ '^[a-z][a-z0-9_]{0,31}$'),
+    CONSTRAINT devices_token_check CHECK (octet_length(token) BETWEEN 1 AND 2048),
+    CONSTRAINT devices_platform_check CHECK (length(platform) BETWEEN 1 AND 32),
+    CONSTRAINT devices_invalid_reason_check CHECK (
+        invalid_reason IS NULL OR (invalidated_at IS NOT NULL AND length(invalid_reason) <= 500)
+    ),
+    CONSTRAINT devices_channel_token_key UNIQUE (channel, token)
+) WITH (fillfactor = 90);
+
+-- The delivery read: the valid devices of a batch of (organization, subject) pairs. The subject
+-- leads because it is compared with =; the organization is compared with IS NOT DISTINCT FROM
+-- (no organization is a value), which is no index operator, so it is checked on the index entry.
+CREATE INDEX devices_subject_idx ON devices (subject, organization_id)
+    WHERE invalidated_at IS NULL;

@@ -69,6 +69,10 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork dev-db status": [],
     "tockwork dev-db stop": [],
     "tockwork dashboard": ["--no-auth", "--port", "0"],
+    "tockwork devices add": ["u", "fcm", "token-0123456789"],
+    "tockwork devices list": [],
+    "tockwork devices show": ["1"],
+    "tockwork devices remove": ["1"],
 }
 
 BAD_URLS = [

@@ -192,7 +192,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "tockwork_migrations",
         }
     ),
-    "scheduler": frozenset({"schedules", "schedule_skips", "dashboard_audit"}),
+    "scheduler": frozenset({"schedules", "schedule_skips", "dashboard_audit", "devices"}),
     # The simulated push provider's opt-in migration component (its own package and sql/).
     "scheduler/simulated": frozenset({"simulated_pushes"}),
 }

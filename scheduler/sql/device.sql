@@ -1,0 +1,118 @@
+-- Named queries on the devices table (scheduler/devices.py): the registry of the devices each
+-- subject's reminders go to. Every time predicate takes %(now)s and falls back to the database
+-- clock. A device is valid while invalidated_at is NULL.
+
+-- fragment: device_columns
+-- A device's columns in the order scheduler/devices.py's _device reads them.
+id, organization_id, subject, channel, token, platform, created_at, last_success_at,
+invalidated_at, invalid_reason, updated_at
+
+-- name: device_upsert
+-- Register a token: a new row, or the existing row of (channel, token) given to this subject
+-- and organization, its invalidation cleared (the application registered it again: it is
+-- alive) and its platform updated (kept when none is given). A registration that changes
+-- nothing writes nothing (an application registers its token at every start): the update's
+-- WHERE refuses it and the second branch reads the row instead. That read uses the statement's
+-- snapshot, which may predate a concurrent insert of the same token that the upsert saw: then
+-- no row comes back and the caller runs the statement again.
+WITH upserted AS (
+    INSERT INTO devices AS d (organization_id, subject, channel, token, platform, created_at,
+                              updated_at)
+    VALUES (%(organization_id)s::uuid, %(subject)s::text, %(channel)s::text, %(token)s::text,
+            %(platform)s::text, coalesce(%(now)s::timestamptz, now()),
+            coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (channel, token) DO UPDATE
+    SET organization_id = excluded.organization_id,
+        subject = excluded.subject,
+        platform = coalesce(excluded.platform, d.platform),
+        invalidated_at = NULL,
+        invalid_reason = NULL,
+        updated_at = excluded.updated_at
+    WHERE d.organization_id IS DISTINCT FROM excluded.organization_id
+       OR d.subject <> excluded.subject
+       OR d.platform IS DISTINCT FROM coalesce(excluded.platform, d.platform)
+       OR d.invalidated_at IS NOT NULL
+    RETURNING {{device_columns}}
+)
+SELECT {{device_columns}} FROM upserted
+UNION ALL
+SELECT {{device_columns}}
+FROM devices
+WHERE channel = %(channel)s::text AND token = %(token)s::text
+  AND NOT EXISTS (SELECT FROM upserted);
+
+-- name: device_get
+SELECT {{device_columns}}
+FROM devices
+WHERE id = %(id)s::bigint;
+
+-- name: device_delete
+DELETE FROM devices WHERE id = %(id)s::bigint RETURNING id;
+
+-- name: device_list
+-- Devices in id order after the keyset cursor %(after)s, each filter optional. The organization
+-- filter has a flag of its own, %(by_organization)s, because a NULL organization_id is a value to
+-- match (no organization).
+SELECT {{device_columns}}
+FROM devices
+WHERE id > %(after)s::bigint
+  AND (NOT %(by_organization)s::bool
+       OR organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid)
+  AND (%(subject)s::text IS NULL OR subject = %(subject)s::text)
+  AND (%(include_invalid)s::bool OR invalidated_at IS NULL)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: device_valid_for_subjects
+-- The delivery read: the valid devices of a batch of (organization, subject) pairs, in one
+-- statement (a probe of devices_subject_idx per pair). The pairs come without duplicates.
+SELECT {{device_columns}}
+FROM unnest(%(organization_ids)b::uuid[], %(subjects)b::text[])
+     AS wanted(want_organization_id, want_subject)
+JOIN devices
+  ON subject = wanted.want_subject
+ AND organization_id IS NOT DISTINCT FROM wanted.want_organization_id
+WHERE invalidated_at IS NULL
+ORDER BY id;
+
+-- name: device_invalidate
+-- Mark dead the given devices that are still valid, and return what the outbox fact of each one
+-- newly marked says. The rows are locked in id order first (two deliveries invalidating
+-- overlapping sets cannot deadlock), and a row another transaction invalidated meanwhile is
+-- re-read after its commit and left out: one fact per invalidation, however many callers race.
+-- A reason that quotes the token keeps it only as the text <token>.
+WITH doomed AS MATERIALIZED (
+    SELECT id
+    FROM devices
+    WHERE id = ANY(%(ids)b::bigint[]) AND invalidated_at IS NULL
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
+UPDATE devices AS d
+SET invalidated_at = coalesce(%(now)s::timestamptz, now()),
+    invalid_reason = replace(u.reason, d.token, '<token>'),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+FROM doomed
+JOIN unnest(%(ids)b::bigint[], %(reasons)b::text[]) AS u(id, reason) ON u.id = doomed.id
+WHERE d.id = doomed.id
+RETURNING d.id, d.organization_id, d.subject, d.channel, d.platform, d.token, d.invalid_reason,
+          d.invalidated_at;
+
+-- name: device_mark_succeeded
+-- Record a delivery's success on the given devices whose last_success_at is older than
+-- %(every)s (or unset): in the common case no row qualifies and nothing is written. A row that
+-- another transaction holds is skipped, not waited for: the timestamp is a hint, and the
+-- delivery path never queues behind a registration or an invalidation.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM devices
+    WHERE id = ANY(%(ids)b::bigint[])
+      AND (last_success_at IS NULL
+           OR last_success_at <= coalesce(%(now)s::timestamptz, now()) - %(every)s::interval)
+    ORDER BY id
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE devices AS d
+SET last_success_at = coalesce(%(now)s::timestamptz, now())
+FROM due
+WHERE d.id = due.id;
