@@ -235,3 +235,37 @@ def test_sigkill_after_the_pushes_before_completion_delivers_no_reminder_twice(
         assert auto.execute(
             "SELECT count(*), count(DISTINCT token) FROM simulated_pushes"
         ).fetchone() == (300, 300)
+
+
+def test_the_simulated_app_as_a_worker_process_delivers_each_reminder_once(db_url: str) -> None:
+    n = 300  # as in the statement the test waits on
+    with psycopg.connect(db_url, autocommit=True) as auto:
+        jobs.enqueue_many(
+            auto,
+            [jobs.JobSpec("reminder", {"subject": f"u{i}", "title": "Hi {subject}"})
+             for i in range(n)],
+        )  # fmt: skip
+        proc = start_tockwork(
+            db_url, "worker", "--app", "scheduler.reminders:simulated_app",
+            "--poll", "0.05", "--no-listen",
+        )  # fmt: skip
+        try:
+            wait_for(
+                auto,
+                "SELECT count(*) = 300 FROM jobs WHERE status = 'succeeded'",
+                timeout=60,
+            )
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            _, err = proc.communicate()
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert b"Traceback" not in err
+        rows = auto.execute(
+            "SELECT count(*), count(DISTINCT token), count(DISTINCT effect_key),"
+            " count(*) FILTER (WHERE title = 'Hi ' || subject AND token = subject)"
+            " FROM simulated_pushes"
+        ).fetchone()
+        assert rows == (n, n, n, n)
