@@ -756,6 +756,22 @@ def app() -> dict[str, Any]:
     return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl)}
 
 
+def simulated_app() -> dict[str, Any]:
+    """``tockwork worker --app scheduler.delivery:simulated_app``: reminders through the
+    simulated channel (``scheduler.simulated.SimulatedChannel``, rows in ``simulated_pushes``),
+    each subject its own simulated device: the app of the demo and the tests, no provider.
+
+    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
+    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
+    """
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        raise InvalidPushConfig("DATABASE_URL", None, "the simulated app needs DATABASE_URL")
+    env = {name: value for name, value in os.environ.items() if name.startswith("TOCKWORK_SIM_")}
+    channels = channels_from_env(url, {**env, "TOCKWORK_PUSH_SIMULATED": "1"})
+    return {"reminder": DeliveryHandler(url, channels, resolver=SubjectAsToken("simulated"))}
+
+
 __all__ = [
     "DEFAULT_TTL",
     "MAX_BATCH",
@@ -773,4 +789,5 @@ __all__ = [
     "content",
     "device_key",
     "render",
+    "simulated_app",
 ]

@@ -9,31 +9,17 @@ and records the skips of the batch with one statement after the effect-once dedu
 ``_async`` forms run the same steps (:mod:`jobs.steps`). A job's occurrence is read from its
 payload by :class:`scheduler.occurrence_job.OccurrenceMeta`.
 
-:class:`ReminderBatchHandler` delivers a batch of up to :data:`MAX_BATCH` reminders a time
-(``jobs.BatchHandler``), through a provider's multicast ``send_many``:
+The batch handler of reminders is :class:`scheduler.delivery.DeliveryHandler`: it runs the same
+check (:func:`check_steps`, no write) for a batch, delivers through push channels, and writes
+the skip records with :func:`record_skipped` in the worker's completion transaction, so they
+commit exactly when the outcome does (a fenced batch records none, and its next run records
+them once).
 
-1. one short read transaction: the still-due check of the whole batch (no write), and
-   check-before-send (``jobs.effects.recorded``) of the due ones' push keys;
-2. the multicast request for the due, not yet delivered ones, and in the same short transaction
-   record-after-send (``jobs.effects.record_many``) of those the provider delivered;
-3. per-message results to per-job outcomes: delivered (now or before) -> succeeded; transient
-   -> retry; rate limited -> retry after the provider's hint; rejected token -> dead; quiet
-   hours with ``defer`` -> snoozed to the window's end; paused, superseded, quiet ``skip`` ->
-   succeeded, their skip records written in the worker's completion transaction
-   (``batch.in_completion``); deleted -> succeeded.
-
-Which writes go where: a skip record is a database effect of the job's outcome, so it commits
-exactly when that outcome commits (a fenced batch records none, and its next run records them
-once). A push is an external effect: it happened whatever becomes of this worker's lease, so
-its effect record commits right after the provider answered, never with the outcome (a record
-rolled back with a fenced outcome would let the next run notify again). No transaction is open
-while the provider is called, except the simulated provider's own, whose "call" is a write.
-
-:class:`ReminderHandler` is the single-job handler (one transaction per reminder). Both handlers
-open a connection per worker thread and must be closed (:meth:`close`). :func:`simulated_app`
-wires the batch handler to :class:`scheduler.simulated.SimulatedPush` (the provider for tests
-and demos, with its own opt-in table) for ``tockwork worker --app
-scheduler.reminders:simulated_app``; ``simulated_single_app`` wires the single-job one.
+:class:`ReminderHandler` is the single-job handler (one transaction per reminder, through
+:class:`scheduler.simulated.SimulatedPush`, whose "call" is a write in that transaction); it
+opens a connection per worker thread and must be closed (:meth:`close`). ``tockwork worker
+--app scheduler.delivery:simulated_app`` wires the delivery handler to the simulated channel;
+``scheduler.reminders:simulated_single_app`` wires the single-job handler.
 """
 
 from __future__ import annotations
@@ -460,26 +446,6 @@ def _simulated() -> tuple[str, SimulatedPush]:
     return url, provider
 
 
-def simulated_app() -> dict[str, Any]:
-    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders through the
-    simulated channel (``scheduler.delivery.DeliveryHandler`` with
-    ``scheduler.simulated.SimulatedChannel``; each subject is its own simulated device).
-
-    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
-    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
-    """
-    from scheduler import delivery
-
-    url, _ = _simulated()
-    env = {**os.environ, "TOCKWORK_PUSH_SIMULATED": "1"}
-    for name in ("TOCKWORK_FCM_CREDENTIALS", "TOCKWORK_APNS_KEY_FILE", "TOCKWORK_APNS_KEY_ID",
-                 "TOCKWORK_APNS_TEAM_ID", "TOCKWORK_APNS_TOPIC"):  # fmt: skip
-        env.pop(name, None)
-    channels = delivery.channels_from_env(url, env)
-    handler = delivery.DeliveryHandler(url, channels, resolver=delivery.SubjectAsToken("simulated"))
-    return {"reminder": handler}
-
-
 def simulated_single_app() -> dict[str, jobs.Handler]:
     """``--app scheduler.reminders:simulated_single_app``: the single-job handler, one
     transaction per reminder (to compare with the batch handler); same environment."""
@@ -497,7 +463,6 @@ __all__ = [
     "reminder_handler",
     "reminder_message",
     "schedule_meta",
-    "simulated_app",
     "simulated_single_app",
     "still_due",
     "still_due_many",

@@ -17,7 +17,7 @@ handler's transaction either).
 
 The table belongs to this opt-in migration component (``scheduler.simulated``), not to the
 scheduler's core schema: a production database gets it only when something uses the provider
-(:func:`install`, which ``scheduler.reminders.simulated_app`` calls, or ``tockwork migrate
+(:func:`install`, which ``scheduler.delivery.simulated_app`` calls, or ``tockwork migrate
 --with simulated``).
 """
 
