@@ -22,8 +22,7 @@ import scheduler
 from jobs import Worker
 from jobs.store import PgJobStore
 from scheduler import Scheduler
-from scheduler.delivery import DeliveryHandler, SubjectAsToken
-from scheduler.reminders import simulated_app
+from scheduler.delivery import DeliveryHandler, SubjectAsToken, simulated_app
 from scheduler.simulated import SimulatedChannel
 from tests.integration.scheduler.test_reminders_batch import SpyChannel
 from tests.processes import start_tockwork, wait_for
@@ -246,7 +245,7 @@ def test_the_simulated_app_as_a_worker_process_delivers_each_reminder_once(db_ur
              for i in range(n)],
         )  # fmt: skip
         proc = start_tockwork(
-            db_url, "worker", "--app", "scheduler.reminders:simulated_app",
+            db_url, "worker", "--app", "scheduler.delivery:simulated_app",
             "--poll", "0.05", "--no-listen",
         )  # fmt: skip
         try:
