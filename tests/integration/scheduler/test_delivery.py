@@ -618,6 +618,25 @@ def test_the_simulated_channel_keeps_the_channel_contract(
     assert [r.status in failed for r in c] != [r.status in failed for r in a]
 
 
+def test_the_simulated_channel_serves_one_event_loop_after_another(db_url: str) -> None:
+    """A worker's ``run_until_idle`` runs its async handlers on a new event loop each time:
+    sends that overlap on one loop, then on the next, all deliver (none raises)."""
+    channel = SimulatedChannel(db_url)
+
+    async def overlapping(prefix: str) -> list[PushStatus]:
+        answers = await asyncio.gather(
+            channel.send(_messages(f"{prefix}a", 5), now=SAT_0800),
+            channel.send(_messages(f"{prefix}b", 5), now=SAT_0800),
+        )
+        return [r.status for results in answers for r in results]
+
+    try:
+        for loop in ("x", "y", "z"):
+            assert asyncio.run(overlapping(loop)) == [PushStatus.DELIVERED] * 10
+    finally:
+        asyncio.run(channel.aclose())
+
+
 def test_the_simulated_channel_answers_transient_when_its_database_is_unreachable() -> None:
     channel = SimulatedChannel("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
     messages = _messages("u", 3)
