@@ -266,6 +266,21 @@ def test_a_retry_after_a_transient_failure_sends_only_to_the_undelivered_device(
     assert jobs.effects.recorded(conn, keys) == keys
 
 
+def test_a_device_listed_twice_is_notified_once(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make
+) -> None:
+    """An application's resolver may list one device twice (two rows of its own table for one
+    token): one message per (job, device), as its effect-once key says."""
+    create(conn, "ada")
+    (job,) = claim(conn, db_url)
+    phone = Device("fake", "tok-phone")
+    channel = ScriptedChannel()
+    batch = RecordingBatch([job])
+    deliver(handlers(channel, resolver=FakeResolver({"ada": [phone, phone]})), batch)
+    assert batch.outcome(job) == ("succeeded",)
+    assert [m.token for m in channel.sent] == ["tok-phone"]
+
+
 def test_a_subject_without_a_device_succeeds_and_is_recorded_as_skipped_at_completion(
     conn: psycopg.Connection[Any], db_url: str, handlers: Make
 ) -> None:
