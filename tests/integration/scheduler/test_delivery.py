@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -910,3 +911,29 @@ def test_the_registry_resolver_notifies_valid_devices_and_invalidates_a_dead_one
     assert again.outcome(again.jobs[0]) == ("succeeded",)
     assert sorted(row[2] for row in pushed(conn)) == [phone.token]
     assert conn.execute(facts).fetchone() == (facts_before + 1,)
+
+
+def test_the_registry_resolver_keeps_organizations_apart(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make
+) -> None:
+    """One subject name in two organizations (and in none) is three people: each job notifies
+    the devices of its own organization's subject only."""
+    devices: Any = pytest.importorskip("scheduler.devices")
+    org_a, org_b = uuid.uuid4(), uuid.uuid4()
+    devices.add_device(conn, "ada", "simulated", "tok-org-a-0123456789", organization_id=org_a)
+    devices.add_device(conn, "ada", "simulated", "tok-org-b-0123456789", organization_id=org_b)
+    devices.add_device(conn, "ada", "simulated", "tok-no-org-0123456789")
+    conn.commit()
+    in_a = scheduler.create_schedule(
+        conn, job_type="reminder", rule="daily@08:00", zone="UTC", subject="ada", jitter=0,
+        payload={"subject": "ada"}, organization_id=org_a, now=T0,
+    )  # fmt: skip
+    no_org = create(conn, "ada")
+    batch_jobs = claim(conn, db_url)
+    assert sorted(str(j.organization_id) for j in batch_jobs) == sorted([str(org_a), "None"])
+    batch = RecordingBatch(batch_jobs)
+    deliver(handlers(SimulatedChannel(db_url)), batch)
+    assert [batch.outcome(j) for j in batch_jobs] == [("succeeded",)] * 2
+    assert sorted((sid, token) for sid, _, token in pushed(conn)) == sorted(
+        [(in_a.id, "tok-org-a-0123456789"), (no_org, "tok-no-org-0123456789")]
+    )
