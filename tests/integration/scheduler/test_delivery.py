@@ -800,6 +800,12 @@ def test_the_handler_refuses_a_bad_channel_list_or_ttl(db_url: str) -> None:
         DeliveryHandler(db_url, [ScriptedChannel()], ttl=timedelta(days=29))
 
 
+def test_closing_the_handler_closes_its_channels(db_url: str) -> None:
+    fake, other = ScriptedChannel(), ScriptedChannel("other")
+    asyncio.run(DeliveryHandler(db_url, [fake, other]).aclose())
+    assert fake.closed and other.closed
+
+
 # -- pacing -----------------------------------------------------------------------------------
 
 
