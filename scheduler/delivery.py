@@ -439,8 +439,12 @@ class DeliveryHandler(jobs.BatchHandler):
         zone = zones.get(meta.schedule_id) if meta is not None else None
         title = render(c.title, subject=subject, at=at, zone=zone)
         body = render(c.body, subject=subject, at=at, zone=zone)
+        planned: set[str] = set()
         for target in devices:
             key = device_key(job, target)
+            if key in planned:  # a resolver listed one device twice: one message
+                continue
+            planned.add(key)
             if key in before:
                 plan.done += 1
                 continue

@@ -286,6 +286,7 @@ class SimulatedChannel:
         self.tries: dict[str, int] = {}
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     def _refusal(self, m: PushMessage) -> PushResult | None:
         if m.token in self.rejected_tokens:
@@ -321,8 +322,11 @@ class SimulatedChannel:
         delivered: set[str] = set()
         if accepted:
             rows = [accepted[key] for key in sorted(accepted)]
-            if self._lock is None:
-                self._lock = asyncio.Lock()
+            loop = asyncio.get_running_loop()
+            if self._lock is None or self._lock_loop is not loop:
+                # A lock is bound to the loop it first waited on, and a worker's run_until_idle
+                # runs a new loop each time: a lock per loop (the old one has no holder left).
+                self._lock, self._lock_loop = asyncio.Lock(), loop
             try:
                 async with self._lock:
                     conn = await self._connection()

@@ -36,7 +36,10 @@ def test_migrate_on_an_empty_database_then_up_to_date(empty_db_url: str) -> None
     assert "scheduler.simulated" not in first.stdout
     opted = tockwork("migrate", "--with", "simulated", "--database-url", empty_db_url)
     assert opted.returncode == 0, opted.stderr
-    assert opted.stdout.strip() == "applied: scheduler.simulated/0001_simulated_pushes"
+    assert opted.stdout.strip() == (
+        "applied: scheduler.simulated/0001_simulated_pushes, "
+        "scheduler.simulated/0002_simulated_channel"
+    )
     bogus = tockwork("migrate", "--with", "bogus", "--database-url", empty_db_url)
     assert bogus.returncode == 2
     assert "--with" in bogus.stderr and "bogus" in bogus.stderr

@@ -121,7 +121,10 @@ def test_the_simulated_provider_table_is_opt_in(empty_db_url: str) -> None:
         migrate(c, COMPONENTS)
     assert not _has_simulated_table(empty_db_url)
     with psycopg.connect(empty_db_url) as c:
-        assert migrate(c, (SIMULATED,)) == [f"{SIMULATED}/0001_simulated_pushes"]
+        assert migrate(c, (SIMULATED,)) == [
+            f"{SIMULATED}/0001_simulated_pushes",
+            f"{SIMULATED}/0002_simulated_channel",
+        ]
     assert _has_simulated_table(empty_db_url)
 
 

@@ -1,16 +1,23 @@
-"""The batched reminder path: still_due_many, SimulatedPush.send_many, ReminderBatchHandler.
+"""The batched reminder path: still_due_many, SimulatedPush.send_many, and the reminder batch
+handler (``scheduler.delivery.DeliveryHandler``) through the simulated channel.
 
 The handler runs against the real PostgreSQL; only the worker's ``jobs.Batch`` is replaced by
 :class:`RecordingBatch`, a double that records the outcome set for each job and runs the
 handler's completion effects the way the worker's completion transaction does (in one
 transaction, given the jobs that succeeded). A batch whose completion never runs is one whose
-worker died or lost its lease before the completion committed.
+worker died or lost its lease before the completion committed. The handler is async: each
+call runs with ``asyncio.run`` (a worker runs it on its event loop).
+
+The devices are the subjects themselves (``SubjectAsToken``): a job's one device has the token
+``subject``; a channel's row in ``simulated_pushes`` has no job id, so deliveries are counted by
+(schedule id, occurrence key, token).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,15 +28,19 @@ import jobs
 import scheduler
 from jobs import Job
 from jobs.store import PgJobStore
-from scheduler import Scheduler
-from scheduler.reminders import (
-    MAX_BATCH,
-    Due,
-    ReminderBatchHandler,
-    still_due,
-    still_due_many,
+from scheduler import Scheduler, delivery
+from scheduler.delivery import DeliveryHandler, Device, SubjectAsToken, device_key
+from scheduler.occurrence_job import OccurrenceMeta
+from scheduler.push import PushMessage, PushResult
+from scheduler.reminders import MAX_BATCH, Due, still_due, still_due_many
+from scheduler.simulated import (
+    MULTICAST_MAX,
+    Message,
+    SendResult,
+    SendStatus,
+    SimulatedChannel,
+    SimulatedPush,
 )
-from scheduler.simulated import MULTICAST_MAX, Message, SendResult, SendStatus, SimulatedPush
 from timezones import FrozenClock
 
 T0 = datetime(2026, 3, 6, 12, 0, tzinfo=UTC)
@@ -47,11 +58,14 @@ class RecordingBatch:
         self.jobs = list(batch_jobs)
         self._ids = {j.id for j in self.jobs}
         self.outcomes: dict[int, tuple[Any, ...]] = {}
+        self.messages: dict[int, str] = {}
         self.effects: list[Effect] = []
 
-    def _set(self, job: Job, *outcome: Any) -> None:
+    def _set(self, job: Job, *outcome: Any, message: str = "") -> None:
         assert job.id in self._ids
+        assert job.id not in self.outcomes, f"two outcomes for job {job.id}"
         self.outcomes[job.id] = outcome
+        self.messages[job.id] = message
 
     def succeed(self, job: Job) -> None:
         self._set(job, "succeeded")
@@ -59,13 +73,13 @@ class RecordingBatch:
     def retry(
         self, job: Job, message: str = "", *, code: str = "error", delay: timedelta | None = None
     ) -> None:
-        self._set(job, "retry", code, delay)
+        self._set(job, "retry", code, delay, message=message)
 
     def rate_limited(self, job: Job, retry_after: timedelta, message: str = "") -> None:
-        self._set(job, "rate_limited", retry_after)
+        self._set(job, "rate_limited", retry_after, message=message)
 
     def fail(self, job: Job, message: str, *, code: str = "permanent") -> None:
-        self._set(job, "dead", code)
+        self._set(job, "dead", code, message=message)
 
     def snooze(self, job: Job, delay: timedelta) -> None:
         self._set(job, "snoozed", delay)
@@ -84,18 +98,16 @@ class RecordingBatch:
                 fn(conn, succeeded)
 
 
-class SpyPush(SimulatedPush):
-    """The simulated provider, remembering the job ids of each multicast request."""
+class SpyChannel(SimulatedChannel):
+    """The simulated channel, remembering the tokens of each send (a subject is its token)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.requests: list[list[int]] = []
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+        super().__init__(conninfo, **kwargs)
+        self.requests: list[list[str]] = []
 
-    def send_many(
-        self, conn: psycopg.Connection[Any], messages: Sequence[Message]
-    ) -> list[SendResult]:
-        self.requests.append([m.job.id for m in messages])
-        return super().send_many(conn, messages)
+    async def send(self, messages: Sequence[PushMessage], *, now: datetime) -> list[PushResult]:
+        self.requests.append([m.token for m in messages])
+        return await super().send(messages, now=now)
 
 
 def create(conn: psycopg.Connection[Any], subject: str, **kwargs: Any) -> int:
@@ -131,6 +143,34 @@ def pushes(conn: psycopg.Connection[Any]) -> dict[int, int]:
     return {job_id: n for job_id, n in rows}
 
 
+Delivery = tuple[int | None, str | None, str]
+
+
+def channel_pushes(conn: psycopg.Connection[Any]) -> dict[Delivery, int]:
+    """The simulated channel's deliveries per (schedule id, occurrence key, token)."""
+    rows = conn.execute(
+        "SELECT schedule_id, occurrence_key, token, count(*) FROM simulated_pushes GROUP BY 1, 2, 3"
+    ).fetchall()
+    return {(sid, key, token): n for sid, key, token, n in rows}
+
+
+def delivery_of(job: Job) -> Delivery:
+    """The (schedule id, occurrence key, token) of a job's one device (its subject)."""
+    meta = OccurrenceMeta.of(job)
+    token = str(job.payload["subject"])
+    return (None, None, token) if meta is None else (meta.schedule_id, meta.occurrence_key, token)
+
+
+def subject_key(job: Job) -> str:
+    """The effect-once key of a job's notification of its subject's device."""
+    return device_key(job, Device("simulated", str(job.payload["subject"])))
+
+
+def deliver(handler: DeliveryHandler, batch: RecordingBatch) -> None:
+    """One handler call, as the worker's event loop runs it."""
+    asyncio.run(handler(batch))
+
+
 def skips(conn: psycopg.Connection[Any], after: int = 0) -> list[tuple[int, str, str]]:
     return [
         tuple(r)
@@ -148,17 +188,25 @@ def last_skip_id(conn: psycopg.Connection[Any]) -> int:
 
 
 @pytest.fixture
-def handlers(db_url: str) -> Any:
-    made: list[ReminderBatchHandler] = []
+def channels(db_url: str) -> Callable[..., SpyChannel]:
+    """Spy channels on this test's database: ``channels(transient_rate=...)``."""
+    return lambda **kwargs: SpyChannel(db_url, **kwargs)
 
-    def make(provider: SimulatedPush, at: datetime = SAT_0800) -> ReminderBatchHandler:
-        handler = ReminderBatchHandler(db_url, provider, clock=FrozenClock(at))
+
+@pytest.fixture
+def handlers(db_url: str) -> Iterator[Callable[..., DeliveryHandler]]:
+    """Delivery handlers (each subject its own simulated device), closed after the test."""
+    made: list[DeliveryHandler] = []
+
+    def make(channel: SimulatedChannel, at: datetime = SAT_0800, **kwargs: Any) -> DeliveryHandler:
+        kwargs.setdefault("resolver", SubjectAsToken("simulated"))
+        handler = DeliveryHandler(db_url, [channel], clock=FrozenClock(at), **kwargs)
         made.append(handler)
         return handler
 
     yield make
     for handler in made:
-        handler.close()
+        asyncio.run(handler.aclose())
 
 
 # -- still_due_many ---------------------------------------------------------------------------
@@ -310,16 +358,16 @@ def test_send_is_send_many_for_one(conn: psycopg.Connection[Any]) -> None:
     assert pushes(conn) == {1: 1}
 
 
-# -- ReminderBatchHandler ---------------------------------------------------------------------
+# -- the reminder batch handler (DeliveryHandler) through the simulated channel ---------------
 
 
 def test_batch_handler_against_paused_deleted_superseded_and_quiet_hours_schedules(
-    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any, channels: Any
 ) -> None:
     names = ("due", "paused", "gone", "moved", "defer", "skip")
     ids = {name: create(conn, name) for name in names}
     batch_jobs = tick_and_claim(conn, db_url)
-    by_subject = {j.payload["subject"]: j.id for j in batch_jobs}
+    by_subject = {j.payload["subject"]: j for j in batch_jobs}
     at = SAT_0800 - timedelta(seconds=30)
     scheduler.pause(conn, ids["paused"], now=at)
     scheduler.delete(conn, ids["gone"], now=at)
@@ -328,13 +376,12 @@ def test_batch_handler_against_paused_deleted_superseded_and_quiet_hours_schedul
     scheduler.update_schedule(conn, ids["skip"], quiet_hours={**QUIET, "action": "skip"}, now=at)
     conn.commit()
     before = last_skip_id(conn)
-    provider = SpyPush()
-    handler = handlers(provider)
+    channel = channels()
+    handler = handlers(channel)
 
     batch = RecordingBatch(batch_jobs)
-    handler(batch)
-    outcomes = {name: batch.outcome(j) for j in batch_jobs for name in names
-                if by_subject[name] == j.id}  # fmt: skip
+    deliver(handler, batch)
+    outcomes = {name: batch.outcome(by_subject[name]) for name in names}
     assert outcomes == {
         "due": ("succeeded",),
         "paused": ("succeeded",),
@@ -343,9 +390,9 @@ def test_batch_handler_against_paused_deleted_superseded_and_quiet_hours_schedul
         "defer": ("snoozed", timedelta(minutes=90)),  # to the end of quiet hours, 09:30
         "skip": ("succeeded",),
     }
-    # Only the due reminder was sent, in one multicast request, and delivered.
-    assert provider.requests == [[by_subject["due"]]]
-    assert pushes(conn) == {by_subject["due"]: 1}
+    # Only the due reminder was sent, in one send of the channel, and delivered.
+    assert channel.requests == [["due"]]
+    assert channel_pushes(conn) == {delivery_of(by_subject["due"]): 1}
     # The skips are completion effects: none is written before the outcomes commit...
     assert skips(conn, before) == []
     # ... and they commit with them, once per job.
@@ -358,129 +405,164 @@ def test_batch_handler_against_paused_deleted_superseded_and_quiet_hours_schedul
     # The same batch again (the worker died after committing): nothing sent, nothing recorded
     # twice, the same outcomes.
     rerun = RecordingBatch(next_attempt(batch_jobs))
-    handler(rerun)
+    deliver(handler, rerun)
     rerun.complete(conn)
     assert [rerun.outcome(j) for j in rerun.jobs] == [batch.outcome(j) for j in batch_jobs]
-    assert provider.requests == [[by_subject["due"]]]
-    assert pushes(conn) == {by_subject["due"]: 1}
+    assert channel.requests == [["due"]]
+    assert channel_pushes(conn) == {delivery_of(by_subject["due"]): 1}
     assert skips(conn, before) == expected_skips
 
 
 def test_a_fenced_batch_records_no_skip_and_its_rerun_records_each_once(
-    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any, channels: Any
 ) -> None:
     sid = create(conn, "u1")
     batch_jobs = tick_and_claim(conn, db_url)
     scheduler.pause(conn, sid, now=SAT_0758)
     conn.commit()
     before = last_skip_id(conn)
-    handler = handlers(SpyPush())
-    handler(RecordingBatch(batch_jobs))  # its worker lost the lease: no completion
+    channel = channels()
+    handler = handlers(channel)
+    fenced = RecordingBatch(batch_jobs)
+    deliver(handler, fenced)  # its worker lost the lease: no completion
+    assert fenced.outcome(batch_jobs[0]) == ("succeeded",)
+    assert fenced.effects, "the skip is a completion effect"
     assert skips(conn, before) == []
     assert conn.execute("SELECT count(*) FROM job_effects").fetchone() == (0,)
     rerun = RecordingBatch(next_attempt(batch_jobs))
-    handler(rerun)
+    deliver(handler, rerun)
     rerun.complete(conn)
     rerun.complete(conn)  # a completion effect run twice still records once
     assert skips(conn, before) == [(sid, "skipped", "paused")]
     assert scheduler.get_schedule(conn, sid).skipped_count == 1
+    assert channel.requests == []
+    assert channel_pushes(conn) == {}
 
 
 def test_one_rejected_or_throttled_message_does_not_fail_the_others(
-    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+    conn: psycopg.Connection[Any],
+    db_url: str,
+    handlers: Any,
+    channels: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     for i in range(60):
         create(conn, f"u{i}")
     batch_jobs = tick_and_claim(conn, db_url)
-    provider = SpyPush(
+    channel = channels(
         transient_rate=0.15, rate_limit_rate=0.15, retry_after=timedelta(seconds=7),
-        rejected_subjects={"u3"}, seed=2,
+        rejected_tokens={"u3"}, permanent_tokens={"u5"}, seed=2,
     )  # fmt: skip
     batch = RecordingBatch(batch_jobs)
-    handlers(provider)(batch)
-    assert provider.requests == [[j.id for j in batch_jobs]]  # one multicast request
-    kinds: dict[str, list[int]] = {}
+    with caplog.at_level("WARNING", logger="tockwork.delivery"):
+        deliver(handlers(channel), batch)
+    assert channel.requests == [[j.payload["subject"] for j in batch_jobs]]  # one send
+    kinds: dict[str, list[Job]] = {}
     for j in batch_jobs:
-        kinds.setdefault(batch.outcome(j)[0], []).append(j.id)
+        kinds.setdefault(batch.outcome(j)[0], []).append(j)
     assert set(kinds) == {"succeeded", "retry", "rate_limited", "dead"}
-    (u3,) = [j for j in batch_jobs if j.payload["subject"] == "u3"]
-    assert batch.outcome(u3) == ("dead", "bad_token")
+    by_subject = {j.payload["subject"]: j for j in batch_jobs}
+    # A dead token is not the job's failure: invalidated (here: logged), never retried.
+    assert batch.outcome(by_subject["u3"]) == ("succeeded",)
+    rejected = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert rejected == ["a simulated token was rejected (UNREGISTERED: device token unregistered)"]
+    # A permanent answer dead-letters its job alone.
+    assert kinds["dead"] == [by_subject["u5"]]
+    assert batch.outcome(by_subject["u5"]) == ("dead", "SENDER_ID_MISMATCH")
     assert all(
-        batch.outcome(j) in {("retry", "provider_timeout", None),
-                             ("rate_limited", timedelta(seconds=7))}
-        for j in batch_jobs if j.id in kinds["retry"] + kinds["rate_limited"]
-    )  # fmt: skip
-    assert pushes(conn) == dict.fromkeys(kinds["succeeded"], 1)
+        batch.outcome(j) in {("retry", "UNAVAILABLE", None), ("rate_limited", timedelta(seconds=7))}
+        for j in kinds["retry"] + kinds["rate_limited"]
+    )
+    delivered = [j for j in kinds["succeeded"] if j.payload["subject"] != "u3"]
+    assert channel_pushes(conn) == {delivery_of(j): 1 for j in delivered}
     # The deliveries' effect records committed with them (record-after-send), so a rerun of
-    # this batch would not even ask the provider for them.
-    keys = [jobs.effects.effect_key(j, "push") for j in batch_jobs]
-    delivered_keys = {jobs.effects.effect_key(j, "push") for j in batch_jobs
-                      if j.id in kinds["succeeded"]}  # fmt: skip
-    assert jobs.effects.recorded(conn, keys) == delivered_keys
+    # this batch would not even ask the channel for them; a rejected token is not recorded.
+    keys = [subject_key(j) for j in batch_jobs]
+    assert jobs.effects.recorded(conn, keys) == {subject_key(j) for j in delivered}
 
 
-def test_rate_limited_messages_inside_a_multicast_retry_alone(
-    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+def test_rate_limited_messages_inside_a_send_retry_alone(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any, channels: Any
 ) -> None:
     for i in range(40):
         create(conn, f"u{i}")
     batch_jobs = tick_and_claim(conn, db_url)
-    provider = SpyPush(rate_limit_rate=0.3, retry_after=timedelta(seconds=5), seed=7)
-    handler = handlers(provider)
+    channel = channels(rate_limit_rate=0.3, retry_after=timedelta(seconds=5), seed=7)
+    handler = handlers(channel)
     pending = batch_jobs
-    throttled: list[list[int]] = []
+    throttled: list[list[str]] = []
     for _ in range(20):
         batch = RecordingBatch(pending)
-        handler(batch)
+        deliver(handler, batch)
         batch.complete(conn)
         limited = [j for j in pending if batch.outcome(j) == ("rate_limited", timedelta(seconds=5))]
         assert all(batch.outcome(j) == ("succeeded",) for j in pending if j not in limited)
         if not limited:
             break
-        throttled.append([j.id for j in limited])
+        throttled.append([j.payload["subject"] for j in limited])
         # The worker retries the throttled jobs alone, after the hint.
         pending = next_attempt(limited)
     else:
         pytest.fail("the rate-limited reminders were never delivered")
-    assert provider.requests[0] == [j.id for j in batch_jobs]  # one multicast request
+    assert channel.requests[0] == [j.payload["subject"] for j in batch_jobs]  # one send
     assert throttled, "the seed draws some 429s"
     assert 0 < len(throttled[0]) < len(batch_jobs) / 2
-    # Each retry request carries exactly the jobs throttled in the request before it.
-    assert provider.requests[1:] == throttled
+    # Each retry's send carries exactly the messages throttled in the send before it.
+    assert channel.requests[1:] == throttled
     # Every reminder delivered, exactly once.
-    assert pushes(conn) == {j.id: 1 for j in batch_jobs}
+    assert channel_pushes(conn) == {delivery_of(j): 1 for j in batch_jobs}
+
+
+def test_the_longest_rate_limit_hint_of_a_job_s_devices_wins(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any, channels: Any
+) -> None:
+    create(conn, "u1")
+    batch_jobs = tick_and_claim(conn, db_url)
+    batch = RecordingBatch(batch_jobs)
+    deliver(handlers(channels(rate_limit_rate=1, retry_after=timedelta(seconds=42))), batch)
+    assert batch.outcome(batch_jobs[0]) == ("rate_limited", timedelta(seconds=42))
+    assert channel_pushes(conn) == {}
 
 
 def test_no_reminder_is_delivered_twice_when_a_batch_is_run_again(
-    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any, channels: Any
 ) -> None:
     for i in range(30):
         create(conn, f"u{i}")
     batch_jobs = tick_and_claim(conn, db_url)
-    provider = SpyPush(transient_rate=0.2, seed=4)
-    handler = handlers(provider)
+    subjects = {j.payload["subject"] for j in batch_jobs}
+    channel = channels(transient_rate=0.2, seed=4)
+    handler = handlers(channel)
     # The worker dies after the pushes, before its completion commits: the jobs are rescued
     # after their leases expire and run again.
     first = RecordingBatch(batch_jobs)
-    handler(first)
-    delivered = {j.id for j in batch_jobs if first.outcome(j) == ("succeeded",)}
+    deliver(handler, first)
+    delivered = {j.payload["subject"] for j in batch_jobs if first.outcome(j) == ("succeeded",)}
     assert 0 < len(delivered) < len(batch_jobs)
     second = RecordingBatch(next_attempt(batch_jobs))
-    handler(second)
-    # Check-before-send: the provider is asked only for those not delivered the first time.
-    assert set(provider.requests[1]) == {j.id for j in batch_jobs} - delivered
-    assert all(second.outcome(j) == ("succeeded",) for j in second.jobs if j.id in delivered)
+    deliver(handler, second)
+    # Check-before-send: the channel is asked only for those not delivered the first time.
+    assert set(channel.requests[1]) == subjects - delivered
+    assert len(channel.requests[1]) == len(subjects - delivered)
+    assert all(
+        second.outcome(j) == ("succeeded",)
+        for j in second.jobs
+        if j.payload["subject"] in delivered
+    )
     # Even with the effect records lost (an external call whose record never committed), the
-    # provider's own key reports a duplicate: the job succeeds, no second delivery.
+    # channel's own key reports a duplicate: the job succeeds, no second delivery.
     conn.execute("DELETE FROM job_effects")
     conn.commit()
-    reliable = SpyPush()  # no failures drawn: every job ends delivered
+    reliable = channels()  # no failures drawn: every job ends delivered
     third = RecordingBatch(next_attempt(next_attempt(batch_jobs)))
-    handlers(reliable)(third)
-    assert reliable.requests == [[j.id for j in batch_jobs]]
+    deliver(handlers(reliable), third)
+    assert reliable.requests == [[j.payload["subject"] for j in batch_jobs]]
     assert all(third.outcome(j) == ("succeeded",) for j in third.jobs)
-    assert pushes(conn) == {j.id: 1 for j in batch_jobs}
+    assert channel_pushes(conn) == {delivery_of(j): 1 for j in batch_jobs}
 
 
-def test_batch_size_is_one_multicast_request() -> None:
-    assert ReminderBatchHandler.max_batch == MAX_BATCH == MULTICAST_MAX == 500
+def test_batch_size_is_one_multicast_request(db_url: str) -> None:
+    handler = DeliveryHandler(db_url, [SimulatedChannel(db_url)])
+    assert handler.max_batch == delivery.MAX_BATCH == MAX_BATCH == MULTICAST_MAX == 500
+    assert jobs.batch.is_async_handler(handler)
+    asyncio.run(handler.aclose())
