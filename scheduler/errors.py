@@ -51,3 +51,15 @@ class ScheduleExists(SchedulerError, InvalidInput):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__("key", key, "a schedule with this key already exists")
+
+
+class InvalidPushConfig(SchedulerError, InvalidInput):
+    """A push channel's configuration is invalid (a key file, a key id, a topic, a URL...).
+
+    Raised when the channel is built, so nothing fails at the first send. ``field`` names the
+    setting and ``value`` holds what was given; a credential's value is never put in the message
+    (a key file is named by its path, never by its content).
+    """
+
+    def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
+        super().__init__(field, value, reason)
