@@ -83,6 +83,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from scheduler.errors import InvalidPushConfig
+from scheduler.push.header_logs import silence_header_logs
 from scheduler.push.http2 import (
     ConnectFailed,
     ConnectionLost,
@@ -96,6 +97,8 @@ from scheduler.push.message import PushMessage, PushResult, PushStatus, redact_t
 from timezones.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
+# hpack logs header values at DEBUG (bearer tokens, device tokens): dropped.
+silence_header_logs()
 
 PRODUCTION_URL: Final = "https://api.push.apple.com"
 SANDBOX_URL: Final = "https://api.sandbox.push.apple.com"

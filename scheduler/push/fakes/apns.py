@@ -48,7 +48,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
+from scheduler.push.fakes.server import Certificate, FakeRequest, FakeResponse, FakeServer, Faults
+from scheduler.push.header_logs import silence_header_logs
 from timezones.errors import TockworkError
+
+# hpack logs header values at DEBUG (bearer tokens, device tokens): dropped.
+silence_header_logs()
 
 MAX_PAYLOAD: Final = 4096
 MAX_COLLAPSE_ID: Final = 64
@@ -168,8 +173,31 @@ class ApnsFake:
         """(device token, tockwork_key) delivered more than once -> how many times."""
         return {k: n for k, n in self.counts.items() if n > 1}
 
+    def provider_tokens(self) -> set[str]:
+        """Every provider token the fake has accepted (a test looks for them in logs)."""
+        return {token for seen in self._tokens.values() for token in seen}
+
     def unregister(self, token: str, since_ms: int | None = None) -> None:
         self.unregistered[token] = int(self.clock() * 1000) if since_ms is None else since_ms
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def app(self, request: FakeRequest) -> FakeResponse:
+        """The fake as an application of :class:`~scheduler.push.fakes.server.FakeServer`.
+
+        APNs speaks HTTP/2 only: an HTTP/1.1 request is not served (505, no APNs reason).
+        """
+        if request.http_version != "2":
+            self.reasons["http/1.1 refused"] += 1
+            return FakeResponse(505, [("content-type", "text/plain")], b"HTTP/2 required")
+        answer = self.handle(request.method, request.path, request.headers.items(), request.body)
+        return FakeResponse(answer.status, list(answer.headers), answer.body)
+
+    def server(
+        self, *, tls: bool | Certificate = False, faults: Faults | None = None
+    ) -> FakeServer:
+        """A server for this fake (start it with ``async with``; ``.url`` is the channel's)."""
+        return FakeServer(self.app, tls=tls, faults=faults)
 
     # -- the protocol --------------------------------------------------------------------------
 
