@@ -10,7 +10,9 @@ from APNs"), so a channel that passes against it has met the real service's rule
   directly, not with the JWT library the channel signs with (else 403 ``InvalidProviderToken``);
   ``iat`` not in the future (``InvalidProviderToken``) nor older than an hour (403
   ``ExpiredProviderToken``); a new token for a key less than 20 minutes after that key's previous
-  one: 429 ``TooManyProviderTokenUpdates``;
+  one: 429 ``TooManyProviderTokenUpdates``. Apple documents that rule per connection; the fake
+  applies it per key, which is stricter: several signers of one key (processes that each sign
+  their own token) have been reported to get that 429 from APNs, and the fake shows it;
 - the headers: ``apns-topic`` (missing: 400 ``MissingTopic``; not the app's: 400
   ``TopicDisallowed``), ``apns-push-type`` (400 ``InvalidPushType``), ``apns-priority`` 10, 5 or 1
   (400 ``BadPriority``), ``apns-expiration`` an integer (400 ``BadExpirationDate``),
