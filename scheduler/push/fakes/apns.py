@@ -168,6 +168,8 @@ class ApnsFake:
         # Per key id: every token accepted (-> when first seen), to spot a new one.
         self._tokens: dict[str, dict[str, float]] = {}
         self.token_updates: Counter[str] = Counter()  # per key id: new tokens accepted
+        # Tokens whose signature verified (a signature is checked once, as a server would cache).
+        self._verified: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     # -- what a test reads ---------------------------------------------------------------------
 
@@ -296,7 +298,13 @@ class ApnsFake:
         if authorization is None or not authorization.lower().startswith("bearer "):
             raise _Refused(403, "MissingProviderToken")
         token = authorization[len("bearer ") :].strip()
-        header, claims = self._verify(token)
+        verified = self._verified.get(token)
+        if verified is None:
+            verified = self._verify(token)
+            if len(self._verified) >= 1000:
+                self._verified.clear()
+            self._verified[token] = verified
+        header, claims = verified
         now = self.clock()
         iat = claims["iat"]
         if iat > now:
