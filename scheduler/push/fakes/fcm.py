@@ -10,8 +10,9 @@ Google's own SDK, ``firebase-admin``, in ``tests/integration/push/test_fcm_fake.
   verifies the RS256 JWT (signature, ``kid``, ``iss`` = ``client_email``, ``aud`` =
   ``https://oauth2.googleapis.com/token`` (or the file's ``token_uri``), a scope allowing FCM
   (``firebase.messaging`` or ``cloud-platform``), ``iat`` not in the future, ``exp - iat`` at
-  most one hour) and answers ``{"access_token", "expires_in", "token_type": "Bearer"}`` or ``400 {"error": "invalid_grant" | "invalid_scope" |
-  "unsupported_grant_type", "error_description"}``. ``access_token_ttl`` is the access tokens'
+  most one hour) and answers ``{"access_token", "expires_in", "token_type": "Bearer"}`` or
+  ``400 {"error": "invalid_grant" | "invalid_scope" | "unsupported_grant_type",
+  "error_description"}``. ``access_token_ttl`` is the access tokens'
   lifetime (short in tests, to make refreshes happen).
 - ``POST /v1/projects/{project_id}/messages:send`` (to a ``token``, or an ``fid``: the
   installation id firebase-admin 7.7 sends in its place): an issued, unexpired bearer token, else
