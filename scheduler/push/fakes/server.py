@@ -705,6 +705,10 @@ class _ServerThread:
         self.ready.set()
         self.loop.run_forever()
         self.loop.run_until_complete(self.server.stop())
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self.loop.close()
 
     def begin(self) -> None:
