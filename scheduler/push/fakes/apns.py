@@ -28,15 +28,29 @@ Error bodies are ``{"reason": "..."}``. A delivered notification is recorded (th
 ``max_records``) with its receive time, and counted per (device token, ``tockwork_key``): a
 count above one is a duplicate delivery. :meth:`ApnsFake.handle` is the whole protocol as a pure
 function of the request; :meth:`ApnsFake.app` serves it on the fake-server framework
-(:mod:`scheduler.push.fakes.server`), HTTP/2 only, as Apple serves.
+(:mod:`scheduler.push.fakes.server`), HTTP/2 only, as Apple serves (an HTTP/1.1 request gets 505).
+
+Process mode: ``python -m scheduler.push.fakes.apns [--tls] [--dir D] [--topic T]`` prints one
+JSON line (``url``, ``port``, ``key_file``, ``key_id``, ``team_id``, ``topic``, ``ca_file``,
+``pid``) and serves until SIGTERM, then prints its summary on stderr. Another process reads
+``GET /_fake/apns/summary``, clears with ``POST /_fake/apns/reset`` and sets the token sets with
+``POST /_fake/apns/config`` (``{"unregistered": [...], "bad_tokens": [...],
+"other_topic_tokens": [...], "scripted": {token: [status, reason]}}``); the framework's
+``/_fake/faults`` and ``/_fake/counters`` work as for every fake.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import base64
 import binascii
 import json
+import os
 import re
+import signal
+import sys
+import tempfile
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
@@ -50,7 +64,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from scheduler.push.fakes.server import Certificate, FakeRequest, FakeResponse, FakeServer, Faults
+from scheduler.push.fakes.server import (
+    Certificate,
+    FakeRequest,
+    FakeResponse,
+    FakeServer,
+    Faults,
+    make_certificate,
+)
 from scheduler.push.header_logs import silence_header_logs
 from timezones.errors import TockworkError
 
@@ -191,6 +212,8 @@ class ApnsFake:
 
         APNs speaks HTTP/2 only: an HTTP/1.1 request is not served (505, no APNs reason).
         """
+        if request.path.startswith("/_fake/apns/"):
+            return self._control(request)
         if request.http_version != "2":
             self.reasons["http/1.1 refused"] += 1
             return FakeResponse(505, [("content-type", "text/plain")], b"HTTP/2 required")
@@ -202,6 +225,50 @@ class ApnsFake:
     ) -> FakeServer:
         """A server for this fake (start it with ``async with``; ``.url`` is the channel's)."""
         return FakeServer(self.app, tls=tls, faults=faults)
+
+    def summary(self) -> dict[str, Any]:
+        """What the fake saw, as JSON (the control endpoint ``/_fake/apns/summary``)."""
+        return {
+            "requests": self.requests,
+            "delivered": self.reasons["delivered"],
+            "reasons": dict(self.reasons),
+            "duplicates": len(self.duplicates()),
+            "token_updates": dict(self.token_updates),
+        }
+
+    def reset(self) -> None:
+        """Forget what was received (not the token sets, nor the provider tokens seen)."""
+        self.notifications.clear()
+        self.counts.clear()
+        self.reasons.clear()
+        self.requests = 0
+
+    def _control(self, request: FakeRequest) -> FakeResponse:
+        """Another process's view and settings (process mode): summary, reset, config."""
+        path = request.path
+        if path == "/_fake/apns/summary":
+            return FakeResponse.json(200, self.summary())
+        if path == "/_fake/apns/reset" and request.method == "POST":
+            self.reset()
+            return FakeResponse.json(200, self.summary())
+        if path == "/_fake/apns/config" and request.method == "POST":
+            try:
+                values = json.loads(request.body or b"{}")
+                for name in ("bad_tokens", "other_topic_tokens"):
+                    if name in values:
+                        setattr(self, name, set(values.pop(name)))
+                if "unregistered" in values:
+                    now_ms = int(self.clock() * 1000)
+                    self.unregistered = dict.fromkeys(values.pop("unregistered"), now_ms)
+                if "scripted" in values:
+                    scripted = values.pop("scripted")
+                    self.scripted = {t: (int(a[0]), str(a[1])) for t, a in scripted.items()}
+                if values:
+                    raise ValueError(f"unknown field(s): {', '.join(sorted(values))}")
+            except (ValueError, TypeError, AttributeError, IndexError) as exc:
+                return FakeResponse.json(400, {"error": str(exc)})
+            return FakeResponse.json(200, {"ok": True})
+        return FakeResponse.json(404, {"error": "unknown control endpoint"})
 
     # -- the protocol --------------------------------------------------------------------------
 
@@ -351,6 +418,88 @@ class ApnsFake:
         return header, claims
 
 
+@dataclass
+class RunningApnsFake:
+    """An :class:`ApnsFake` on a :class:`FakeServer`, with its key file written."""
+
+    fake: ApnsFake
+    server: FakeServer
+    key: ApnsKey
+    key_file: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+async def start_apns_fake(
+    *,
+    topic: str = "com.example.tockwork",
+    tls: bool = False,
+    directory: str | os.PathLike[str] | None = None,
+    port: int = 0,
+    key: ApnsKey | None = None,
+    max_concurrent_streams: int = 1000,
+) -> RunningApnsFake:
+    """Start an APNs fake on this loop with a new key (or ``key``), its ``.p8`` written in
+    ``directory`` (default a new temporary one). Stop it with ``await running.server.stop()``."""
+    folder = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="apns-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    key = key or ApnsKey.generate()
+    fake = ApnsFake(keys=[key], topic=topic)
+    server = FakeServer(
+        fake.app,
+        port=port,
+        tls=make_certificate(folder) if tls else False,
+        max_concurrent_streams=max_concurrent_streams,
+    )
+    await server.start()
+    key_file = key.write(folder / f"AuthKey_{key.key_id}.p8")
+    return RunningApnsFake(fake, server, key, str(key_file))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake as a process: one JSON line on stdout says where (url, key file, key id, team
+    id, topic, CA file); SIGTERM stops it and prints its summary on stderr."""
+    parser = argparse.ArgumentParser(description="Run the APNs fake.")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls", action="store_true", help="TLS with ALPN h2")
+    parser.add_argument("--dir", help="where to write the .p8 key and certificates")
+    parser.add_argument("--topic", default="com.example.tockwork")
+    parser.add_argument("--key-id", default="KEYID12345")
+    parser.add_argument("--team-id", default="TEAMID6789")
+    args = parser.parse_args(argv)
+
+    async def serve() -> None:
+        running = await start_apns_fake(
+            topic=args.topic,
+            tls=args.tls,
+            directory=args.dir,
+            port=args.port,
+            key=ApnsKey.generate(args.key_id, args.team_id),
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        where = {
+            "url": running.url,
+            "port": running.server.port,
+            "key_file": running.key_file,
+            "key_id": running.key.key_id,
+            "team_id": running.key.team_id,
+            "topic": args.topic,
+            "ca_file": running.server.ca_file,
+            "pid": os.getpid(),
+        }
+        print(json.dumps(where), flush=True)
+        await stop.wait()
+        await running.server.stop()
+        print(json.dumps(running.fake.summary()), file=sys.stderr, flush=True)
+
+    asyncio.run(serve())
+
+
 def _first(fields: Mapping[str, list[str]], name: str) -> str | None:
     values = fields.get(name)
     return values[0] if values else None
@@ -364,4 +513,8 @@ def _b64(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
 
 
-__all__ = ["Answer", "ApnsFake", "ApnsKey", "Notification"]
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["Answer", "ApnsFake", "ApnsKey", "Notification", "RunningApnsFake", "start_apns_fake"]

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import signal
+import subprocess
+import sys
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -506,3 +511,57 @@ def test_bad_configuration_names_the_field(tmp_path: Path) -> None:
             key_file=tmp_path / "none.p8", key_id="ABCDE12345", team_id="TEAM123456", topic=TOPIC
         )
     assert info.value.field == "key_file"
+
+
+# -- process mode --------------------------------------------------------------------------------
+
+
+def test_the_fake_runs_as_a_process(tmp_path: Path) -> None:
+    """``python -m scheduler.push.fakes.apns``: one JSON line says where; the control endpoints
+    set token sets and read the summary; SIGTERM stops it with exit code 0."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.push.fakes.apns", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        where = json.loads(process.stdout.readline())
+        assert Path(where["key_file"]).read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+
+        def control(path: str, body: dict[str, Any] | None = None) -> Any:
+            data = None if body is None else json.dumps(body).encode()
+            with urllib.request.urlopen(f"{where['url']}{path}", data, timeout=10) as answer:
+                return json.loads(answer.read())
+
+        assert control("/_fake/apns/config", {"unregistered": [device(2)]}) == {"ok": True}
+
+        async def scenario() -> list[PushResult]:
+            channel = ApnsChannel(
+                key_file=where["key_file"],
+                key_id=where["key_id"],
+                team_id=where["team_id"],
+                topic=where["topic"],
+                url=where["url"],
+            )
+            try:
+                return await channel.send([message(1), message(2)], now=NOW)
+            finally:
+                await channel.aclose()
+
+        results = asyncio.run(scenario())
+        assert outcomes(results) == [
+            (PushStatus.DELIVERED, None),
+            (PushStatus.REJECTED, "Unregistered"),
+        ]
+        summary = control("/_fake/apns/summary")
+        assert (summary["requests"], summary["delivered"], summary["duplicates"]) == (2, 1, 0)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert json.loads(err.strip().splitlines()[-1])["reasons"]["Unregistered"] == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
