@@ -364,3 +364,22 @@ def test_a_good_configuration_builds(tmp_path: Path, key: ApnsKey) -> None:
     )
     assert (channel.name, channel.quota_per_minute) == ("apns", 600)
     assert "PRIVATE" not in repr(channel)
+
+
+def test_hpack_debug_records_are_dropped_and_warnings_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """hpack logs header values (bearer tokens, device tokens) at DEBUG: importing a push
+    channel installs a filter that drops them; hpack's warnings still pass."""
+    import logging
+
+    from scheduler.push.header_logs import FILTER, HPACK_LOGGERS
+
+    caplog.set_level(logging.DEBUG)
+    for name in HPACK_LOGGERS:
+        logger = logging.getLogger(name)
+        assert FILTER in logger.filters
+        logger.debug("Decoded (b'authorization', b'bearer %s')", "secret-jwt")
+        logger.warning("a warning of %s", name)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == [f"a warning of {name}" for name in HPACK_LOGGERS]
