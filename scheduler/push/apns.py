@@ -27,33 +27,33 @@ answered without a request.
 The error table (Apple's documented reasons; the result's ``code`` is the reason, else
 ``http_<status>``, or the transport failure's name):
 
-=====================================================  ==========================================
-status and reason                                      result
-=====================================================  ==========================================
-200                                                    ``delivered``
-400 ``BadDeviceToken``, ``DeviceTokenNotForTopic``     ``rejected`` (the token is dead here)
-410 ``Unregistered``, ``ExpiredToken`` (any 410)       ``rejected``
-400 any other reason (``BadCollapseId``,               ``permanent`` (the request is wrong)
+=======================================================  ========================================
+status and reason                                        result
+=======================================================  ========================================
+200                                                      ``delivered``
+400 ``BadDeviceToken``, ``DeviceTokenNotForTopic``       ``rejected`` (the token is dead here)
+410 ``Unregistered``, ``ExpiredToken`` (any 410)         ``rejected``
+400 any other reason (``BadCollapseId``,                 ``permanent`` (the request is wrong)
 ``BadExpirationDate``, ``BadMessageId``,
 ``BadPriority``, ``BadTopic``, ``MissingTopic``,
 ``PayloadEmpty``, ``TopicDisallowed``, ...)
-403 ``ExpiredProviderToken``                           renew the token and resend once; if the
-                                                       token is younger than 20 minutes, or the
-                                                       resend gets it too: ``transient``
-403 any other (``InvalidProviderToken``,               ``permanent`` (configuration)
+403 ``ExpiredProviderToken``                             renew the token and resend once; if the
+                                                         token is younger than 20 minutes, or
+                                                         the resend gets it too: ``transient``
+403 any other (``InvalidProviderToken``,                 ``permanent`` (configuration)
 ``MissingProviderToken``, ``BadCertificate``,
 ``BadCertificateEnvironment``, ``Forbidden``)
-404 ``BadPath``, 405 ``MethodNotAllowed``,              ``permanent``
+404 ``BadPath``, 405 ``MethodNotAllowed``,                ``permanent``
 413 ``PayloadTooLarge``, any other 4xx
-429 ``TooManyRequests``, ``TooManyProviderTokenUpdates``  ``rate_limited``, ``retry_after`` from
-                                                       ``Retry-After`` (seconds or an HTTP date),
-                                                       else :data:`DEFAULT_RETRY_AFTER`
-500 ``InternalServerError``, 503 ``ServiceUnavailable``,  ``transient`` (``retry_after`` if the
-``Shutdown``, any other status                         server sent ``Retry-After``)
-timeout, connection lost, connect failed               ``transient``
-stream refused (or above a GOAWAY's last stream id)    resent once in the same call, then
-                                                       ``transient``
-=====================================================  ==========================================
+429 ``TooManyRequests``,                                 ``rate_limited``, ``retry_after`` from
+``TooManyProviderTokenUpdates``                          ``Retry-After`` (seconds or an HTTP
+                                                         date), else :data:`DEFAULT_RETRY_AFTER`
+500 ``InternalServerError``, 503                         ``transient`` (``retry_after`` if the
+``ServiceUnavailable``, ``Shutdown``, any other status   server sent ``Retry-After``)
+timeout, connection lost, connect failed                 ``transient``
+stream refused (or above a GOAWAY's last stream id)      resent once in the same call, then
+                                                         ``transient``
+=======================================================  ========================================
 
 No device token, provider token or key material appears in a result's ``error``, a log line or
 an exception text: errors name the reason and the status; logs show :func:`redact_token`.
