@@ -51,3 +51,10 @@ class ScheduleExists(SchedulerError, InvalidInput):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__("key", key, "a schedule with this key already exists")
+
+
+class InvalidPushConfig(SchedulerError, InvalidInput):
+    """A push channel's configuration is unusable (a missing or malformed credentials file, a
+    bad URL or bound). ``field`` names the setting (``credentials_file``,
+    ``credentials_file.private_key``...), ``value`` what identifies it (a path, never key
+    material); raised when the channel is built, so nothing fails at the first send."""
