@@ -54,12 +54,7 @@ class ScheduleExists(SchedulerError, InvalidInput):
 
 
 class InvalidPushConfig(SchedulerError, InvalidInput):
-    """A push channel's configuration is invalid (a key file, a key id, a topic, a URL...).
-
-    Raised when the channel is built, so nothing fails at the first send. ``field`` names the
-    setting and ``value`` holds what was given; a credential's value is never put in the message
-    (a key file is named by its path, never by its content).
-    """
-
-    def __init__(self, field: str, value: Any = None, reason: str | None = None) -> None:
-        super().__init__(field, value, reason)
+    """A push channel's configuration is unusable (a missing or malformed credentials file, a
+    bad URL or bound). ``field`` names the setting (``credentials_file``,
+    ``credentials_file.private_key``...), ``value`` what identifies it (a path, never key
+    material); raised when the channel is built, so nothing fails at the first send."""

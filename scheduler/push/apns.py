@@ -83,7 +83,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from scheduler.errors import InvalidPushConfig
-from scheduler.push.header_logs import silence_header_logs
 from scheduler.push.http2 import (
     ConnectFailed,
     ConnectionLost,
@@ -97,9 +96,6 @@ from scheduler.push.message import PushMessage, PushResult, PushStatus, redact_t
 from timezones.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
-# hpack logs header values at DEBUG (bearer tokens, device tokens): dropped.
-silence_header_logs()
-
 PRODUCTION_URL: Final = "https://api.push.apple.com"
 SANDBOX_URL: Final = "https://api.sandbox.push.apple.com"
 URLS: Final[Mapping[str, str]] = {"production": PRODUCTION_URL, "sandbox": SANDBOX_URL}

@@ -52,6 +52,22 @@ from scheduler.errors import SchedulerError
 
 log = logging.getLogger(__name__)
 
+
+class _NoHeaderValues(logging.Filter):
+    """hpack logs every header it encodes or decodes at DEBUG, bearer tokens included: drop
+    those records (a filter on hpack's loggers, so an application's DEBUG logging cannot
+    bring them back)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG
+
+
+for _name in ("hpack", "hpack.hpack", "hpack.table"):
+    _logger = logging.getLogger(_name)
+    _logger.addFilter(_NoHeaderValues())
+    if _logger.level == logging.NOTSET:
+        _logger.setLevel(logging.INFO)  # and skip building them (a cost per header)
+
 _WINDOW = 1 << 24  # our receive window per stream: responses never wait for a WINDOW_UPDATE
 _CONN_WINDOW = (1 << 30) - 65535  # added to the connection's default window
 _READ = 1 << 18
@@ -423,7 +439,8 @@ class Http2Client:
     """Requests to one origin over up to ``connections`` HTTP/2 connections (module docstring).
 
     ``base_url`` is ``http://host:port`` (h2c, prior knowledge) or ``https://host[:port]``
-    (TLS, ALPN ``h2``; ``ssl_context`` trusts a test server's certificate). Every request has a
+    (TLS, ALPN ``h2``; ``ssl_context`` trusts a test server's certificate, and gets its ALPN
+    protocols set to ``h2``: do not share it with an HTTP/1.1 client). Every request has a
     total timeout (``request_timeout``, including the wait for a free stream and the
     connection); connecting has its own (``connect_timeout``). Bodies are read up to
     ``max_body`` bytes (``Response.truncated`` says one was cut).

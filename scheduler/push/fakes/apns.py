@@ -72,11 +72,7 @@ from scheduler.push.fakes.server import (
     Faults,
     make_certificate,
 )
-from scheduler.push.header_logs import silence_header_logs
 from timezones.errors import TockworkError
-
-# hpack logs header values at DEBUG (bearer tokens, device tokens): dropped.
-silence_header_logs()
 
 MAX_PAYLOAD: Final = 4096
 MAX_COLLAPSE_ID: Final = 64

@@ -14,8 +14,8 @@ test (the object) or from another process (``POST /_fake/faults`` with a JSON ob
 
 - ``latency``: seconds added before every application response;
 - a storm: ``storm_status`` (429 or 503) with ``Retry-After: storm_retry_after`` for every request
-  until ``storm_until`` (``time.monotonic()``; None: until cleared) or for a fraction of them
-  (``storm_fraction``);
+  (whose path starts with ``storm_path_prefix``) until ``storm_until`` (``time.monotonic()``;
+  None: until cleared) or for a fraction of them (``storm_fraction``);
 - ``goaway_after``: on HTTP/2, a connection processes that many streams; when one more arrives it
   sends GOAWAY with ``last_stream_id`` the last processed stream, refuses every later stream
   (not processed: the client may resend them) and closes once the processed ones have answered
@@ -102,6 +102,7 @@ class Faults:
     storm_retry_after: int | None = None
     storm_until: float | None = None  # time.monotonic(); None: until cleared
     storm_fraction: float = 1.0
+    storm_path_prefix: str = ""  # only requests whose path starts with it ("/v1/": not /token)
     goaway_after: int | None = None
     goaway_times: int = 1
     goaway_error: int = 0  # the GOAWAY's error code (0: NO_ERROR)
@@ -115,9 +116,11 @@ class Faults:
         *,
         seconds: float | None = None,
         fraction: float = 1.0,
+        path_prefix: str = "",
     ) -> None:
-        """Answer ``status`` (with Retry-After) to every request, or to a ``fraction``, for
-        ``seconds`` (None: until :meth:`clear`)."""
+        """Answer ``status`` (with Retry-After) to every request (whose path starts with
+        ``path_prefix``), or to a ``fraction``, for ``seconds`` (None: until :meth:`clear`)."""
+        self.storm_path_prefix = path_prefix
         self.storm_status = status
         self.storm_retry_after = retry_after
         self.storm_until = None if seconds is None else time.monotonic() + seconds
@@ -368,7 +371,11 @@ class FakeServer:
         faults = self.faults
         if faults.latency:
             await asyncio.sleep(faults.latency)
-        if faults.storm_status is not None and faults.storming():
+        if (
+            faults.storm_status is not None
+            and request.path.startswith(faults.storm_path_prefix)
+            and faults.storming()
+        ):
             self.counters["storm_responses"] += 1
             headers = []
             if faults.storm_retry_after is not None:
