@@ -38,6 +38,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import h2.config
@@ -46,6 +47,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import hpack.hpack
 import hpack.table
 import hyperframe.frame
@@ -85,6 +87,34 @@ _READ = 1 << 18
 _LAST_STREAM_ID = (1 << 31) - 1 - 2 * 10_000  # retire a connection before its ids run out
 
 
+class _CachingEncoder(hpack.Encoder):
+    """An HPACK encoder that reuses the last header block when it would come out the same.
+
+    A push client sends the same headers on every request (method, path, bearer, content
+    type): once they are in the dynamic table each encodes to the same indexes, and the table
+    does not change. The block is reused only when the headers are equal to the last ones and
+    that last encoding inserted nothing in the table (its newest entry and its size are
+    unchanged) and no table size update is pending: then the output is identical.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: list[Any] | None = None
+        self._block = b""
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        headers = list(headers)
+        if headers == self._last and not self.table_size_changes:
+            return self._block
+        table = self.header_table.dynamic_entries
+        size, first = len(table), (table[0] if table else None)
+        block = super().encode(headers, huffman)
+        unchanged = len(table) == size and (table[0] if table else None) is first
+        self._last = headers if unchanged else None
+        self._block = block
+        return block
+
+
 class H2Connection(h2.connection.H2Connection):
     """h2's connection with the open-stream count taken from its owner.
 
@@ -98,6 +128,7 @@ class H2Connection(h2.connection.H2Connection):
 
     def __init__(self, config: h2.config.H2Configuration, count_open: Callable[[], int]) -> None:
         super().__init__(config=config)
+        self.encoder = _CachingEncoder()
         self._count_open = count_open
         self._new_streams = 0
 
