@@ -38,6 +38,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import h2.config
@@ -46,6 +47,9 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
+import hpack.hpack
+import hpack.table
 import hyperframe.frame
 
 from scheduler.errors import SchedulerError
@@ -62,16 +66,53 @@ class _NoHeaderValues(logging.Filter):
         return record.levelno > logging.DEBUG
 
 
+class _Silent:
+    """hpack's module logger replaced: its ``debug`` calls (several per header, on the hot
+    path of every request) cost a tenth of a request's CPU and log header values."""
+
+    @staticmethod
+    def debug(*args: object, **kwargs: object) -> None:
+        return None
+
+
 for _name in ("hpack", "hpack.hpack", "hpack.table"):
-    _logger = logging.getLogger(_name)
-    _logger.addFilter(_NoHeaderValues())
-    if _logger.level == logging.NOTSET:
-        _logger.setLevel(logging.INFO)  # and skip building them (a cost per header)
+    logging.getLogger(_name).addFilter(_NoHeaderValues())
+for _module in (hpack.hpack, hpack.table):
+    if isinstance(getattr(_module, "log", None), logging.Logger):
+        _module.log = _Silent()  # type: ignore[attr-defined]
 
 _WINDOW = 1 << 24  # our receive window per stream: responses never wait for a WINDOW_UPDATE
 _CONN_WINDOW = (1 << 30) - 65535  # added to the connection's default window
 _READ = 1 << 18
 _LAST_STREAM_ID = (1 << 31) - 1 - 2 * 10_000  # retire a connection before its ids run out
+
+
+class _CachingEncoder(hpack.Encoder):
+    """An HPACK encoder that reuses the last header block when it would come out the same.
+
+    A push client sends the same headers on every request (method, path, bearer, content
+    type): once they are in the dynamic table each encodes to the same indexes, and the table
+    does not change. The block is reused only when the headers are equal to the last ones and
+    that last encoding inserted nothing in the table (its newest entry and its size are
+    unchanged) and no table size update is pending: then the output is identical.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: list[Any] | None = None
+        self._block = b""
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        headers = list(headers)
+        if headers == self._last and not self.table_size_changes:
+            return self._block
+        table = self.header_table.dynamic_entries
+        size, first = len(table), (table[0] if table else None)
+        block = super().encode(headers, huffman)
+        unchanged = len(table) == size and (table[0] if table else None) is first
+        self._last = headers if unchanged else None
+        self._block = block
+        return block
 
 
 class H2Connection(h2.connection.H2Connection):
@@ -87,6 +128,7 @@ class H2Connection(h2.connection.H2Connection):
 
     def __init__(self, config: h2.config.H2Configuration, count_open: Callable[[], int]) -> None:
         super().__init__(config=config)
+        self.encoder = _CachingEncoder()
         self._count_open = count_open
         self._new_streams = 0
 
@@ -532,9 +574,9 @@ class Http2Client:
                     prefix[2],
                     (b":path", path.encode()),
                 ]
+                # no content-length (optional in HTTP/2): the headers stay the same from one
+                # request to the next, so HPACK sends them as indexes of its table
                 encoded += [(k.lower().encode(), v.encode()) for k, v in headers]
-                if body:
-                    encoded.append((b"content-length", str(len(body)).encode()))
                 try:
                     stream_id, future = conn.open_stream(encoded, body)
                 except h2.exceptions.ProtocolError as exc:

@@ -1,7 +1,8 @@
 """The fake-server framework: one loopback port serving HTTP/1.1 and HTTP/2, with faults.
 
 Every push fake (FCM, APNs) is an application ``async def app(request: FakeRequest) ->
-FakeResponse`` served by a :class:`FakeServer`: an asyncio server that speaks HTTP/1.1 with
+FakeResponse`` (or a plain function, answered in the same turn: faster) served by a
+:class:`FakeServer`: an asyncio server that speaks HTTP/1.1 with
 keep-alive (``h11``) and HTTP/2 (``h2``; cleartext with prior knowledge, detected by the
 connection preface) on the same port, and optionally TLS with ALPN (``h2``, ``http/1.1``) on a
 certificate it makes itself (:func:`make_certificate`, a CA and a ``localhost``/``127.0.0.1``
@@ -36,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import inspect
 import ipaddress
 import json
 import os
@@ -48,7 +50,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h2.config
 import h2.connection
@@ -90,7 +92,10 @@ class FakeResponse:
         )
 
 
-App = Callable[[FakeRequest], Awaitable[FakeResponse]]
+# An application is ``async def app(request) -> FakeResponse`` or a plain function: a plain one
+# is answered in the turn its request arrived (no task per request: the fake stays fast enough
+# to be the server of the HTTP-limit benchmark).
+App = Callable[[FakeRequest], Awaitable[FakeResponse]] | Callable[[FakeRequest], FakeResponse]
 
 
 @dataclass
@@ -256,6 +261,9 @@ class FakeServer:
         max_concurrent_streams: int = 1000,
     ) -> None:
         self.app = app
+        self._sync_app = not (
+            inspect.iscoroutinefunction(app) or inspect.iscoroutinefunction(type(app).__call__)
+        )
         self.host = host
         self.port = port
         self.faults = faults if faults is not None else Faults()
@@ -362,15 +370,48 @@ class FakeServer:
             self._connections.discard(conn)
             conn.abort()
 
+    def _respond_now(self, request: FakeRequest) -> FakeResponse | None:
+        """The response when it needs no waiting (a plain app, no latency), else None."""
+        if not self._sync_app or self.faults.latency:
+            return None
+        return self._respond_sync(request)
+
     async def _respond(self, request: FakeRequest) -> FakeResponse:
         """The control endpoints, the faults, then the application."""
+        if self.faults.latency:
+            await asyncio.sleep(self.faults.latency)
+        if self._sync_app:
+            return self._respond_sync(request)
+        early = self._before_app(request)
+        if early is not None:
+            return early
+        try:
+            return await cast(Callable[[FakeRequest], Awaitable[FakeResponse]], self.app)(request)
+        except Exception as exc:  # the fake's own bug: answer 500 and count it
+            return self._app_error(exc)
+
+    def _respond_sync(self, request: FakeRequest) -> FakeResponse:
+        early = self._before_app(request)
+        if early is not None:
+            return early
+        try:
+            return cast(Callable[[FakeRequest], FakeResponse], self.app)(request)
+        except Exception as exc:  # the fake's own bug: answer 500 and count it
+            return self._app_error(exc)
+
+    def _app_error(self, exc: Exception) -> FakeResponse:
+        self.counters["app_errors"] += 1
+        return FakeResponse(
+            500, [("content-type", "text/plain")], f"fake app error: {type(exc).__name__}".encode()
+        )
+
+    def _before_app(self, request: FakeRequest) -> FakeResponse | None:
+        """The control endpoints and the storm."""
         if request.path.startswith("/_fake/"):
             control = self._control(request)
             if control is not None:
                 return control
         faults = self.faults
-        if faults.latency:
-            await asyncio.sleep(faults.latency)
         if (
             faults.storm_status is not None
             and request.path.startswith(faults.storm_path_prefix)
@@ -381,15 +422,7 @@ class FakeServer:
             if faults.storm_retry_after is not None:
                 headers.append(("retry-after", str(faults.storm_retry_after)))
             return FakeResponse(faults.storm_status, headers, b"")
-        try:
-            return await self.app(request)
-        except Exception as exc:  # the fake's own bug: answer 500 and count it
-            self.counters["app_errors"] += 1
-            return FakeResponse(
-                500,
-                [("content-type", "text/plain")],
-                f"fake app error: {type(exc).__name__}".encode(),
-            )
+        return None
 
     def _control(self, request: FakeRequest) -> FakeResponse | None:
         if request.path == "/_fake/faults":
@@ -486,7 +519,7 @@ class _H11Connection(_ServerConnection):
                     bytes(body),
                     "1.1",
                 )
-                response = await server._respond(request)
+                response = server._respond_now(request) or await server._respond(request)
                 server.counters[f"status_{response.status}"] += 1
                 headers = [(k, v) for k, v in response.headers]
                 headers.append(("content-length", str(len(response.body))))
@@ -639,6 +672,10 @@ class _H2Connection(_ServerConnection):
             elif name[:1] != b":":
                 headers[name.decode().lower()] = value.decode("latin-1")
         request = FakeRequest(method, path, headers, bytes(stream.body), "2")
+        now = server._respond_now(request)
+        if now is not None:
+            self.reply(stream_id, now)
+            return
         self.answering += 1
         task = asyncio.get_running_loop().create_task(self.answer(stream_id, request))
         self.tasks.add(task)
@@ -654,6 +691,11 @@ class _H2Connection(_ServerConnection):
         self.answering -= 1
         if self.aborted:
             return
+        self.reply(stream_id, response)
+        if self.goaway_sent and not self.answering:
+            self.close_soon()
+
+    def reply(self, stream_id: int, response: FakeResponse) -> None:
         self.server.counters[f"status_{response.status}"] += 1
         headers = [(b":status", str(response.status).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in response.headers]
@@ -665,8 +707,6 @@ class _H2Connection(_ServerConnection):
         except h2.exceptions.ProtocolError:  # the client reset the stream meanwhile
             pass
         self.schedule_flush()
-        if self.goaway_sent and not self.answering:
-            self.close_soon()
 
     def send_body(self, stream_id: int, body: bytes) -> None:
         h2c = self.h2
