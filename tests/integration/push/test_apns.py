@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -429,7 +429,7 @@ def test_a_server_that_is_not_there_is_transient(tmp_path: Path) -> None:
 def test_in_flight_requests_are_bounded_across_calls(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with rig(tmp_path, max_in_flight=4) as r:
-            app = r.server.app
+            app = r.fake.app
             in_flight = peak = 0
 
             async def counting(request: Any) -> Any:
@@ -454,6 +454,18 @@ def test_in_flight_requests_are_bounded_across_calls(tmp_path: Path) -> None:
 # -- secrets -------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def hpack_at_default_level() -> Iterator[None]:
+    """aioapns sets hpack's logger to CRITICAL when it is imported (by another test of the
+    session), which would hide what hpack logs: back to the default for the test."""
+    parent = logging.getLogger("hpack")
+    level = parent.level
+    parent.setLevel(logging.NOTSET)
+    yield
+    parent.setLevel(level)
+
+
+@pytest.mark.usefixtures("hpack_at_default_level")
 def test_no_secret_in_logs_or_results(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The key, the provider tokens and the device tokens appear in no log record (every logger
     at DEBUG, the HTTP/2 libraries' included) and in no result."""
