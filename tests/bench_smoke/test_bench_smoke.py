@@ -61,6 +61,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("enqueue_async", ["--n", "200", "--batch", "50"], {0, 1}, "async/sync"),
     ("validate_cost", ["--n", "200", "--rounds", "1"], {0, 1}, "this tree/s"),
     ("enqueue_one", ["--n", "50", "--rounds", "1"], {0, 1}, "statements = round trips per job"),
+    ("push_channel", ["--n", "200", "--rounds", "1"], {0, 1}, "(b) FcmChannel"),
     (
         "dashboard",
         ["--jobs", "2000", "--attempts", "2000", "--schedules", "200", "--requests", "2"],

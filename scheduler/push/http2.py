@@ -1,0 +1,741 @@
+"""A small HTTP/2 client for push providers: many streams over a few connections.
+
+Push providers (FCM HTTP v1, APNs) take one request per message over HTTP/2; a herd of reminders
+is thousands of small requests at once. :class:`Http2Client` keeps up to ``connections``
+connections to one origin (opened lazily), puts each request on a stream of a connection with
+room (the server's ``SETTINGS_MAX_CONCURRENT_STREAMS``, capped by ``max_streams``), and makes a
+request wait, within its timeout, when every connection is full. It is built on ``h2`` (the
+protocol state machine) with our own socket loop: one reader task per connection, and writes
+coalesced (the frames of every request started in one turn of the event loop leave in one
+``write``), which keeps the Python work per request small.
+
+What can go wrong is classified by what the server may have done, because that decides whether
+a request may be sent again:
+
+======================  ====================================================  ==============
+error                   when                                                  processed?
+======================  ====================================================  ==============
+:class:`ConnectFailed`  DNS, TCP, TLS, ALPN (no ``h2``) or no server SETTINGS  no: nothing sent
+:class:`StreamRefused`  ``RST_STREAM(REFUSED_STREAM)``, or the stream is       no: safe to resend
+                        above a GOAWAY's ``last_stream_id``
+:class:`ConnectionLost` the connection closed, reset or went away with an      maybe
+                        error while the stream was open
+:class:`RequestTimeout` the request's whole ``request_timeout`` elapsed        maybe
+======================  ====================================================  ==============
+
+After a GOAWAY a connection takes no new stream (its streams at or below ``last_stream_id``
+finish) and new requests go to a new connection; a connection that dies fails its open
+streams with :class:`ConnectionLost` and is replaced on the next request. No header value is
+ever logged or put in an error message (they carry bearer tokens and device tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import hpack
+import hpack.hpack
+import hpack.table
+import hyperframe.frame
+
+from scheduler.errors import SchedulerError
+
+log = logging.getLogger(__name__)
+
+
+class _NoHeaderValues(logging.Filter):
+    """hpack logs every header it encodes or decodes at DEBUG, bearer tokens included: drop
+    those records (a filter on hpack's loggers, so an application's DEBUG logging cannot
+    bring them back)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG
+
+
+class _Silent:
+    """hpack's module logger replaced: its ``debug`` calls (several per header, on the hot
+    path of every request) cost a tenth of a request's CPU and log header values."""
+
+    @staticmethod
+    def debug(*args: object, **kwargs: object) -> None:
+        return None
+
+
+for _name in ("hpack", "hpack.hpack", "hpack.table"):
+    logging.getLogger(_name).addFilter(_NoHeaderValues())
+for _module in (hpack.hpack, hpack.table):
+    if isinstance(getattr(_module, "log", None), logging.Logger):
+        _module.log = _Silent()  # type: ignore[attr-defined]
+
+_WINDOW = 1 << 24  # our receive window per stream: responses never wait for a WINDOW_UPDATE
+_CONN_WINDOW = (1 << 30) - 65535  # added to the connection's default window
+_READ = 1 << 18
+_LAST_STREAM_ID = (1 << 31) - 1 - 2 * 10_000  # retire a connection before its ids run out
+
+
+class _CachingEncoder(hpack.Encoder):
+    """An HPACK encoder that reuses the last header block when it would come out the same.
+
+    A push client sends the same headers on every request (method, path, bearer, content
+    type): once they are in the dynamic table each encodes to the same indexes, and the table
+    does not change. The block is reused only when the headers are equal to the last ones and
+    that last encoding inserted nothing in the table (its newest entry and its size are
+    unchanged) and no table size update is pending: then the output is identical.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: list[Any] | None = None
+        self._block = b""
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        headers = list(headers)
+        if headers == self._last and not self.table_size_changes:
+            return self._block
+        table = self.header_table.dynamic_entries
+        size, first = len(table), (table[0] if table else None)
+        block = super().encode(headers, huffman)
+        unchanged = len(table) == size and (table[0] if table else None) is first
+        self._last = headers if unchanged else None
+        self._block = block
+        return block
+
+
+class H2Connection(h2.connection.H2Connection):
+    """h2's connection with the open-stream count taken from its owner.
+
+    h2 counts open streams by scanning every stream it holds (and culls the closed ones) at
+    each new stream: quadratic with thousands of streams in flight (most of a 20,000-request
+    run's time). The owner knows how many are open; the scan (which frees closed streams) runs
+    once every ``_CULL`` new streams.
+    """
+
+    _CULL = 512
+
+    def __init__(self, config: h2.config.H2Configuration, count_open: Callable[[], int]) -> None:
+        super().__init__(config=config)
+        self.encoder = _CachingEncoder()
+        self._count_open = count_open
+        self._new_streams = 0
+
+    def _counted(self) -> int:
+        self._new_streams += 1
+        if self._new_streams >= self._CULL:
+            self._new_streams = 0
+            self._open_streams(0)  # culls closed streams of both parities
+        return self._count_open()
+
+    @property
+    def open_outbound_streams(self) -> int:
+        return self._counted()
+
+    def _receive_goaway_frame(
+        self, frame: hyperframe.frame.GoAwayFrame
+    ) -> tuple[list[hyperframe.frame.Frame], list[h2.events.Event]]:
+        # RFC 9113 6.8: the streams at or below last_stream_id still complete after a GOAWAY.
+        # h2 closes its state machine at once (and drops what is queued to send), which would
+        # fail them; keep the state open and let the owner take no new stream.
+        event = h2.events.ConnectionTerminated()
+        event.error_code = h2.errors._error_code_from_int(frame.error_code)
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
+
+    def send_goaway(self, last_stream_id: int, error_code: int = 0) -> None:
+        """Queue a GOAWAY without closing the state machine (the streams at or below
+        ``last_stream_id`` are still answered)."""
+        frame = hyperframe.frame.GoAwayFrame(0)
+        frame.last_stream_id = last_stream_id
+        frame.error_code = error_code
+        self._prepare_for_sending([frame])
+
+    @property
+    def open_inbound_streams(self) -> int:
+        return self._counted()
+
+
+class Http2Error(SchedulerError):
+    """Base class of the HTTP/2 client's errors (the message never holds a header value)."""
+
+
+class ConnectFailed(Http2Error):
+    """The connection could not be made (DNS, TCP, TLS, ALPN, no SETTINGS): nothing was sent."""
+
+
+class RequestTimeout(Http2Error):
+    """The request's total timeout elapsed: the server may have processed it."""
+
+
+class StreamRefused(Http2Error):
+    """The server refused the stream (REFUSED_STREAM, or above a GOAWAY's last stream id): it
+    was not processed and is safe to send again."""
+
+
+class ConnectionLost(Http2Error):
+    """The connection closed, reset or went away with an error while the stream was open: the
+    server may have processed the request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A response: status, headers (lower-case names), the body up to ``max_body`` bytes."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    truncated: bool = False  # the body was longer than max_body and was cut
+
+
+@dataclass(frozen=True, slots=True)
+class Http2Stats:
+    """The client's counters (tests and benchmarks)."""
+
+    in_flight: int  # streams open now, over every connection
+    waiting: int  # requests waiting for room on a connection
+    connections: int  # connections open now
+    connections_opened: int  # connections ever opened (successfully)
+    goaways: int  # GOAWAY frames received
+    streams_refused: int  # streams failed with StreamRefused
+    connections_lost: int  # connections that died with streams open
+
+
+class _Stream:
+    __slots__ = ("body", "future", "headers", "pending", "status", "truncated")
+
+    def __init__(self, future: asyncio.Future[Response]) -> None:
+        self.future = future
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.body = bytearray()
+        self.truncated = False
+        self.pending = b""  # request body not yet sent (flow control)
+
+
+class _Connection:
+    """One HTTP/2 connection: its h2 state, its streams, its reader task."""
+
+    def __init__(
+        self,
+        client: Http2Client,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.client = client
+        self.reader = reader
+        self.writer = writer
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            validate_inbound_headers=False,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.streams: dict[int, _Stream] = {}
+        self.h2 = H2Connection(config, self.streams.__len__)
+        self.capacity = 0  # streams allowed at once (server's max, our cap); 0 before SETTINGS
+        self.draining = False  # GOAWAY received or ids nearly exhausted: no new streams
+        self.closed = False
+        self.settings_seen = asyncio.Event()
+        self.flush_scheduled = False
+        self.blocked: set[int] = set()  # streams with request body waiting for window
+        self.reader_task: asyncio.Task[None] | None = None
+        self.goaway_received = False
+
+    @property
+    def free(self) -> int:
+        if self.draining or self.closed:
+            return 0
+        return self.capacity - len(self.streams)
+
+    def start(self) -> None:
+        self.h2.initiate_connection()
+        self.h2.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            }
+        )
+        self.h2.increment_flow_control_window(_CONN_WINDOW)
+        self.flush()
+        self.reader_task = asyncio.get_running_loop().create_task(self.read_loop())
+
+    def schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        data = self.h2.data_to_send()
+        if data and not self.closed:
+            self.writer.write(data)
+
+    def open_stream(
+        self, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, asyncio.Future[Response]]:
+        h2c = self.h2
+        stream_id = h2c.get_next_available_stream_id()
+        if stream_id >= _LAST_STREAM_ID:
+            self.draining = True
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        stream = _Stream(future)
+        h2c.send_headers(stream_id, headers, end_stream=not body)
+        self.streams[stream_id] = stream
+        if body:
+            stream.pending = body
+            self.send_pending(stream_id, stream)
+        self.schedule_flush()
+        return stream_id, future
+
+    def send_pending(self, stream_id: int, stream: _Stream) -> None:
+        h2c = self.h2
+        while stream.pending:
+            room = min(h2c.local_flow_control_window(stream_id), h2c.max_outbound_frame_size)
+            if room <= 0:
+                self.blocked.add(stream_id)
+                return
+            chunk, stream.pending = stream.pending[:room], stream.pending[room:]
+            h2c.send_data(stream_id, chunk, end_stream=not stream.pending)
+        self.blocked.discard(stream_id)
+
+    def cancel(self, stream_id: int) -> None:
+        """Reset a stream the caller gave up on (timeout, cancellation)."""
+        if self.streams.pop(stream_id, None) is None:
+            return
+        self.blocked.discard(stream_id)
+        if not self.closed:
+            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+            self.schedule_flush()
+        self.client._stream_done()
+
+    async def read_loop(self) -> None:
+        reason = "connection closed by the server"
+        try:
+            while True:
+                data = await self.reader.read(_READ)
+                if not data:
+                    break
+                try:
+                    events = self.h2.receive_data(data)
+                except h2.exceptions.ProtocolError as exc:
+                    reason = f"protocol error: {type(exc).__name__}"
+                    break
+                self.handle(events)
+                if self.closed:
+                    return
+                self.flush()
+        except (OSError, ssl.SSLError) as exc:
+            reason = f"connection lost: {type(exc).__name__}"
+        except asyncio.CancelledError:
+            reason = "connection closed by the client"
+        self.lost(reason)
+
+    def handle(self, events: list[h2.events.Event]) -> None:
+        streams = self.streams
+        for event in events:
+            kind = type(event)
+            if kind is h2.events.DataReceived:
+                stream = streams.get(event.stream_id)  # type: ignore[attr-defined]
+                data: bytes = event.data  # type: ignore[attr-defined]
+                self.h2.acknowledge_received_data(
+                    event.flow_controlled_length,  # type: ignore[attr-defined]
+                    event.stream_id,  # type: ignore[attr-defined]
+                )
+                if stream is not None:
+                    room = self.client.max_body - len(stream.body)
+                    if len(data) > room:
+                        data = data[: max(room, 0)]
+                        stream.truncated = True
+                    stream.body += data
+            elif kind is h2.events.ResponseReceived:
+                stream = streams.get(event.stream_id)  # type: ignore[attr-defined]
+                if stream is not None:
+                    for name, value in event.headers:  # type: ignore[attr-defined]
+                        if name == b":status":
+                            stream.status = int(value)
+                        else:
+                            stream.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+            elif kind is h2.events.StreamEnded:
+                stream = streams.pop(event.stream_id, None)  # type: ignore[attr-defined]
+                if stream is not None:
+                    if not stream.future.done():
+                        stream.future.set_result(
+                            Response(
+                                stream.status, stream.headers, bytes(stream.body), stream.truncated
+                            )
+                        )
+                    self.client._stream_done()
+                    if self.goaway_received and not streams:
+                        self.close()
+            elif kind is h2.events.StreamReset:
+                stream_id: int = event.stream_id  # type: ignore[attr-defined]
+                stream = streams.pop(stream_id, None)
+                self.blocked.discard(stream_id)
+                if stream is not None:
+                    code = event.error_code  # type: ignore[attr-defined]
+                    if code == h2.errors.ErrorCodes.REFUSED_STREAM:
+                        self.client.streams_refused += 1
+                        error: Http2Error = StreamRefused("stream refused by the server")
+                    else:
+                        error = ConnectionLost(f"stream reset by the server ({_code(code)})")
+                    if not stream.future.done():
+                        stream.future.set_exception(error)
+                    self.client._stream_done()
+            elif kind is h2.events.RemoteSettingsChanged:
+                self.capacity = min(
+                    self.h2.remote_settings.max_concurrent_streams, self.client.max_streams
+                )
+                self.settings_seen.set()
+                self.client._wake()
+            elif kind is h2.events.WindowUpdated:
+                if self.blocked:
+                    for blocked_id in list(self.blocked):
+                        blocked = streams.get(blocked_id)
+                        if blocked is None:
+                            self.blocked.discard(blocked_id)
+                        else:
+                            self.send_pending(blocked_id, blocked)
+            elif kind is h2.events.ConnectionTerminated:
+                self.goaway(
+                    event.last_stream_id,  # type: ignore[attr-defined]
+                    event.error_code,  # type: ignore[attr-defined]
+                )
+
+    def goaway(self, last_stream_id: int | None, error_code: int | None) -> None:
+        self.client.goaways += 1
+        self.draining = True
+        self.goaway_received = True
+        last = last_stream_id if last_stream_id is not None else 0
+        for stream_id in [i for i in self.streams if i > last]:
+            stream = self.streams.pop(stream_id)
+            self.client.streams_refused += 1
+            if not stream.future.done():
+                stream.future.set_exception(
+                    StreamRefused(f"stream above the GOAWAY's last stream id ({_code(error_code)})")
+                )
+            self.client._stream_done()
+        if error_code:  # a GOAWAY with an error: the connection is going down now
+            self.lost(f"GOAWAY with {_code(error_code)}")
+        elif not self.streams:
+            self.close()
+        self.client._wake()
+
+    def lost(self, reason: str) -> None:
+        """The connection is gone: its open streams fail with ConnectionLost."""
+        if self.streams:
+            self.client.connections_lost += 1
+            log.debug(
+                "http2 %s: %s with %d streams open", self.client.origin, reason, len(self.streams)
+            )
+        streams = list(self.streams.values())
+        self.streams.clear()  # the same dict handle() may still be reading
+        for stream in streams:
+            if not stream.future.done():
+                stream.future.set_exception(ConnectionLost(reason))
+        self.close()
+        for _ in streams:
+            self.client._stream_done()
+        self.client._wake()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.draining = True
+        self.client._forget(self)
+        with contextlib.suppress(Exception):
+            self.h2.close_connection()
+            self.writer.write(self.h2.data_to_send())
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        task = self.reader_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+
+def _code(code: int | None) -> str:
+    if code is None:
+        return "no error code"
+    try:
+        return h2.errors.ErrorCodes(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+class Http2Client:
+    """Requests to one origin over up to ``connections`` HTTP/2 connections (module docstring).
+
+    ``base_url`` is ``http://host:port`` (h2c, prior knowledge) or ``https://host[:port]``
+    (TLS, ALPN ``h2``; ``ssl_context`` trusts a test server's certificate, and gets its ALPN
+    protocols set to ``h2``: do not share it with an HTTP/1.1 client). Every request has a
+    total timeout (``request_timeout``, including the wait for a free stream and the
+    connection); connecting has its own (``connect_timeout``). Bodies are read up to
+    ``max_body`` bytes (``Response.truncated`` says one was cut).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connections: int = 2,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 30.0,
+        max_body: int = 65536,
+        ssl_context: ssl.SSLContext | None = None,
+        max_streams: int | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"base_url must be http://host[:port] or https://host[:port], "
+                f"got scheme {parts.scheme!r}"
+            )
+        if connections < 1:
+            raise ValueError(f"connections must be >= 1, got {connections}")
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.tls else 80)
+        default_port = 443 if self.tls else 80
+        self.authority = self.host if self.port == default_port else f"{self.host}:{self.port}"
+        self.origin = f"{parts.scheme}://{self.authority}"
+        self._prefix = [
+            (b":method", b""),
+            (b":scheme", parts.scheme.encode()),
+            (b":authority", self.authority.encode()),
+            (b":path", b""),
+        ]
+        self.max_connections = connections
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.max_body = max_body
+        self.max_streams = max_streams if max_streams is not None else 1 << 31
+        if self.tls:
+            context = ssl_context or ssl.create_default_context()
+            context.set_alpn_protocols(["h2"])
+            self._ssl: ssl.SSLContext | None = context
+        else:
+            self._ssl = None
+        self._conns: list[_Connection] = []
+        self._connecting = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._in_flight = 0
+        self._closed = False
+        self.connections_opened = 0
+        self.goaways = 0
+        self.streams_refused = 0
+        self.connections_lost = 0
+
+    @property
+    def stats(self) -> Http2Stats:
+        return Http2Stats(
+            in_flight=self._in_flight,
+            waiting=len(self._waiters),
+            connections=len(self._conns),
+            connections_opened=self.connections_opened,
+            goaways=self.goaways,
+            streams_refused=self.streams_refused,
+            connections_lost=self.connections_lost,
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes = b"",
+    ) -> Response:
+        """Send one request and read its response (errors: module docstring)."""
+        if self._closed:
+            raise Http2Error("the HTTP/2 client is closed")
+        conn: _Connection | None = None
+        stream_id = 0
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                conn = await self._acquire()
+                prefix = self._prefix
+                encoded = [
+                    (b":method", method.encode()),
+                    prefix[1],
+                    prefix[2],
+                    (b":path", path.encode()),
+                ]
+                # no content-length (optional in HTTP/2): the headers stay the same from one
+                # request to the next, so HPACK sends them as indexes of its table
+                encoded += [(k.lower().encode(), v.encode()) for k, v in headers]
+                try:
+                    stream_id, future = conn.open_stream(encoded, body)
+                except h2.exceptions.ProtocolError as exc:
+                    # the connection cannot take this stream (closed under us): nothing sent
+                    self._in_flight -= 1
+                    conn.draining = True
+                    raise StreamRefused(
+                        f"connection cannot open a stream ({type(exc).__name__})"
+                    ) from None
+                response = await future
+                stream_id = 0
+                return response
+        except TimeoutError:
+            if conn is not None and stream_id:
+                conn.cancel(stream_id)
+            raise RequestTimeout(
+                f"no response within request_timeout={self.request_timeout}s"
+            ) from None
+        except asyncio.CancelledError:
+            if conn is not None and stream_id:
+                conn.cancel(stream_id)
+            raise
+
+    async def _acquire(self) -> _Connection:
+        """A connection with a free stream, reserving it (counted in ``_in_flight``)."""
+        while True:
+            if self._closed:
+                raise Http2Error("the HTTP/2 client is closed")
+            best: _Connection | None = None
+            best_free = 0
+            for conn in self._conns:
+                free = conn.free
+                if free > best_free:
+                    best, best_free = conn, free
+            if best is not None and (
+                best_free > best.capacity // 2
+                or len(self._conns) + self._connecting >= self.max_connections
+            ):
+                self._in_flight += 1
+                return best
+            if len(self._conns) + self._connecting < self.max_connections:
+                conn = await self._connect()
+                if conn.free > 0:
+                    self._in_flight += 1
+                    return conn
+                continue
+            if best is not None:
+                self._in_flight += 1
+                return best
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                # woken waiters were popped already; only a cancelled one is still queued
+                if waiter.cancelled() or not waiter.done():
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                elif self._waiters:
+                    self._wake()  # pass the wake-up this waiter no longer uses on
+                raise
+
+    async def _connect(self) -> _Connection:
+        self._connecting += 1
+        try:
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    reader, writer = await asyncio.open_connection(
+                        self.host,
+                        self.port,
+                        ssl=self._ssl,
+                        server_hostname=self.host if self._ssl else None,
+                        limit=_READ,
+                    )
+            except TimeoutError:
+                raise ConnectFailed(
+                    f"could not connect to {self.origin} within "
+                    f"connect_timeout={self.connect_timeout}s"
+                ) from None
+            except (OSError, ssl.SSLError) as exc:
+                raise ConnectFailed(
+                    f"could not connect to {self.origin}: {type(exc).__name__}: {exc}"
+                ) from None
+            if self._ssl is not None:
+                ssl_object = writer.get_extra_info("ssl_object")
+                alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+                if alpn != "h2":
+                    writer.close()
+                    raise ConnectFailed(
+                        f"{self.origin} did not select HTTP/2 by ALPN (selected {alpn!r})"
+                    )
+            conn = _Connection(self, reader, writer)
+            conn.start()
+            try:
+                async with asyncio.timeout(self.connect_timeout):
+                    await conn.settings_seen.wait()
+            except TimeoutError:
+                conn.close()
+                raise ConnectFailed(
+                    f"{self.origin} sent no HTTP/2 SETTINGS within "
+                    f"connect_timeout={self.connect_timeout}s"
+                ) from None
+            if conn.closed:
+                raise ConnectFailed(f"{self.origin} closed the connection before SETTINGS")
+            self._conns.append(conn)
+            self.connections_opened += 1
+            return conn
+        finally:
+            self._connecting -= 1
+            if self._waiters:
+                self._wake()
+
+    def _stream_done(self) -> None:
+        self._in_flight -= 1
+        if self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        # wake as many waiters as there are free streams (each re-checks)
+        free = sum(conn.free for conn in self._conns)
+        if len(self._conns) + self._connecting < self.max_connections:
+            free += 1
+        while self._waiters and free > 0:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                free -= 1
+
+    def _forget(self, conn: _Connection) -> None:
+        with contextlib.suppress(ValueError):
+            self._conns.remove(conn)
+        self._wake()
+
+    async def aclose(self) -> None:
+        """Close every connection; requests still open fail with ConnectionLost."""
+        self._closed = True
+        conns = list(self._conns)
+        for conn in conns:
+            conn.lost("connection closed by the client")
+        tasks = [c.reader_task for c in conns if c.reader_task is not None]
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                await conn.writer.wait_closed()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+__all__ = [
+    "ConnectFailed",
+    "ConnectionLost",
+    "H2Connection",
+    "Http2Client",
+    "Http2Error",
+    "Http2Stats",
+    "RequestTimeout",
+    "Response",
+    "StreamRefused",
+]
