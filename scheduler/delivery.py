@@ -52,8 +52,8 @@ import json
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -64,6 +64,7 @@ import psycopg
 import jobs
 from jobs import Job, effects
 from jobs.internal import steps
+from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
@@ -77,8 +78,10 @@ log = logging.getLogger("tockwork.delivery")
 MAX_BATCH = 500
 # How long a reminder stays worth showing after its nominal instant, unless its payload says.
 DEFAULT_TTL = timedelta(hours=1)
-# FCM's and APNs' longest: 28 days.
+# FCM's and APNs' longest: 28 days. The shortest is a minute: a reminder must outlive the queue's
+# own delay between its instant and its run, or every one of them would expire unsent.
 MAX_TTL = timedelta(days=28)
+MIN_TTL = timedelta(minutes=1)
 
 Recipient = tuple[UUID | None, str]
 
@@ -136,8 +139,6 @@ class RegistryResolver:
     async def resolve(
         self, conn: psycopg.AsyncConnection[Any], recipients: Sequence[Recipient]
     ) -> Mapping[Recipient, Sequence[Target]]:
-        from scheduler import devices as registry
-
         return await steps.on_async(conn, registry.devices_for_steps(recipients))
 
     async def invalidate(
@@ -146,8 +147,6 @@ class RegistryResolver:
         dead: Sequence[tuple[Target, str, str]],
         now: datetime,
     ) -> None:
-        from scheduler import devices as registry
-
         items = [(t.id, reason, code) for t, reason, code in dead if t.id is not None]
         if items:
             await steps.on_async(conn, registry.invalidate_devices_steps(items, now=now))
@@ -155,8 +154,6 @@ class RegistryResolver:
     async def succeeded(
         self, conn: psycopg.AsyncConnection[Any], targets: Sequence[Target], now: datetime
     ) -> None:
-        from scheduler import devices as registry
-
         ids = sorted({t.id for t in targets if t.id is not None})
         if ids:
             await steps.on_async(conn, registry.mark_succeeded_steps(ids, now=now))
@@ -232,9 +229,10 @@ def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
                 f"payload field 'ttl' must be seconds, got {seconds!r}", code="bad_payload"
             )
         ttl = timedelta(seconds=seconds)
-        if not timedelta(0) <= ttl <= MAX_TTL:
+        if not MIN_TTL <= ttl <= MAX_TTL:
             raise BadPayload(
-                f"payload field 'ttl' must be from 0 to {int(MAX_TTL.total_seconds())} seconds, "
+                f"payload field 'ttl' must be from {int(MIN_TTL.total_seconds())} to "
+                f"{int(MAX_TTL.total_seconds())} seconds, "
                 f"got {seconds!r}",
                 code="bad_payload",
             )
@@ -335,8 +333,8 @@ class DeliveryHandler(jobs.BatchHandler):
             self.channels[channel.name] = channel
         self.resolver: DeviceResolver = resolver if resolver is not None else RegistryResolver()
         self.clock = clock
-        if not timedelta(0) <= ttl <= MAX_TTL:
-            raise InvalidPushConfig("ttl", ttl, f"must be from 0 to {MAX_TTL}")
+        if not MIN_TTL <= ttl <= MAX_TTL:
+            raise InvalidPushConfig("ttl", ttl, f"must be from {MIN_TTL} to {MAX_TTL}")
         self.ttl = ttl
         self._connections = _AsyncConnections(conninfo)
 
@@ -635,7 +633,9 @@ _APNS = ("TOCKWORK_APNS_KEY_FILE", "TOCKWORK_APNS_KEY_ID", "TOCKWORK_APNS_TEAM_I
          "TOCKWORK_APNS_TOPIC")  # fmt: skip
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float, maximum: float) -> float:
+def _seconds(
+    env: Mapping[str, str], name: str, default: float, maximum: float, minimum: float = 0
+) -> float:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -643,9 +643,31 @@ def _seconds(env: Mapping[str, str], name: str, default: float, maximum: float) 
         value = float(raw)
     except ValueError:
         raise InvalidPushConfig(name, raw, "must be a number") from None
-    if not 0 <= value <= maximum:
-        raise InvalidPushConfig(name, raw, f"must be from 0 to {maximum:g}")
+    if not minimum <= value <= maximum:
+        raise InvalidPushConfig(name, raw, f"must be from {minimum:g} to {maximum:g}")
     return value
+
+
+# A channel's constructor names its own argument; the app names the setting it came from.
+_FCM_FIELDS = {"credentials_file": "TOCKWORK_FCM_CREDENTIALS", "url": "TOCKWORK_FCM_URL",
+               "quota_per_minute": "TOCKWORK_FCM_QUOTA"}  # fmt: skip
+_APNS_FIELDS = {"key_file": "TOCKWORK_APNS_KEY_FILE", "key_id": "TOCKWORK_APNS_KEY_ID",
+                "team_id": "TOCKWORK_APNS_TEAM_ID", "topic": "TOCKWORK_APNS_TOPIC",
+                "url": "TOCKWORK_APNS_URL"}  # fmt: skip
+
+
+@contextmanager
+def _settings_named(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a channel's :class:`InvalidPushConfig` under the setting's name
+    (``credentials_file.private_key`` -> ``TOCKWORK_FCM_CREDENTIALS (private_key)``)."""
+    try:
+        yield
+    except InvalidPushConfig as exc:
+        head, _, rest = exc.field.partition(".")
+        if head not in names:
+            raise
+        field = names[head] + (f" ({rest})" if rest else "")
+        raise InvalidPushConfig(field, exc.value, exc.reason) from None
 
 
 def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel]:
@@ -664,14 +686,15 @@ def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel
         from scheduler.push.fcm import FcmChannel
 
         quota = int(_seconds(env, "TOCKWORK_FCM_QUOTA", 600_000, 60_000_000))
-        channels.append(
-            FcmChannel(
-                credentials,
-                url=env.get("TOCKWORK_FCM_URL", "").strip() or "https://fcm.googleapis.com",
-                quota_per_minute=quota or None,
-                ssl_context=context,
+        with _settings_named(_FCM_FIELDS):
+            channels.append(
+                FcmChannel(
+                    credentials,
+                    url=env.get("TOCKWORK_FCM_URL", "").strip() or "https://fcm.googleapis.com",
+                    quota_per_minute=quota or None,
+                    ssl_context=context,
+                )
             )
-        )
     given = [name for name in _APNS if env.get(name, "").strip()]
     if given:
         missing = [name for name in _APNS if name not in given]
@@ -679,16 +702,17 @@ def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel
             raise InvalidPushConfig(missing[0], None, f"is required with {given[0]}")
         from scheduler.push.apns import ApnsChannel
 
-        channels.append(
-            ApnsChannel(
-                key_file=env["TOCKWORK_APNS_KEY_FILE"].strip(),
-                key_id=env["TOCKWORK_APNS_KEY_ID"].strip(),
-                team_id=env["TOCKWORK_APNS_TEAM_ID"].strip(),
-                topic=env["TOCKWORK_APNS_TOPIC"].strip(),
-                url=env.get("TOCKWORK_APNS_URL", "").strip() or "production",
-                ssl_context=context,
+        with _settings_named(_APNS_FIELDS):
+            channels.append(
+                ApnsChannel(
+                    key_file=env["TOCKWORK_APNS_KEY_FILE"].strip(),
+                    key_id=env["TOCKWORK_APNS_KEY_ID"].strip(),
+                    team_id=env["TOCKWORK_APNS_TEAM_ID"].strip(),
+                    topic=env["TOCKWORK_APNS_TOPIC"].strip(),
+                    url=env.get("TOCKWORK_APNS_URL", "").strip() or "production",
+                    ssl_context=context,
+                )
             )
-        )
     simulated = env.get("TOCKWORK_PUSH_SIMULATED", "").strip()
     if simulated not in ("", "0", "1"):
         raise InvalidPushConfig("TOCKWORK_PUSH_SIMULATED", simulated, "must be 0 or 1")
@@ -755,7 +779,11 @@ def app() -> dict[str, Any]:
     env = dict(os.environ)
     channels = channels_from_env(url, env)
     resolver = resolver_from_env(env, channels)
-    ttl = timedelta(seconds=_seconds(env, "TOCKWORK_PUSH_TTL", 3600, MAX_TTL.total_seconds()))
+    ttl = timedelta(
+        seconds=_seconds(
+            env, "TOCKWORK_PUSH_TTL", 3600, MAX_TTL.total_seconds(), MIN_TTL.total_seconds()
+        )
+    )
     pace(url, channels)
     return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl)}
 

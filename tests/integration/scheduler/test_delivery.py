@@ -327,22 +327,20 @@ def test_an_expired_reminder_is_not_sent_and_is_recorded_as_skipped(
     assert jobs.effects.recorded(conn, keys) == {keys[batch_jobs.index(subjects["long"])]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (reported to the lead): ttl 0 passes validation (payload 'ttl', "
-    "TOCKWORK_PUSH_TTL, DeliveryHandler(ttl=)) but expires_at <= now holds for any run at or "
-    "after the nominal instant, so every such reminder is skipped as expired and never sent",
-)
-def test_a_reminder_with_ttl_0_run_on_time_is_sent(
+def test_a_ttl_under_a_minute_is_refused_not_silently_expired(
     conn: psycopg.Connection[Any], db_url: str, handlers: Make
 ) -> None:
+    """A ttl of 0 would expire every reminder before its run (the queue's own delay is never
+    zero): it is a bad payload, dead with its reason, never a silent skip."""
     create(conn, "ada", ttl=0)
     (job,) = claim(conn, db_url)
     channel = ScriptedChannel()
     batch = RecordingBatch([job])
     deliver(handlers(channel, at=SAT_0800, resolver=SubjectAsToken("fake")), batch)
-    assert batch.outcome(job) == ("succeeded",)
-    assert [m.token for m in channel.sent] == ["ada"]
+    assert batch.outcome(job) == ("dead", "bad_payload")
+    assert channel.sent == []
+    with pytest.raises(InvalidPushConfig, match="ttl"):
+        handlers(channel, ttl=timedelta(seconds=59))
 
 
 # -- the message ----------------------------------------------------------------------------
@@ -431,6 +429,7 @@ def test_the_default_ttl_is_an_hour_after_the_nominal_instant(
 
 BAD_PAYLOADS: list[tuple[dict[str, Any], str]] = [
     ({"ttl": -1}, "'ttl'"),
+    ({"ttl": 59}, "'ttl'"),
     ({"ttl": 28 * 86400 + 1}, "'ttl'"),
     ({"ttl": "soon"}, "'ttl'"),
     ({"ttl": True}, "'ttl'"),
