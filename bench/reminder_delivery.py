@@ -5,7 +5,7 @@ Everything runs in one throwaway database (``tockwork_delivery_<pid>``, created 
 real commands and the library's defaults:
 
 1. **Herd, no jitter.** 2 ``tockwork scheduler`` replicas (no flags: default lookahead, batch
-   size, interval) and 2 ``tockwork worker --app scheduler.reminders:simulated_app --queue
+   size, interval) and 2 ``tockwork worker --app scheduler.delivery:simulated_app --queue
    reminders=16`` processes start first, as a user's would be running when reminders come due;
    then ``--size`` daily reminders (``daily@HH:MM:SS`` in 300 zones, the local time of one
    instant ``T`` in each zone) are created with ``scheduler.create_schedules``, ``T`` being far
@@ -71,8 +71,8 @@ from timezones import available_zones, get_zone, next_after, parse_rule  # noqa:
 CTX = multiprocessing.get_context("spawn")
 
 QUEUE = "reminders"
-JOB_TYPE = "reminder"  # what scheduler.reminders.simulated_app handles
-APP = "scheduler.reminders:simulated_app"
+JOB_TYPE = "reminder"  # what scheduler.delivery.simulated_app handles
+APP = "scheduler.delivery:simulated_app"
 ZONE_COUNT = 300
 CHUNK = 5000  # schedules per create_schedules call (one transaction each)
 STARTUP = 15.0  # seconds allowed for the processes to start

@@ -67,11 +67,20 @@ def recorded(conn: psycopg.Connection[Any], keys: Collection[str]) -> set[str]:
     committed records (and the caller's own, in its transaction); use :func:`record_many` for
     the record itself.
     """
+    return on(conn, recorded_steps(keys))
+
+
+async def recorded_async(conn: psycopg.AsyncConnection[Any], keys: Collection[str]) -> set[str]:
+    """:func:`recorded` on an ``AsyncConnection`` (for async handlers)."""
+    return await on_async(conn, recorded_steps(keys))
+
+
+def recorded_steps(keys: Collection[str]) -> Steps[set[str]]:
+    """:func:`recorded` as steps (:mod:`jobs.steps`), for the sync and the async form."""
     wanted = sorted({_checked(k) for k in keys})
     if not wanted:
         return set()
-    rows = conn.execute(query("job_effect_recorded"), {"keys": wanted}).fetchall()
-    return {row[0] for row in rows}
+    return {row[0] for row in (yield query("job_effect_recorded"), {"keys": wanted})}
 
 
 def record_many(

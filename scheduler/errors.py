@@ -54,7 +54,8 @@ class ScheduleExists(SchedulerError, InvalidInput):
 
 
 class InvalidPushConfig(SchedulerError, InvalidInput):
-    """A push channel's configuration is unusable (a missing or malformed credentials file, a
-    bad URL or bound). ``field`` names the setting (``credentials_file``,
-    ``credentials_file.private_key``...), ``value`` what identifies it (a path, never key
-    material); raised when the channel is built, so nothing fails at the first send."""
+    """A push channel's configuration is missing or malformed (a setting, a credentials file).
+
+    ``field`` names the setting (``TOCKWORK_FCM_CREDENTIALS``, ``key_id``...); ``value`` is what
+    was given, never key material: a path, a name, or a redacted form.
+    """

@@ -33,13 +33,14 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from psycopg import sql
 
 from jobs import connect, pooler_mode
-from jobs.internal import JOBS_CHANNEL
+from jobs.internal import JOBS_CHANNEL, pending_migrations
 from jobs.metrics import (
     DatabaseCollector,
     MetricsServer,
     make_wsgi_app,
     register_database,
 )
+from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
@@ -124,6 +125,7 @@ class Health:
             skipped = Check(False, "not checked: database unreachable")
             return {
                 "database": Check(False, f"unreachable: {type(exc).__name__}: {exc}".strip()),
+                "schema": skipped,
                 "listen": skipped,
                 "scheduler_lag": skipped,
             }
@@ -131,6 +133,7 @@ class Health:
         with conn:
             steps: list[tuple[str, Callable[[psycopg.Connection[Any]], Check]]] = [
                 ("database", self._database),
+                ("schema", self._schema),
                 ("listen", self._listen),
                 ("scheduler_lag", self._lag),
             ]
@@ -149,6 +152,17 @@ class Health:
     def _database(self, conn: psycopg.Connection[Any]) -> Check:
         conn.execute(query("pg_ping"))
         return Check(True, "reachable")
+
+    def _schema(self, conn: psycopg.Connection[Any]) -> Check:
+        """The schema is there and as new as this code: a readiness probe against an empty or
+        behind database fails, with what to run."""
+        missing = pending_migrations(conn, COMPONENTS)
+        if not missing:
+            return Check(True, "up to date")
+        return Check(
+            False,
+            f"{len(missing)} migration(s) not applied (first {missing[0]}): run 'tockwork migrate'",
+        )
 
     def _listen(self, conn: psycopg.Connection[Any]) -> Check:
         if self.poll_only:

@@ -9,31 +9,17 @@ and records the skips of the batch with one statement after the effect-once dedu
 ``_async`` forms run the same steps (:mod:`jobs.steps`). A job's occurrence is read from its
 payload by :class:`scheduler.occurrence_job.OccurrenceMeta`.
 
-:class:`ReminderBatchHandler` delivers a batch of up to :data:`MAX_BATCH` reminders a time
-(``jobs.BatchHandler``), through a provider's multicast ``send_many``:
+The batch handler of reminders is :class:`scheduler.delivery.DeliveryHandler`: it runs the same
+check (:func:`check_steps`, no write) for a batch, delivers through push channels, and writes
+the skip records with :func:`record_skipped` in the worker's completion transaction, so they
+commit exactly when the outcome does (a fenced batch records none, and its next run records
+them once).
 
-1. one short read transaction: the still-due check of the whole batch (no write), and
-   check-before-send (``jobs.effects.recorded``) of the due ones' push keys;
-2. the multicast request for the due, not yet delivered ones, and in the same short transaction
-   record-after-send (``jobs.effects.record_many``) of those the provider delivered;
-3. per-message results to per-job outcomes: delivered (now or before) -> succeeded; transient
-   -> retry; rate limited -> retry after the provider's hint; rejected token -> dead; quiet
-   hours with ``defer`` -> snoozed to the window's end; paused, superseded, quiet ``skip`` ->
-   succeeded, their skip records written in the worker's completion transaction
-   (``batch.in_completion``); deleted -> succeeded.
-
-Which writes go where: a skip record is a database effect of the job's outcome, so it commits
-exactly when that outcome commits (a fenced batch records none, and its next run records them
-once). A push is an external effect: it happened whatever becomes of this worker's lease, so
-its effect record commits right after the provider answered, never with the outcome (a record
-rolled back with a fenced outcome would let the next run notify again). No transaction is open
-while the provider is called, except the simulated provider's own, whose "call" is a write.
-
-:class:`ReminderHandler` is the single-job handler (one transaction per reminder). Both handlers
-open a connection per worker thread and must be closed (:meth:`close`). :func:`simulated_app`
-wires the batch handler to :class:`scheduler.simulated.SimulatedPush` (the provider for tests
-and demos, with its own opt-in table) for ``tockwork worker --app
-scheduler.reminders:simulated_app``; ``simulated_single_app`` wires the single-job one.
+:class:`ReminderHandler` is the single-job handler (one transaction per reminder, through
+:class:`scheduler.simulated.SimulatedPush`, whose "call" is a write in that transaction); it
+opens a connection per worker thread and must be closed (:meth:`close`). ``tockwork worker
+--app scheduler.delivery:simulated_app`` wires the delivery handler to the simulated channel;
+``scheduler.reminders:simulated_single_app`` wires the single-job handler.
 """
 
 from __future__ import annotations
@@ -55,7 +41,7 @@ from scheduler.model import QuietAction, QuietHours, Schedule, schedule_from_row
 from scheduler.occurrence_job import OccurrenceMeta, schedule_meta
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now, database_now_steps, query
-from scheduler.simulated import Message, SendResult, SendStatus, SimulatedPush
+from scheduler.simulated import Message, SimulatedPush
 from timezones import Clock, get_zone
 
 # Jobs per batch of the reminder batch handler: one multicast request (FCM's limit).
@@ -174,17 +160,24 @@ def _still_due_steps(
 ) -> Steps[dict[int, Due]]:
     """still_due_many(_async): the clock (unless given), the schedules' state, the whole rows
     of those changed since, the rules, and the skip records."""
+    at = yield from database_now_steps(now)
+    dues, _ = yield from check_steps(jobs_, at)
+    if record:
+        yield from _record_skipped_steps(jobs_, dues, at)
+    return dues
+
+
+def check_steps(jobs_: Sequence[Job], at: datetime) -> Steps[tuple[dict[int, Due], dict[int, str]]]:
+    """The still-due rules of ``jobs_`` at ``at`` (no write): ``({job id: Due}, {schedule id:
+    zone})``, the zones of the schedules read (a delivery renders local times with them)."""
     metas, ids = _metas(jobs_)
     if not ids:
-        return {job.id: _DUE for job in jobs_}
-    at = yield from database_now_steps(now)
+        return {job.id: _DUE for job in jobs_}, {}
     states = _states((yield query("schedule_still_due_many"), {"ids": ids}))
     stale = _stale(metas, states)
     full = (yield query("schedule_get_many"), {"ids": stale}) if stale else []
     dues = _decide_all(jobs_, metas, states, full, at)
-    if record:
-        yield from _record_skipped_steps(jobs_, dues, at)
-    return dues
+    return dues, {sid: state.zone for sid, state in states.items()}
 
 
 def _metas(jobs_: Sequence[Job]) -> tuple[dict[int, OccurrenceMeta | None], list[int]]:
@@ -432,87 +425,11 @@ class ReminderBatch(Protocol):
     ) -> None: ...
 
 
-class ReminderBatchHandler(_Reminders):
-    """The batch handler for reminder jobs: up to :data:`MAX_BATCH` a call (module docstring).
-
-    Wrap it with ``jobs.batch_handler(handler, max_batch=handler.max_batch)`` (what
-    :func:`reminder_batch_handler` returns) to give it to a worker.
-    """
-
-    max_batch = MAX_BATCH
-
-    def __call__(self, batch: ReminderBatch) -> None:
-        conn = self._connection()
-        try:
-            self._deliver(conn, batch)
-        except psycopg.OperationalError as exc:
-            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
-
-    def _deliver(self, conn: psycopg.Connection[Any], batch: ReminderBatch) -> None:
-        todo = list(batch.jobs)
-        with conn.transaction():
-            now = self._now(conn)
-            dues = still_due_many(conn, todo, now=now, record=False)
-            keys = {job.id: effects.effect_key(job, "push") for job in todo if dues[job.id]}
-            delivered_before = effects.recorded(conn, keys.values())
-        skipped: set[int] = set()
-        messages: list[Message] = []
-        for job in todo:
-            due = dues[job.id]
-            if due.defer_until is not None:
-                batch.snooze(job, max(due.defer_until - now, timedelta(0)))
-            elif not due:
-                batch.succeed(job)
-                if due.skipped:
-                    skipped.add(job.id)
-            elif keys[job.id] in delivered_before:
-                batch.succeed(job)  # pushed by an earlier run of this job (check-before-send)
-            else:
-                messages.append(reminder_message(job, key=keys[job.id]))
-        if skipped:
-
-            def record(c: psycopg.Connection[Any], succeeded: Sequence[Job]) -> None:
-                record_skipped(c, [j for j in succeeded if j.id in skipped], dues, now=now)
-
-            batch.in_completion(record)
-        if messages:
-            with conn.transaction():
-                results = self.provider.send_many(conn, messages)
-                ok = [r for r in results if r.ok]
-                effects.record_many(
-                    conn, [r.key for r in ok], job_ids=[r.job.id for r in ok], now=now
-                )
-            for result in results:
-                _apply(batch, result)
-
-
-def _apply(batch: ReminderBatch, result: SendResult) -> None:
-    """One message's result as its job's outcome."""
-    job, error = result.job, result.error or ""
-    match result.status:
-        case SendStatus.DELIVERED | SendStatus.DUPLICATE:
-            batch.succeed(job)
-        case SendStatus.TRANSIENT:
-            batch.retry(job, error, code=result.code or "transient")
-        case SendStatus.RATE_LIMITED:
-            batch.rate_limited(job, result.retry_after or timedelta(0), error)
-        case SendStatus.REJECTED:
-            batch.fail(job, error, code=result.code or "permanent")
-
-
 def reminder_handler(
     conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None
 ) -> ReminderHandler:
     """A :class:`ReminderHandler` (kept as a function for the documented name)."""
     return ReminderHandler(conninfo, provider, clock=clock)
-
-
-def reminder_batch_handler(
-    conninfo: str, provider: SimulatedPush, *, clock: Clock | None = None
-) -> jobs.BatchHandler:  # type: ignore[name-defined, attr-defined, unused-ignore]
-    """A :class:`ReminderBatchHandler` as a ``jobs.BatchHandler`` of ``max_batch`` 500."""
-    handler = ReminderBatchHandler(conninfo, provider, clock=clock)
-    return jobs.batch_handler(handler, max_batch=handler.max_batch)
 
 
 def _simulated() -> tuple[str, SimulatedPush]:
@@ -529,17 +446,6 @@ def _simulated() -> tuple[str, SimulatedPush]:
     return url, provider
 
 
-def simulated_app() -> dict[str, Any]:
-    """``tockwork worker --app scheduler.reminders:simulated_app``: reminders via SimulatedPush.
-
-    The batch handler (:func:`reminder_batch_handler`, 500 reminders a multicast request).
-    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
-    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
-    """
-    url, provider = _simulated()
-    return {"reminder": reminder_batch_handler(url, provider)}
-
-
 def simulated_single_app() -> dict[str, jobs.Handler]:
     """``--app scheduler.reminders:simulated_single_app``: the single-job handler, one
     transaction per reminder (to compare with the batch handler); same environment."""
@@ -551,15 +457,12 @@ __all__ = [
     "MAX_BATCH",
     "Due",
     "ReminderBatch",
-    "ReminderBatchHandler",
     "ReminderHandler",
     "SimulatedPush",
     "record_skipped",
-    "reminder_batch_handler",
     "reminder_handler",
     "reminder_message",
     "schedule_meta",
-    "simulated_app",
     "simulated_single_app",
     "still_due",
     "still_due_many",

@@ -2,7 +2,7 @@
 
 Run it with ``uvicorn reminders_api:app`` from this folder (``DATABASE_URL`` set, the schema
 migrated with ``tockwork migrate --with simulated``), and deliver with
-``tockwork worker --app scheduler.reminders:simulated_app --queue reminders=8`` beside
+``tockwork worker --app scheduler.delivery:simulated_app --queue reminders=8`` beside
 ``tockwork scheduler``. ``POST /users/42/reminders {"rule": "weekdays@08:00", "zone":
 "America/Chicago", "message": "stand up"}`` creates the schedule in the request's own async
 transaction; a bad rule or zone is a 422 naming the field.

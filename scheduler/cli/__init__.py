@@ -40,7 +40,7 @@ import psycopg
 from scheduler.cli import dashboard as dashboard_command
 from scheduler.cli import dev, limits, ops, outbox, policies, preview, schedules, worker
 from scheduler.cli import jobs as jobs_commands
-from scheduler.cli.common import Parser, SubParsers, check_argv
+from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
@@ -125,7 +125,9 @@ def _as_flag(exc: InvalidInput, flags: frozenset[str]) -> str:
 
 
 def _one_line(exc: BaseException, limit: int = 500) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """An error's message on one bounded line, a password in a database URL masked (psycopg
+    quotes a connection string it cannot parse whole, password included)."""
+    text = redact(" ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -156,6 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except InvalidInput as exc:
         print(f"{prog}: error: {_as_flag(exc, args.flags)}", file=sys.stderr)
+        return 2
+    except psycopg.errors.UndefinedTable:
+        # A command that reads the tables directly on a database nobody migrated: the same line
+        # and exit code as the commands that check the schema first (ensure_schema).
+        url = getattr(args, "database_url", None) or os.environ.get("DATABASE_URL") or ""
+        where = unmigrated(url) if url else unmigrated("dbname=development")
+        print(f"{prog}: error: {where}", file=sys.stderr)
         return 2
     except (TockworkError, psycopg.OperationalError) as exc:
         # An operational failure (database unreachable, a migration refused): say what.

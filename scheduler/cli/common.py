@@ -17,7 +17,7 @@ import re
 import sys
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -455,7 +455,7 @@ def check_url(url: str, field: str) -> str:
         params = pg_conninfo.conninfo_to_dict(url)
     except Exception as exc:  # psycopg.ProgrammingError: libpq could not parse it
         raise InputError(
-            field, redact(url), f"not a PostgreSQL URL or conninfo ({_line(exc)})"
+            field, redact(url), f"not a PostgreSQL URL or conninfo ({redact(_line(exc))})"
         ) from None
     ports = str(params.get("port") or "")
     for item in filter(None, ports.split(",")):
@@ -485,11 +485,12 @@ def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str
     return database_url()
 
 
-def ensure_schema(url: str, *, apply: bool) -> None:
+def ensure_schema(url: str, *, apply: bool, flag: bool = False) -> None:
     """Apply the core migrations (``apply``) or refuse to start on an out-of-date schema.
 
-    Raises :class:`InputError` naming what is missing, so a command started against a database
-    nobody migrated exits with a clear message (code 2). Connects in the pooler mode of the
+    Raises :class:`InputError` (exit code 2) with one line naming the database and the command
+    to run, so a command started against a database nobody migrated says what to do.
+    ``flag``: the command has ``--migrate`` (say so). Connects in the pooler mode of the
     process (:func:`pooler` exported it).
     """
     from jobs import migrate
@@ -501,7 +502,29 @@ def ensure_schema(url: str, *, apply: bool) -> None:
             return
         missing = pending(conn, COMPONENTS)
     if missing:
-        raise InputError(
-            f"the database schema is not up to date (missing {', '.join(missing)}): "
-            "run 'tockwork migrate' or start with --migrate"
-        )
+        raise InputError(unmigrated(url, missing, flag=flag))
+
+
+def unmigrated(url: str, missing: Sequence[str] = (), *, flag: bool = False) -> str:
+    """The one line every command prints on a database without the schema (or behind it)."""
+    where = database_name(url)
+    state = (
+        f"is behind this version of Tockwork ({len(missing)} migration(s) to apply, first "
+        f"{missing[0]})"
+        if missing and not any(m.startswith("jobs/0001_") for m in missing)
+        else "has no Tockwork schema"
+    )
+    also = " (or start this command with --migrate)" if flag else ""
+    return f"the database {where} {state}: run 'tockwork migrate'{also}"
+
+
+def database_name(url: str) -> str:
+    """``dbname on host:port`` of a URL or conninfo, for messages (never the password)."""
+    try:
+        params = pg_conninfo.conninfo_to_dict(url)
+    except Exception:
+        return shown(redact(url))
+    name = params.get("dbname") or params.get("user") or "postgres"
+    host = str(params.get("host") or "localhost")
+    port = params.get("port")
+    return f"'{name}' on {host}{':' + str(port) if port else ''}"

@@ -77,7 +77,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
             )
     elif token is None:
         raise InputError(
-            "token", None, f"set ${TOKEN_ENV} (or --token); --no-auth only on loopback"
+            f"the dashboard needs a token: set ${TOKEN_ENV} or --token "
+            "(or serve it with --no-auth, on a loopback --host only)"
         )
     try:
         import uvicorn  # noqa: F401 (the extra is installed)

@@ -46,7 +46,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url, args)
     definitions = _load(args.definitions, "--definitions") if args.definitions else None
     kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
-    ensure_schema(url, apply=args.migrate)
+    ensure_schema(url, apply=args.migrate, flag=True)
     with connect(args) as conn:
         if args.maintenance:
             with conn.transaction():

@@ -85,7 +85,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     handlers = load_app(args.app)
     queues = {"queues": dict(args.queue)} if args.queue else {}
     config = config_from_args(jobs.WorkerConfig, args, **queues)
-    ensure_schema(url, apply=args.migrate)
+    ensure_schema(url, apply=args.migrate, flag=True)
     worker = jobs.Worker(
         url,
         handlers,

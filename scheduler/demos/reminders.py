@@ -141,7 +141,7 @@ def main() -> int:
                env)
         for _ in range(REPLICAS)
     ] + [
-        _spawn(["worker", "--app", "scheduler.reminders:simulated_app", "--queue",
+        _spawn(["worker", "--app", "scheduler.delivery:simulated_app", "--queue",
                 "reminders=16", "--poll", "0.5"], env)
         for _ in range(WORKERS)
     ]  # fmt: skip

@@ -10,18 +10,24 @@ end without a live provider.
 duplicate, transient, rate limited with a Retry-After, rejected token), so one bad token or one
 throttled message does not fail the others. Its deliveries are written with one statement.
 
+:class:`SimulatedChannel` is the same provider as a push channel (``scheduler.push``), the one
+the delivery handler (``scheduler.delivery``) uses in tests and demos: one row per device
+notified, written on a connection of its own (a real provider's effect is not part of the
+handler's transaction either).
+
 The table belongs to this opt-in migration component (``scheduler.simulated``), not to the
 scheduler's core schema: a production database gets it only when something uses the provider
-(:func:`install`, which ``scheduler.reminders.simulated_app`` calls, or ``tockwork migrate
+(:func:`install`, which ``scheduler.delivery.simulated_app`` calls, or ``tockwork migrate
 --with simulated``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cache
 from typing import Any, LiteralString
@@ -33,6 +39,7 @@ from jobs import Job, effects, migrate
 from jobs.internal import queries
 from scheduler.errors import InvalidSchedule
 from scheduler.occurrence_job import OccurrenceMeta
+from scheduler.push import PushMessage, PushResult, PushStatus
 
 # The migration component's name (its package): ``sql/migrations`` and ``sql/schema.sql``.
 COMPONENT = "scheduler.simulated"
@@ -238,12 +245,136 @@ class SimulatedPush:
         return True
 
 
+class SimulatedChannel:
+    """A push channel (``scheduler.push.PushChannel``, name ``simulated``) that records each
+    notification in ``simulated_pushes`` instead of sending it (module docstring).
+
+    Failures are drawn per (message key, try) from ``seed``: ``transient_rate`` of tries fail
+    transiently, ``rate_limit_rate`` are rate limited with ``retry_after``; tokens in
+    ``rejected_tokens`` are dead (rejected), those in ``permanent_tokens`` fail permanently. A
+    key recorded before comes back ``duplicate``. ``conninfo``: the database of the table
+    (its component must be installed: :func:`install`).
+    """
+
+    name = "simulated"
+    quota_per_minute: int | None = None
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        transient_rate: float = 0.0,
+        rate_limit_rate: float = 0.0,
+        retry_after: timedelta = timedelta(seconds=1),
+        rejected_tokens: Collection[str] = (),
+        permanent_tokens: Collection[str] = (),
+        seed: int = 0,
+    ) -> None:
+        for name, rate in (
+            ("transient_rate", transient_rate),
+            ("rate_limit_rate", rate_limit_rate),
+        ):
+            if not 0.0 <= rate <= 1.0:
+                raise InvalidSchedule(name, rate, "must be from 0 to 1")
+        self.conninfo = conninfo
+        self.transient_rate = transient_rate
+        self.rate_limit_rate = rate_limit_rate
+        self.retry_after = retry_after
+        self.rejected_tokens = frozenset(rejected_tokens)
+        self.permanent_tokens = frozenset(permanent_tokens)
+        self.seed = seed
+        self.tries: dict[str, int] = {}
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def _refusal(self, m: PushMessage) -> PushResult | None:
+        if m.token in self.rejected_tokens:
+            return PushResult(m, PushStatus.REJECTED, "device token unregistered", "UNREGISTERED")
+        if m.token in self.permanent_tokens:
+            return PushResult(m, PushStatus.PERMANENT, "sender id mismatch", "SENDER_ID_MISMATCH")
+        if not (self.transient_rate or self.rate_limit_rate):
+            return None
+        n = self.tries[m.key] = self.tries.get(m.key, 0) + 1
+        draw = _fraction(self.seed, m.key, n)
+        if draw < self.transient_rate:
+            return PushResult(m, PushStatus.TRANSIENT, "simulated 503", "UNAVAILABLE")
+        if draw < self.transient_rate + self.rate_limit_rate:
+            return PushResult(
+                m, PushStatus.RATE_LIMITED, "simulated 429", "QUOTA_EXCEEDED", self.retry_after
+            )
+        return None
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
+            )
+        return self._conn
+
+    async def send(self, messages: Sequence[PushMessage], *, now: datetime) -> list[PushResult]:
+        """Record ``messages`` (one statement), one result each, in order."""
+        answers: list[PushResult | None] = [self._refusal(m) for m in messages]
+        accepted: dict[str, PushMessage] = {}
+        for m, answer in zip(messages, answers, strict=True):
+            if answer is None:
+                accepted.setdefault(m.key, m)
+        delivered: set[str] = set()
+        if accepted:
+            rows = [accepted[key] for key in sorted(accepted)]
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            try:
+                async with self._lock:
+                    conn = await self._connection()
+                    cursor = await conn.execute(
+                        query("simulated_push_channel_insert_many"), _channel_rows(rows)
+                    )
+                    delivered = {row[0] for row in await cursor.fetchall()}
+            except psycopg.OperationalError as exc:
+                error = f"simulated provider unreachable: {type(exc).__name__}"
+                return [
+                    a if a is not None else PushResult(m, PushStatus.TRANSIENT, error, "db")
+                    for m, a in zip(messages, answers, strict=True)
+                ]
+        results: list[PushResult] = []
+        for m, answer in zip(messages, answers, strict=True):
+            if answer is not None:
+                results.append(answer)
+            elif accepted.get(m.key) is m and m.key in delivered:
+                results.append(PushResult(m, PushStatus.DELIVERED))
+            else:
+                results.append(PushResult(m, PushStatus.DUPLICATE))
+        return results
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
+def _channel_rows(rows: Sequence[PushMessage]) -> dict[str, list[Any]]:
+    def num(value: str | None) -> int | None:
+        return int(value) if value is not None and value.isdigit() else None
+
+    return {
+        "effect_keys": [m.key for m in rows],
+        "job_ids": [None for _ in rows],
+        "schedule_ids": [num(m.data.get("tockwork_schedule")) for m in rows],
+        "occurrence_keys": [m.data.get("tockwork_occurrence") for m in rows],
+        "subjects": [m.subject for m in rows],
+        "tokens": [m.token for m in rows],
+        "titles": [m.title for m in rows],
+        "messages": [m.body for m in rows],
+    }
+
+
 __all__ = [
     "COMPONENT",
     "MULTICAST_MAX",
     "Message",
     "SendResult",
     "SendStatus",
+    "SimulatedChannel",
     "SimulatedPush",
     "install",
 ]

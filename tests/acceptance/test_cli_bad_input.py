@@ -447,3 +447,20 @@ def test_a_handful_as_real_processes(db_url: str, files: dict[str, str], tmp_pat
         assert result.stdout == ""
     assert not (tmp_path / "never").exists()  # the refusal started no embedded server
     COUNTS["CLI bad input (processes)"] = len(picked)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://u:s3cret@y/z",  # libpq cannot parse it and psycopg quotes it whole
+        "postgresql://u:s3cret@h:notaport/db",
+        "host=x password=s3cret port=abc",
+        "postgresql://u:s3cret@127.0.0.1:1/db",  # parses, unreachable: the failure line
+    ],
+)
+def test_a_password_in_the_database_url_is_never_echoed(url: str) -> None:
+    """Whatever is wrong with the URL, the one line the command prints masks its password."""
+    result = _process(["stats"], {"DATABASE_URL": url, "PGCONNECT_TIMEOUT": "2"})
+    assert result.returncode in (1, 2), result.stderr
+    assert "s3cret" not in result.stderr + result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

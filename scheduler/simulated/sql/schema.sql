@@ -3,12 +3,15 @@
 -- scheduler/simulated/__init__.py.
 CREATE TABLE simulated_pushes (
     effect_key text PRIMARY KEY,
-    job_id bigint NOT NULL,
+    job_id bigint,
     schedule_id bigint,
     occurrence_key text,
     occurrence_at timestamptz,
     subject text,
     message text,
-    attempt integer NOT NULL,
-    delivered_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    attempt integer,
+    delivered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The simulated channel's rows (0002): the device token and the title.
+    token text,
+    title text
 );

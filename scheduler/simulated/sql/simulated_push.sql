@@ -17,3 +17,18 @@ FROM unnest(%(effect_keys)b::text[], %(job_ids)b::bigint[], %(schedule_ids)b::bi
 ORDER BY u.ord
 ON CONFLICT (effect_key) DO NOTHING
 RETURNING effect_key;
+
+-- name: simulated_push_channel_insert_many
+-- The simulated channel's deliveries (one row per device notified), keyed like the provider's.
+INSERT INTO simulated_pushes (effect_key, job_id, schedule_id, occurrence_key, subject, token,
+                              title, message)
+SELECT u.effect_key, u.job_id, u.schedule_id, u.occurrence_key, u.subject, u.token, u.title,
+       u.message
+FROM unnest(%(effect_keys)b::text[], %(job_ids)b::bigint[], %(schedule_ids)b::bigint[],
+            %(occurrence_keys)b::text[], %(subjects)b::text[], %(tokens)b::text[],
+            %(titles)b::text[], %(messages)b::text[])
+     WITH ORDINALITY
+     AS u(effect_key, job_id, schedule_id, occurrence_key, subject, token, title, message, ord)
+ORDER BY u.ord
+ON CONFLICT (effect_key) DO NOTHING
+RETURNING effect_key;

@@ -46,7 +46,7 @@ def test_fastapi_reminders_end_to_end(db_url: str) -> None:
         import jobs
         from reminders_api import app
         from scheduler import Scheduler
-        from scheduler.reminders import simulated_app
+        from scheduler.delivery import simulated_app
         from timezones import FrozenClock
 
         client = TestClient(app)

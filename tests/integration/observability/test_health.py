@@ -97,6 +97,28 @@ def test_the_healthz_command_exits_0_or_1(db_url: str, capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)["ok"] is False
 
 
+def test_healthz_fails_on_a_database_without_the_schema_and_says_what_to_run(
+    empty_db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A readiness probe against an empty database must not pass: the schema check fails with
+    the first missing migration and the command to run; migrated, it passes."""
+    assert main(["healthz", "--database-url", empty_db_url, "--compact",
+                 "--max-scheduler-lag", "0"]) == 1  # fmt: skip
+    body = json.loads(capsys.readouterr().out)
+    assert body["ok"] is False
+    schema = body["checks"]["schema"]
+    assert schema["ok"] is False
+    assert schema["detail"].endswith("run 'tockwork migrate'")
+    assert "jobs/0001_" in schema["detail"]
+    assert main(["migrate", "--database-url", empty_db_url]) == 0
+    capsys.readouterr()
+    assert main(["healthz", "--database-url", empty_db_url, "--compact",
+                 "--max-scheduler-lag", "0"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["checks"]["schema"] == {
+        "ok": True, "detail": "up to date", "value": None,
+    }  # fmt: skip
+
+
 def test_worker_serves_metrics_and_healthz(db_url: str) -> None:
     env = {**os.environ, "TOCKWORK_TEST_DB": db_url}
     proc = subprocess.Popen(

@@ -1,0 +1,793 @@
+"""Reminders to devices: the delivery handler, the messages it builds, and the worker app.
+
+:class:`DeliveryHandler` is the ``reminder`` job type's batch handler (``async``: it runs on the
+worker's event loop, and its channels keep many HTTP/2 streams in flight there). For a batch of
+up to :data:`MAX_BATCH` reminder jobs:
+
+1. one short read transaction: the still-due check of the whole batch
+   (:func:`scheduler.reminders.check_steps`), the devices of the due jobs' subjects (one
+   statement: :class:`RegistryResolver`, or the application's own :class:`DeviceResolver`), and
+   check-before-send (``jobs.effects.recorded``) of the effect-once keys, one per
+   (job, device);
+2. no transaction open: one :class:`~scheduler.push.PushMessage` per device not yet notified,
+   sent through the channel the device belongs to (``fcm``, ``apns``, ``simulated``, ...), all
+   channels at once;
+3. one short write transaction right after the answers (record-after-send): the effect-once
+   keys of the delivered messages, the dead tokens invalidated (``device.invalidated`` outbox
+   facts), the devices' last success;
+4. the job outcomes (below); the skip records (paused, superseded, quiet ``skip``, no device,
+   expired) are written in the worker's completion transaction, so they commit exactly when
+   the outcome does.
+
+A job's outcome from its devices' results: any ``transient`` -> retry (its delivered devices
+are recorded, so the retry notifies only the others); else any ``rate_limited`` -> retry after
+the longest hint; else any ``permanent`` (or a device whose channel is not configured) -> dead,
+with the error, for a person to fix and requeue; else succeeded (``delivered``, ``duplicate``,
+and ``rejected``: a dead token is invalidated and never retried). A due job whose subject has no
+valid device succeeds and is recorded as skipped (``no_device``); one whose message has expired
+(``expires_at`` passed before it could be sent: a worker outage) succeeds, skipped
+(``expired``), and is not sent: a phone must not show the 08:00 reminder at noon.
+
+What a message holds, from the job's payload (the schedule's payload, copied to each job):
+``title`` (default ``Reminder``) and ``body`` (else ``message``, default ``reminder``) with the
+placeholders ``{subject}``, ``{time}`` and ``{date}`` (the occurrence's local time and date in
+the schedule's zone) and ``{zone}``; ``data`` (a mapping; values that are not strings are sent
+as JSON text, as FCM requires strings); ``ttl`` (seconds, default :data:`DEFAULT_TTL`, at most
+28 days); ``collapse_key`` (default one per schedule, ``tockwork-<schedule id>``: a late
+reminder replaces a stale one on the device); ``priority`` (``high`` or ``normal``). The
+expiry is the occurrence's nominal instant plus ``ttl``. ``data`` also carries
+``tockwork_key`` (the message's idempotency key: an app can drop a repeat on the device),
+``tockwork_schedule`` and ``tockwork_occurrence``.
+
+Delivery is at least once: a worker that dies between a provider's answer and step 3 sends that
+message again on the job's retry (FCM and APNs have no idempotency key to stop it; the
+``tockwork_key`` in ``data`` lets the app on the phone drop it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+import psycopg
+
+import jobs
+from jobs import Job, effects
+from jobs.internal import steps
+from scheduler.errors import InvalidPushConfig
+from scheduler.occurrence_job import OccurrenceMeta
+from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
+from scheduler.queries import database_now_steps
+from scheduler.reminders import Due, ReminderBatch, check_steps, record_skipped
+from timezones import Clock, get_zone
+
+log = logging.getLogger("tockwork.delivery")
+
+# Jobs per batch: each costs one message per device; 500 keeps a batch's reads one statement each.
+MAX_BATCH = 500
+# How long a reminder stays worth showing after its nominal instant, unless its payload says.
+DEFAULT_TTL = timedelta(hours=1)
+# FCM's and APNs' longest: 28 days.
+MAX_TTL = timedelta(days=28)
+
+Recipient = tuple[UUID | None, str]
+
+
+class Target(Protocol):
+    """A device to notify, as a resolver returns it (:class:`scheduler.devices.Device` is one)."""
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def id(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device an application's resolver returns (not in the registry: ``id`` is None)."""
+
+    channel: str
+    token: str
+    id: int | None = None
+
+
+class DeviceResolver(Protocol):
+    """Where a subject's devices come from: the registry by default, or the application.
+
+    ``resolve`` is called inside the handler's short read transaction with its connection (an
+    application that keeps tokens in its own tables reads them there, in the same snapshot);
+    ``invalidate`` inside the record-after-send transaction, with the devices a provider
+    declared dead: ``(target, reason, provider code)``.
+    """
+
+    async def resolve(
+        self, conn: psycopg.AsyncConnection[Any], recipients: Sequence[Recipient]
+    ) -> Mapping[Recipient, Sequence[Target]]: ...
+
+    async def invalidate(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        dead: Sequence[tuple[Target, str, str]],
+        now: datetime,
+    ) -> None: ...
+
+
+class RegistryResolver:
+    """Devices from Tockwork's registry (:mod:`scheduler.devices`), one statement a batch.
+
+    A dead token is invalidated there, once, with a ``device.invalidated`` outbox fact; a
+    delivered one gets its ``last_success_at`` (at most one write an hour per device).
+    """
+
+    async def resolve(
+        self, conn: psycopg.AsyncConnection[Any], recipients: Sequence[Recipient]
+    ) -> Mapping[Recipient, Sequence[Target]]:
+        from scheduler import devices as registry
+
+        return await steps.on_async(conn, registry.devices_for_steps(recipients))
+
+    async def invalidate(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        dead: Sequence[tuple[Target, str, str]],
+        now: datetime,
+    ) -> None:
+        from scheduler import devices as registry
+
+        items = [(t.id, reason, code) for t, reason, code in dead if t.id is not None]
+        if items:
+            await steps.on_async(conn, registry.invalidate_devices_steps(items, now=now))
+
+    async def succeeded(
+        self, conn: psycopg.AsyncConnection[Any], targets: Sequence[Target], now: datetime
+    ) -> None:
+        from scheduler import devices as registry
+
+        ids = sorted({t.id for t in targets if t.id is not None})
+        if ids:
+            await steps.on_async(conn, registry.mark_succeeded_steps(ids, now=now))
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectAsToken:
+    """Each subject is its own device token on ``channel``: for demos, tests, benchmarks and
+    applications whose subjects are already tokens (or FCM topics). Nothing to invalidate."""
+
+    channel: str
+
+    async def resolve(
+        self, conn: psycopg.AsyncConnection[Any], recipients: Sequence[Recipient]
+    ) -> Mapping[Recipient, Sequence[Target]]:
+        return {r: [Device(self.channel, r[1])] for r in recipients}
+
+    async def invalidate(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        dead: Sequence[tuple[Target, str, str]],
+        now: datetime,
+    ) -> None:
+        for _, reason, code in dead:
+            log.warning("a %s token was rejected (%s: %s)", self.channel, code, reason)
+
+
+class BadPayload(jobs.PermanentError):
+    """A reminder's payload cannot make a message (the field and the value named)."""
+
+
+_PLACEHOLDER = re.compile(r"\{(subject|time|date|zone)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What a reminder job's payload says to show (module docstring)."""
+
+    title: str
+    body: str
+    data: Mapping[str, str]
+    ttl: timedelta
+    collapse_key: str | None
+    priority: str
+
+
+def _text(payload: Mapping[str, Any], name: str, default: str) -> str:
+    value = payload.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise BadPayload(f"payload field {name!r} must be text, got {value!r}", code="bad_payload")
+    return value
+
+
+def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
+    """The message a reminder job's payload describes (raises :class:`BadPayload`)."""
+    payload: Mapping[str, Any] = job.payload if isinstance(job.payload, Mapping) else {}
+    title = _text(payload, "title", "Reminder")
+    body = _text(payload, "body", _text(payload, "message", "reminder"))
+    raw = payload.get("data") or {}
+    if not isinstance(raw, Mapping):
+        raise BadPayload(f"payload field 'data' must be a mapping, got {raw!r}", code="bad_payload")
+    data = {
+        str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+        for k, v in raw.items()
+    }
+    ttl = default_ttl
+    if payload.get("ttl") is not None:
+        seconds = payload["ttl"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise BadPayload(
+                f"payload field 'ttl' must be seconds, got {seconds!r}", code="bad_payload"
+            )
+        ttl = timedelta(seconds=seconds)
+        if not timedelta(0) <= ttl <= MAX_TTL:
+            raise BadPayload(
+                f"payload field 'ttl' must be from 0 to {int(MAX_TTL.total_seconds())} seconds, "
+                f"got {seconds!r}",
+                code="bad_payload",
+            )
+    meta = OccurrenceMeta.of(job)
+    default_collapse = f"tockwork-{meta.schedule_id}" if meta is not None else None
+    collapse = _text(payload, "collapse_key", default_collapse or "") or None
+    priority = _text(payload, "priority", "high")
+    if priority not in ("high", "normal"):
+        raise BadPayload(
+            f"payload field 'priority' must be 'high' or 'normal', got {priority!r}",
+            code="bad_payload",
+        )
+    return Content(title, body, data, ttl, collapse, priority)
+
+
+def render(text: str, *, subject: str, at: datetime, zone: str | None) -> str:
+    """``text`` with its placeholders filled: ``{subject}``, ``{time}`` and ``{date}`` (``at``
+    in ``zone``, else UTC) and ``{zone}``; other braces are left as they are."""
+    if "{" not in text:
+        return text
+    local = at.astimezone(get_zone(zone)) if zone else at
+    values = {
+        "subject": subject,
+        "time": local.strftime("%H:%M"),
+        "date": local.strftime("%Y-%m-%d"),
+        "zone": zone or "UTC",
+    }
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def device_key(job: Job, target: Target) -> str:
+    """The effect-once key of ``job``'s notification of one device: stable across the job's
+    attempts, different per device (a digest of the token, never the token itself)."""
+    digest = hashlib.blake2b(target.token.encode(), digest_size=8).hexdigest()
+    return effects.effect_key(job, f"push.{target.channel}.{digest}")
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One due job's messages (and the devices they go to)."""
+
+    job: Job
+    sends: list[tuple[PushMessage, Target]] = field(default_factory=list)
+    done: int = 0  # devices notified by an earlier run of this job
+
+
+class _AsyncConnections:
+    """The handler's async connections: one per batch in flight, kept for the next."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        conn = self._idle.pop() if self._idle else None
+        if conn is None or conn.closed or conn.broken:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo, **jobs.connect_kwargs(jobs.pooler_mode())
+            )
+        try:
+            yield conn
+        finally:
+            if not conn.closed and not conn.broken:
+                self._idle.append(conn)
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+
+class DeliveryHandler(jobs.BatchHandler):
+    """The batch handler of reminder jobs, through ``channels`` (module docstring).
+
+    ``channels``: the configured :class:`~scheduler.push.PushChannel` objects (one per name);
+    ``resolver``: where devices come from (default the registry); ``clock``: the instant of a
+    batch (default the database's); ``ttl``: the default lifetime of a reminder.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        channels: Sequence[PushChannel],
+        *,
+        resolver: DeviceResolver | None = None,
+        clock: Clock | None = None,
+        ttl: timedelta = DEFAULT_TTL,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        super().__init__(max_batch=max_batch)
+        if not channels:
+            raise InvalidPushConfig("channels", [], "at least one push channel is needed")
+        self.channels: dict[str, PushChannel] = {}
+        for channel in channels:
+            if channel.name in self.channels:
+                raise InvalidPushConfig("channels", channel.name, "two channels have this name")
+            self.channels[channel.name] = channel
+        self.resolver: DeviceResolver = resolver if resolver is not None else RegistryResolver()
+        self.clock = clock
+        if not timedelta(0) <= ttl <= MAX_TTL:
+            raise InvalidPushConfig("ttl", ttl, f"must be from 0 to {MAX_TTL}")
+        self.ttl = ttl
+        self._connections = _AsyncConnections(conninfo)
+
+    async def aclose(self) -> None:
+        """Close the handler's connections and its channels."""
+        await self._connections.aclose()
+        for channel in self.channels.values():
+            await channel.aclose()
+
+    async def __call__(self, batch: ReminderBatch) -> None:
+        try:
+            async with self._connections.connection() as conn:
+                await self._deliver(conn, batch)
+        except psycopg.OperationalError as exc:
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+
+    async def _deliver(self, conn: psycopg.AsyncConnection[Any], batch: ReminderBatch) -> None:
+        todo = list(batch.jobs)
+        now_hint = self.clock.now() if self.clock is not None else None
+        async with conn.transaction():
+            now, dues, zones, targets, before = await self._read(conn, todo, now_hint)
+        plans: list[_Plan] = []
+        skips: dict[int, Due] = {}
+        for job in todo:
+            due = dues[job.id]
+            if due.defer_until is not None:
+                batch.snooze(job, max(due.defer_until - now, timedelta(0)))
+                continue
+            if not due:
+                batch.succeed(job)
+                if due.skipped:
+                    skips[job.id] = due
+                continue
+            plan = self._plan(job, now, zones, targets, before, batch, skips)
+            if plan is not None:
+                plans.append(plan)
+        if skips:
+            self._record_skips(batch, skips, now)
+        if not plans:
+            return
+        results = await self._send(plans, now)
+        job_ids = {m.key: plan.job.id for plan in plans for m, _ in plan.sends}
+        await self._record(conn, results, job_ids, now)
+        for plan in plans:
+            _outcome(batch, plan, results)
+
+    async def _read(
+        self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
+    ) -> tuple[
+        datetime,
+        dict[int, Due],
+        dict[int, str],
+        Mapping[Recipient, Sequence[Target]],
+        set[str],
+    ]:
+        at: datetime = await steps.on_async(conn, database_now_steps(now))
+        dues, zones = await steps.on_async(conn, check_steps(todo, at))
+        recipients = sorted(
+            {r for job in todo if dues[job.id] and (r := _recipient(job)) is not None},
+            key=lambda r: (str(r[0]), r[1]),
+        )
+        targets = await self.resolver.resolve(conn, recipients) if recipients else {}
+        keys = [
+            device_key(job, t)
+            for job in todo
+            if dues[job.id] and (r := _recipient(job)) is not None
+            for t in targets.get(r, ())
+        ]
+        before = await effects.recorded_async(conn, keys) if keys else set()
+        return at, dues, zones, targets, before
+
+    def _plan(
+        self,
+        job: Job,
+        now: datetime,
+        zones: Mapping[int, str],
+        targets: Mapping[Recipient, Sequence[Target]],
+        before: set[str],
+        batch: ReminderBatch,
+        skips: dict[int, Due],
+    ) -> _Plan | None:
+        """The messages of one due job, or None when its outcome is set already (a bad
+        payload, nothing to send, expired)."""
+        recipient = _recipient(job)
+        devices = targets.get(recipient, ()) if recipient is not None else ()
+        if not devices:
+            batch.succeed(job)
+            skips[job.id] = Due(False, "no_device")
+            return None
+        try:
+            c = content(job, default_ttl=self.ttl)
+        except BadPayload as exc:
+            batch.fail(job, str(exc), code="bad_payload")
+            return None
+        meta = OccurrenceMeta.of(job)
+        at = meta.at if meta is not None else job.run_at
+        expires_at = at + c.ttl
+        plan = _Plan(job)
+        subject = recipient[1] if recipient is not None else ""
+        zone = zones.get(meta.schedule_id) if meta is not None else None
+        title = render(c.title, subject=subject, at=at, zone=zone)
+        body = render(c.body, subject=subject, at=at, zone=zone)
+        for target in devices:
+            key = device_key(job, target)
+            if key in before:
+                plan.done += 1
+                continue
+            data = dict(c.data)
+            data["tockwork_key"] = key
+            if meta is not None:
+                data["tockwork_schedule"] = str(meta.schedule_id)
+                data["tockwork_occurrence"] = meta.occurrence_key
+            message = PushMessage(
+                key=key,
+                channel=target.channel,
+                token=target.token,
+                title=title,
+                body=body,
+                data=data,
+                collapse_key=c.collapse_key,
+                expires_at=expires_at,
+                priority=c.priority,
+                subject=subject,
+                device_id=target.id,
+            )
+            plan.sends.append((message, target))
+        if not plan.sends:
+            batch.succeed(job)  # every device notified by an earlier run (check-before-send)
+            return None
+        if expires_at <= now:
+            batch.succeed(job)
+            skips[job.id] = Due(False, "expired")
+            return None
+        return plan
+
+    def _record_skips(self, batch: ReminderBatch, skips: Mapping[int, Due], now: datetime) -> None:
+        def record(c: psycopg.Connection[Any], succeeded: Sequence[Job]) -> None:
+            record_skipped(c, [j for j in succeeded if j.id in skips], skips, now=now)
+
+        batch.in_completion(record)
+
+    async def _send(self, plans: Sequence[_Plan], now: datetime) -> dict[str, PushResult]:
+        """Every plan's messages through their channels, all channels at once."""
+        by_channel: dict[str, list[PushMessage]] = {}
+        results: dict[str, PushResult] = {}
+        for plan in plans:
+            for message, _ in plan.sends:
+                if message.channel in self.channels:
+                    by_channel.setdefault(message.channel, []).append(message)
+                else:
+                    results[message.key] = PushResult(
+                        message,
+                        PushStatus.PERMANENT,
+                        f"no push channel {message.channel!r} is configured",
+                        "no_channel",
+                    )
+        names = list(by_channel)
+        answers = await asyncio.gather(
+            *(self._send_one(self.channels[n], by_channel[n], now) for n in names)
+        )
+        for answer in answers:
+            for result in answer:
+                results[result.key] = result
+        return results
+
+    @staticmethod
+    async def _send_one(
+        channel: PushChannel, messages: list[PushMessage], now: datetime
+    ) -> list[PushResult]:
+        try:
+            answer = await channel.send(messages, now=now)
+        except Exception as exc:  # a channel that broke its contract: nothing is lost
+            log.error("push channel %s failed a whole send: %s", channel.name, type(exc).__name__)
+            return [
+                PushResult(
+                    m, PushStatus.TRANSIENT, f"channel error: {type(exc).__name__}", "channel"
+                )
+                for m in messages
+            ]
+        if len(answer) != len(messages):
+            log.error("push channel %s answered %d results for %d messages",
+                      channel.name, len(answer), len(messages))  # fmt: skip
+            return [
+                PushResult(m, PushStatus.TRANSIENT, "channel answered short", "channel")
+                for m in messages
+            ]
+        return answer
+
+    async def _record(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        results: Mapping[str, PushResult],
+        job_ids: Mapping[str, int],
+        now: datetime,
+    ) -> None:
+        """Record-after-send, in one short transaction: the delivered keys, the dead tokens,
+        the devices' last success."""
+        delivered = [r for r in results.values() if r.status is PushStatus.DELIVERED]
+        dead = [r for r in results.values() if r.status is PushStatus.REJECTED]
+        if not delivered and not dead:
+            return
+        async with conn.transaction():
+            if delivered:
+                await effects.record_many_async(
+                    conn,
+                    [r.key for r in delivered],
+                    job_ids=[job_ids[r.key] for r in delivered],
+                    now=now,
+                )
+                succeeded = getattr(self.resolver, "succeeded", None)
+                if succeeded is not None:
+                    await succeeded(conn, [_Sent(r.message) for r in delivered], now)
+            if dead:
+                await self.resolver.invalidate(
+                    conn,
+                    [(_Sent(r.message), r.error or "rejected", r.code or "rejected") for r in dead],
+                    now,
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """The device a sent message went to, as a :class:`Target`."""
+
+    message: PushMessage
+
+    @property
+    def channel(self) -> str:
+        return self.message.channel
+
+    @property
+    def token(self) -> str:
+        return self.message.token
+
+    @property
+    def id(self) -> int | None:
+        return self.message.device_id
+
+
+def _recipient(job: Job) -> Recipient | None:
+    payload = job.payload if isinstance(job.payload, Mapping) else {}
+    subject = payload.get("subject")
+    if subject is None or subject == "":
+        return None
+    return (job.organization_id, str(subject))
+
+
+def _outcome(batch: ReminderBatch, plan: _Plan, results: Mapping[str, PushResult]) -> None:
+    """One job's outcome from its devices' results (module docstring)."""
+    answers = [results[m.key] for m, _ in plan.sends]
+    transient = [r for r in answers if r.status is PushStatus.TRANSIENT]
+    limited = [r for r in answers if r.status is PushStatus.RATE_LIMITED]
+    permanent = [r for r in answers if r.status is PushStatus.PERMANENT]
+    if transient:
+        first = transient[0]
+        hints = [r.retry_after for r in transient if r.retry_after is not None]
+        batch.retry(plan.job, _summary(first), code=first.code or "transient",
+                    delay=max(hints) if hints else None)  # fmt: skip
+    elif limited:
+        hints = [r.retry_after or timedelta(0) for r in limited]
+        batch.rate_limited(plan.job, max(hints), _summary(limited[0]))
+    elif permanent:
+        batch.fail(plan.job, _summary(permanent[0]), code=permanent[0].code or "permanent")
+    else:
+        batch.succeed(plan.job)
+
+
+def _summary(result: PushResult) -> str:
+    where = result.message.channel
+    return f"{where}: {result.error or result.status.value}"
+
+
+# -- the worker app -------------------------------------------------------------------------------
+
+# The settings the app reads (docs/push.md): name -> what it is.
+SETTINGS = {
+    "TOCKWORK_FCM_CREDENTIALS": "path of the FCM service-account JSON file",
+    "TOCKWORK_FCM_URL": "FCM's base URL (default https://fcm.googleapis.com)",
+    "TOCKWORK_FCM_QUOTA": "FCM messages a minute to pace to (default 600000; 0: no pacing)",
+    "TOCKWORK_APNS_KEY_FILE": "path of the APNs .p8 signing key",
+    "TOCKWORK_APNS_KEY_ID": "the key's id (10 characters)",
+    "TOCKWORK_APNS_TEAM_ID": "the Apple team id (10 characters)",
+    "TOCKWORK_APNS_TOPIC": "the app's bundle id",
+    "TOCKWORK_APNS_URL": "production (default), sandbox, or a URL",
+    "TOCKWORK_PUSH_SIMULATED": "1: the simulated channel (records in simulated_pushes)",
+    "TOCKWORK_PUSH_DEVICES": "registry (default), or subject:<channel> (each subject is a token)",
+    "TOCKWORK_PUSH_TTL": "seconds a reminder stays worth showing (default 3600)",
+    "TOCKWORK_PUSH_CA_FILE": "a CA bundle to trust for the providers (a local fake's)",
+}
+
+_APNS = ("TOCKWORK_APNS_KEY_FILE", "TOCKWORK_APNS_KEY_ID", "TOCKWORK_APNS_TEAM_ID",
+         "TOCKWORK_APNS_TOPIC")  # fmt: skip
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, maximum: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidPushConfig(name, raw, "must be a number") from None
+    if not 0 <= value <= maximum:
+        raise InvalidPushConfig(name, raw, f"must be from 0 to {maximum:g}")
+    return value
+
+
+def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel]:
+    """The channels the environment configures (:data:`SETTINGS`); raises
+    :class:`InvalidPushConfig` naming the setting when one is missing or malformed."""
+    import ssl
+
+    context = None
+    if ca := env.get("TOCKWORK_PUSH_CA_FILE", "").strip():
+        try:
+            context = ssl.create_default_context(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidPushConfig("TOCKWORK_PUSH_CA_FILE", ca, type(exc).__name__) from None
+    channels: list[PushChannel] = []
+    if credentials := env.get("TOCKWORK_FCM_CREDENTIALS", "").strip():
+        from scheduler.push.fcm import FcmChannel
+
+        quota = int(_seconds(env, "TOCKWORK_FCM_QUOTA", 600_000, 60_000_000))
+        channels.append(
+            FcmChannel(
+                credentials,
+                url=env.get("TOCKWORK_FCM_URL", "").strip() or "https://fcm.googleapis.com",
+                quota_per_minute=quota or None,
+                ssl_context=context,
+            )
+        )
+    given = [name for name in _APNS if env.get(name, "").strip()]
+    if given:
+        missing = [name for name in _APNS if name not in given]
+        if missing:
+            raise InvalidPushConfig(missing[0], None, f"is required with {given[0]}")
+        from scheduler.push.apns import ApnsChannel
+
+        channels.append(
+            ApnsChannel(
+                key_file=env["TOCKWORK_APNS_KEY_FILE"].strip(),
+                key_id=env["TOCKWORK_APNS_KEY_ID"].strip(),
+                team_id=env["TOCKWORK_APNS_TEAM_ID"].strip(),
+                topic=env["TOCKWORK_APNS_TOPIC"].strip(),
+                url=env.get("TOCKWORK_APNS_URL", "").strip() or "production",
+                ssl_context=context,
+            )
+        )
+    simulated = env.get("TOCKWORK_PUSH_SIMULATED", "").strip()
+    if simulated not in ("", "0", "1"):
+        raise InvalidPushConfig("TOCKWORK_PUSH_SIMULATED", simulated, "must be 0 or 1")
+    if simulated == "1":
+        from scheduler import simulated as sim
+
+        sim.install(conninfo)
+        channels.append(
+            sim.SimulatedChannel(
+                conninfo,
+                transient_rate=_seconds(env, "TOCKWORK_SIM_TRANSIENT", 0, 1),
+                rate_limit_rate=_seconds(env, "TOCKWORK_SIM_RATE_LIMIT", 0, 1),
+                retry_after=timedelta(seconds=_seconds(env, "TOCKWORK_SIM_RETRY_AFTER", 1, 3600)),
+            )
+        )
+    if not channels:
+        raise InvalidPushConfig(
+            "TOCKWORK_FCM_CREDENTIALS",
+            None,
+            "no push channel is configured: set TOCKWORK_FCM_CREDENTIALS, the "
+            "TOCKWORK_APNS_* settings, or TOCKWORK_PUSH_SIMULATED=1",
+        )
+    return channels
+
+
+def resolver_from_env(env: Mapping[str, str], channels: Sequence[PushChannel]) -> DeviceResolver:
+    raw = env.get("TOCKWORK_PUSH_DEVICES", "").strip() or "registry"
+    if raw == "registry":
+        return RegistryResolver()
+    kind, _, channel = raw.partition(":")
+    names = sorted(c.name for c in channels)
+    if kind != "subject" or channel not in names:
+        raise InvalidPushConfig(
+            "TOCKWORK_PUSH_DEVICES", raw, f"must be registry or subject:<one of {names}>"
+        )
+    return SubjectAsToken(channel)
+
+
+def pace(conninfo: str, channels: Sequence[PushChannel]) -> jobs.RateLimit | None:
+    """The global rate limit of the ``reminder`` job type at the channels' quota (the smallest
+    one), set unless one is set already (an operator's limit wins: ``tockwork limits``)."""
+    quotas = [c.quota_per_minute for c in channels if c.quota_per_minute]
+    if not quotas:
+        return None
+    per_minute = min(quotas)
+    with jobs.connect(conninfo) as conn:
+        existing = [s for s in jobs.limits.list_limits(conn) if s.limit.job_type == "reminder"]
+        if existing:
+            return None
+        limit = jobs.RateLimit(
+            job_type="reminder", per_second=max(1, per_minute // 60), per_minute=per_minute
+        )
+        jobs.limits.set_limit(conn, limit)
+        conn.commit()
+        return limit
+
+
+def app() -> dict[str, Any]:
+    """``tockwork worker --app scheduler.delivery:app``: reminders to devices through the
+    channels the environment configures (:data:`SETTINGS`, docs/push.md)."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        raise InvalidPushConfig("DATABASE_URL", None, "the delivery app needs DATABASE_URL")
+    env = dict(os.environ)
+    channels = channels_from_env(url, env)
+    resolver = resolver_from_env(env, channels)
+    ttl = timedelta(seconds=_seconds(env, "TOCKWORK_PUSH_TTL", 3600, MAX_TTL.total_seconds()))
+    pace(url, channels)
+    return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl)}
+
+
+def simulated_app() -> dict[str, Any]:
+    """``tockwork worker --app scheduler.delivery:simulated_app``: reminders through the
+    simulated channel (``scheduler.simulated.SimulatedChannel``, rows in ``simulated_pushes``),
+    each subject its own simulated device: the app of the demo and the tests, no provider.
+
+    Reads ``DATABASE_URL`` and the failure rates ``TOCKWORK_SIM_TRANSIENT`` and
+    ``TOCKWORK_SIM_RATE_LIMIT`` (fractions, default 0) from the environment.
+    """
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        raise InvalidPushConfig("DATABASE_URL", None, "the simulated app needs DATABASE_URL")
+    env = {name: value for name, value in os.environ.items() if name.startswith("TOCKWORK_SIM_")}
+    channels = channels_from_env(url, {**env, "TOCKWORK_PUSH_SIMULATED": "1"})
+    return {"reminder": DeliveryHandler(url, channels, resolver=SubjectAsToken("simulated"))}
+
+
+__all__ = [
+    "DEFAULT_TTL",
+    "MAX_BATCH",
+    "SETTINGS",
+    "BadPayload",
+    "Content",
+    "DeliveryHandler",
+    "Device",
+    "DeviceResolver",
+    "RegistryResolver",
+    "SubjectAsToken",
+    "Target",
+    "app",
+    "channels_from_env",
+    "content",
+    "device_key",
+    "render",
+    "simulated_app",
+]
