@@ -102,11 +102,15 @@ def start_fake(tls: bool, directory: str) -> Fake:
     ]
     if tls:
         command.append("--tls")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # the fake's closing summary (stderr) is of the last phase only: kept out of the report
+    log_path = os.path.join(directory, "fake.log")
+    with open(log_path, "w") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
     if not line:
-        raise SystemExit("the FCM fake did not start")
+        with open(log_path) as log_file:
+            raise SystemExit("the FCM fake did not start:\n" + log_file.read())
     info = json.loads(line)
     return Fake(process, info["url"], info["credentials"], info["ca_file"])
 

@@ -49,7 +49,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import sys
 import tempfile
 import time
@@ -65,7 +64,13 @@ import orjson
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from scheduler.push.fakes.server import FakeRequest, FakeResponse, FakeServer, make_certificate
+from scheduler.push.fakes.server import (
+    FakeRequest,
+    FakeResponse,
+    FakeServer,
+    make_certificate,
+    serve_until_signalled,
+)
 
 FCM_SCOPE = "https://www.googleapis.com/auth/firebase.messaging"
 CLOUD_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -655,25 +660,11 @@ def main(argv: list[str] | None = None) -> None:
             fake=FcmFake(project_id=args.project, access_token_ttl=args.access_token_ttl),
             max_concurrent_streams=args.max_concurrent_streams,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        print(
-            json.dumps(
-                {
-                    "url": running.url,
-                    "port": running.server.port,
-                    "credentials": running.credentials,
-                    "ca_file": running.server.ca_file,
-                    "pid": os.getpid(),
-                }
-            ),
-            flush=True,
+        await serve_until_signalled(
+            running.server,
+            {"credentials": running.credentials},
+            lambda: print(json.dumps(running.fake.summary()), file=sys.stderr, flush=True),
         )
-        await stop.wait()
-        await running.server.stop()
-        print(json.dumps(running.fake.summary()), file=sys.stderr, flush=True)
 
     asyncio.run(serve())
 

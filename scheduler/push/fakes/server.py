@@ -29,7 +29,8 @@ protocol, responses per status, GOAWAYs, refused streams and resets.
 
 Run it in-process on the test's loop (``await server.start()`` / ``await server.stop()``, or
 ``async with server``) or in a thread (:meth:`FakeServer.start_in_thread` returns a handle with
-``.port``, ``.url``, ``.stop()``); a fake module's ``main`` runs one as a process.
+``.port``, ``.url``, ``.stop_thread()``); a fake module's ``main`` runs one as a process with
+:func:`serve_until_signalled` (one JSON line on stdout when it listens, SIGTERM to stop).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import ipaddress
 import json
 import os
 import random
+import signal
 import ssl
 import tempfile
 import threading
@@ -733,6 +735,26 @@ class _H2Connection(_ServerConnection):
         loop.call_soon(close)
 
 
+async def serve_until_signalled(
+    server: FakeServer,
+    info: Mapping[str, Any] | None = None,
+    on_stop: Callable[[], None] | None = None,
+) -> None:
+    """Run a started ``server`` as a process's main task: print one JSON line (``url``,
+    ``port``, ``ca_file``, ``pid`` and ``info``) on stdout once it listens, serve until
+    SIGTERM or SIGINT, then stop it and call ``on_stop`` (a fake's summary, say)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    line = {"url": server.url, "port": server.port, "ca_file": server.ca_file, "pid": os.getpid()}
+    print(json.dumps({**line, **(info or {})}), flush=True)
+    await stop.wait()
+    await server.stop()
+    if on_stop is not None:
+        on_stop()
+
+
 class _ServerThread:
     def __init__(self, server: FakeServer) -> None:
         self.server = server
@@ -777,4 +799,5 @@ __all__ = [
     "FakeServer",
     "Faults",
     "make_certificate",
+    "serve_until_signalled",
 ]

@@ -407,3 +407,53 @@ def test_message_for_another_channel_is_a_programming_error(tmp_path: Path) -> N
             await stop(running, fcm)
 
     run(body)
+
+
+def test_fake_as_a_process_driven_over_http(tmp_path: Path) -> None:
+    """``python -m scheduler.push.fakes.fcm`` prints where it listens; another process
+    configures it and reads its accounting over the control endpoints; SIGTERM stops it."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scheduler.push.fakes.fcm", "--dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        assert set(info) == {"url", "port", "ca_file", "pid", "credentials"}
+
+        def post(path: str, body: dict[str, Any]) -> Any:
+            request = urllib.request.Request(
+                info["url"] + path, data=json.dumps(body).encode(), method="POST"
+            )
+            with urllib.request.urlopen(request) as reply:
+                return json.load(reply)
+
+        post("/_fake/fcm/config", {"unregistered": [token(1)]})
+
+        async def body() -> list[PushResult]:
+            fcm = FcmChannel(info["credentials"], url=info["url"])
+            try:
+                return await fcm.send(messages(3), now=NOW)
+            finally:
+                await fcm.aclose()
+
+        results = asyncio.run(body())
+        assert [r.status for r in results] == [
+            PushStatus.DELIVERED,
+            PushStatus.REJECTED,
+            PushStatus.DELIVERED,
+        ]
+        with urllib.request.urlopen(info["url"] + "/_fake/fcm/summary") as reply:
+            summary = json.load(reply)
+        assert summary["delivered"] == 2 and summary["errors"] == {"UNREGISTERED": 1}
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert json.loads(err.strip().splitlines()[-1])["delivered"] == 2
