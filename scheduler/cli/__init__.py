@@ -9,7 +9,8 @@
 - ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
 - ``ops.py``: ``healthz``, ``metrics-server``
 - ``preview.py``: ``preview``, ``zones`` (no database)
-- ``dev.py``: ``dev-db url|status|stop`` (the embedded development server)
+- ``dev.py``: ``dev-db url|status|stop`` (the embedded development server), ``dev fake-push``
+  (local FCM and APNs fakes)
 - ``common.py``: the parser class, argument types, ``--app`` import, the database URL and the
   schema check
 

@@ -68,6 +68,7 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork dev-db url": [],
     "tockwork dev-db status": [],
     "tockwork dev-db stop": [],
+    "tockwork dev fake-push": [],
     "tockwork dashboard": ["--no-auth", "--port", "0"],
     "tockwork devices add": ["u", "fcm", "token-0123456789"],
     "tockwork devices list": [],
