@@ -13,9 +13,12 @@ payload by :class:`scheduler.occurrence_job.OccurrenceMeta`.
 (``jobs.BatchHandler``), through a provider's multicast ``send_many``:
 
 1. one short read transaction: the still-due check of the whole batch (no write), and
-   check-before-send (``jobs.effects.recorded``) of the due ones' push keys;
+   check-before-send of the due ones' push keys (``jobs.effects.recorded``, or the provider's
+   own delivery rows when they are the records: ``SimulatedPush.delivery_is_effect_record``);
 2. the multicast request for the due, not yet delivered ones, and in the same short transaction
-   record-after-send (``jobs.effects.record_many``) of those the provider delivered;
+   record-after-send (``jobs.effects.record_many``) of those the provider delivered, unless the
+   provider's delivery rows, written in that transaction, are the records (the simulated
+   provider's: no ``job_effects`` row is written for them, issue 22);
 3. per-message results to per-job outcomes: delivered (now or before) -> succeeded; transient
    -> retry; rate limited -> retry after the provider's hint; rejected token -> dead; quiet
    hours with ``defer`` -> snoozed to the window's end; paused, superseded, quiet ``skip`` ->
@@ -454,7 +457,7 @@ class ReminderBatchHandler(_Reminders):
             now = self._now(conn)
             dues = still_due_many(conn, todo, now=now, record=False)
             keys = {job.id: effects.effect_key(job, "push") for job in todo if dues[job.id]}
-            delivered_before = effects.recorded(conn, keys.values())
+            delivered_before = _delivered_before(self.provider, conn, keys.values())
         skipped: set[int] = set()
         messages: list[Message] = []
         for job in todo:
@@ -478,12 +481,24 @@ class ReminderBatchHandler(_Reminders):
         if messages:
             with conn.transaction():
                 results = self.provider.send_many(conn, messages)
-                ok = [r for r in results if r.ok]
-                effects.record_many(
-                    conn, [r.key for r in ok], job_ids=[r.job.id for r in ok], now=now
-                )
+                if not self.provider.delivery_is_effect_record:
+                    ok = [r for r in results if r.ok]
+                    effects.record_many(
+                        conn, [r.key for r in ok], job_ids=[r.job.id for r in ok], now=now
+                    )
             for result in results:
                 _apply(batch, result)
+
+
+def _delivered_before(
+    provider: SimulatedPush, conn: psycopg.Connection[Any], keys: Collection[str]
+) -> set[str]:
+    """Check-before-send: the pushes' effect records, in the provider's own delivery rows when
+    they are the records (issue 22: ``SimulatedPush.delivery_is_effect_record``; no
+    ``job_effects`` row is written for them), else in ``job_effects``."""
+    if provider.delivery_is_effect_record:
+        return provider.delivered(conn, keys)
+    return effects.recorded(conn, keys)
 
 
 def _apply(batch: ReminderBatch, result: SendResult) -> None:

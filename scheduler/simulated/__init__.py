@@ -10,6 +10,15 @@ end without a live provider.
 duplicate, transient, rate limited with a Retry-After, rejected token), so one bad token or one
 throttled message does not fail the others. Its deliveries are written with one statement.
 
+**Its delivery rows are the pushes' effect records** (issue 22): a row is written in the
+caller's transaction, keyed by the push's effect key, and a key delivered before is answered
+DUPLICATE and not delivered again, so a separate ``job_effects`` record of the same key
+(record-after-send) would say again what the row says, at the cost of a row and two index
+entries per delivery. A handler asks :attr:`SimulatedPush.delivery_is_effect_record` and, when
+it is true, checks before sending with :meth:`SimulatedPush.delivered` and writes no
+``job_effects`` record. A provider reached over the network (the channels of
+``scheduler.push``) has no such row in our database and keeps ``job_effects``.
+
 The table belongs to this opt-in migration component (``scheduler.simulated``), not to the
 scheduler's core schema: a production database gets it only when something uses the provider
 (:func:`install`, which ``scheduler.reminders.simulated_app`` calls, or ``tockwork migrate
@@ -122,6 +131,11 @@ class SimulatedPush:
     :class:`jobs.RateLimited` and :class:`jobs.PermanentError`.
     """
 
+    # Its delivery rows are the effect-once records of its pushes (module docstring): a
+    # handler checks them (:meth:`delivered`) and writes no job_effects record. A subclass
+    # that sets it False gets the general path (job_effects), as a network provider would.
+    delivery_is_effect_record: bool = True
+
     def __init__(
         self,
         *,
@@ -215,14 +229,23 @@ class SimulatedPush:
                 results.append(SendResult(m, SendStatus.DUPLICATE))
         return results
 
+    def delivered(self, conn: psycopg.Connection[Any], keys: Collection[str]) -> set[str]:
+        """Which of these push effect keys were delivered (check-before-send, one statement):
+        the provider's rows are the records (:attr:`delivery_is_effect_record`)."""
+        wanted = sorted(set(keys))
+        if not wanted:
+            return set()
+        rows = conn.execute(query("simulated_push_delivered"), {"keys": wanted}).fetchall()
+        return {row[0] for row in rows}
+
     def send(
         self, conn: psycopg.Connection[Any], job: Job, *, subject: str | None, message: str
     ) -> bool:
         """Deliver once: returns False if this job's push was already delivered.
 
         :meth:`send_many` for one message, its answer raised as the handler outcome. Runs in
-        the caller's transaction; the delivery row and its effect record (``job_effects``)
-        commit together.
+        the caller's transaction; the delivery row is the push's effect record (and, when
+        :attr:`delivery_is_effect_record` is false, a ``job_effects`` record commits with it).
         """
         (result,) = self.send_many(conn, [Message(job, subject, message)])
         match result.status:
@@ -234,7 +257,8 @@ class SimulatedPush:
                 raise jobs.RateLimited(result.retry_after, result.error or "")
             case SendStatus.DUPLICATE:
                 return False
-        effects.record_many(conn, [result.key], job_ids=[job.id])
+        if not self.delivery_is_effect_record:
+            effects.record_many(conn, [result.key], job_ids=[job.id])
         return True
 
 

@@ -17,3 +17,8 @@ FROM unnest(%(effect_keys)b::text[], %(job_ids)b::bigint[], %(schedule_ids)b::bi
 ORDER BY u.ord
 ON CONFLICT (effect_key) DO NOTHING
 RETURNING effect_key;
+
+-- name: simulated_push_delivered
+-- Check-before-send against the provider's own rows (they are the pushes' effect records,
+-- SimulatedPush.delivery_is_effect_record): which of these keys were delivered.
+SELECT effect_key FROM simulated_pushes WHERE effect_key = ANY(%(keys)b::text[]);

@@ -98,6 +98,13 @@ class SpyPush(SimulatedPush):
         return super().send_many(conn, messages)
 
 
+class JournalPush(SpyPush):
+    """A provider whose deliveries are not our rows (a network provider's case): the handler
+    records them in job_effects (record-after-send) and checks there before sending."""
+
+    delivery_is_effect_record = False
+
+
 def create(conn: psycopg.Connection[Any], subject: str, **kwargs: Any) -> int:
     kwargs.setdefault("rule", "daily@08:00")
     s = scheduler.create_schedule(
@@ -295,7 +302,13 @@ def test_send_is_send_many_for_one(conn: psycopg.Connection[Any]) -> None:
     provider = SimulatedPush(rejected_subjects={"bad"})
     assert provider.send(conn, job(1), subject="u", message="hi")
     assert not provider.send(conn, job(1, attempt=2), subject="u", message="hi")
-    assert jobs.effects.recorded(conn, ["push:job:1"]) == {"push:job:1"}
+    # The delivery row is the push's effect record: no job_effects row is written for it.
+    assert provider.delivered(conn, ["push:job:1", "push:job:2"]) == {"push:job:1"}
+    assert jobs.effects.recorded(conn, ["push:job:1"]) == set()
+    # A provider whose deliveries are not its rows records them in job_effects.
+    journal = JournalPush()
+    assert journal.send(conn, job(4), subject="u", message="hi")
+    assert jobs.effects.recorded(conn, ["push:job:4"]) == {"push:job:4"}
     with pytest.raises(jobs.PermanentError) as info:
         provider.send(conn, job(2), subject="bad", message="hi")
     assert info.value.code == "bad_token"
@@ -307,7 +320,7 @@ def test_send_is_send_many_for_one(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(jobs.TransientError) as transient:
         SimulatedPush(transient_rate=1).send(conn, job(3), subject="u", message="hi")
     assert transient.value.code == "provider_timeout"
-    assert pushes(conn) == {1: 1}
+    assert pushes(conn) == {1: 1, 4: 1}
 
 
 # -- ReminderBatchHandler ---------------------------------------------------------------------
@@ -411,12 +424,14 @@ def test_one_rejected_or_throttled_message_does_not_fail_the_others(
         for j in batch_jobs if j.id in kinds["retry"] + kinds["rate_limited"]
     )  # fmt: skip
     assert pushes(conn) == dict.fromkeys(kinds["succeeded"], 1)
-    # The deliveries' effect records committed with them (record-after-send), so a rerun of
-    # this batch would not even ask the provider for them.
+    # The deliveries are their own effect records (the provider's rows, committed with the
+    # request), so a rerun of this batch would not even ask the provider for them; no
+    # job_effects row repeats them.
     keys = [jobs.effects.effect_key(j, "push") for j in batch_jobs]
     delivered_keys = {jobs.effects.effect_key(j, "push") for j in batch_jobs
                       if j.id in kinds["succeeded"]}  # fmt: skip
-    assert jobs.effects.recorded(conn, keys) == delivered_keys
+    assert provider.delivered(conn, keys) == delivered_keys
+    assert jobs.effects.recorded(conn, keys) == set()
 
 
 def test_rate_limited_messages_inside_a_multicast_retry_alone(
@@ -457,7 +472,8 @@ def test_no_reminder_is_delivered_twice_when_a_batch_is_run_again(
     for i in range(30):
         create(conn, f"u{i}")
     batch_jobs = tick_and_claim(conn, db_url)
-    provider = SpyPush(transient_rate=0.2, seed=4)
+    # The general path: a provider whose deliveries are recorded in job_effects.
+    provider = JournalPush(transient_rate=0.2, seed=4)
     handler = handlers(provider)
     # The worker dies after the pushes, before its completion commits: the jobs are rescued
     # after their leases expire and run again.
@@ -472,13 +488,48 @@ def test_no_reminder_is_delivered_twice_when_a_batch_is_run_again(
     assert all(second.outcome(j) == ("succeeded",) for j in second.jobs if j.id in delivered)
     # Even with the effect records lost (an external call whose record never committed), the
     # provider's own key reports a duplicate: the job succeeds, no second delivery.
+    # Each delivery has its job_effects record (record-after-send), none without one.
+    assert conn.execute("SELECT count(*) FROM job_effects").fetchone() == (
+        sum(pushes(conn).values()),
+    )
     conn.execute("DELETE FROM job_effects")
     conn.commit()
-    reliable = SpyPush()  # no failures drawn: every job ends delivered
+    reliable = JournalPush()  # no failures drawn: every job ends delivered
     third = RecordingBatch(next_attempt(next_attempt(batch_jobs)))
     handlers(reliable)(third)
     assert reliable.requests == [[j.id for j in batch_jobs]]
     assert all(third.outcome(j) == ("succeeded",) for j in third.jobs)
+    assert pushes(conn) == {j.id: 1 for j in batch_jobs}
+
+
+def test_the_simulated_providers_rows_are_the_effect_records_of_its_pushes(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Any
+) -> None:
+    """Issue 22: with the simulated provider, check-before-send reads its delivery rows and
+    record-after-send writes nothing more; a batch run again still delivers nothing twice."""
+    for i in range(30):
+        create(conn, f"u{i}")
+    batch_jobs = tick_and_claim(conn, db_url)
+    provider = SpyPush(transient_rate=0.2, seed=4)
+    handler = handlers(provider)
+    first = RecordingBatch(batch_jobs)
+    handler(first)  # the worker dies before its completion commits
+    delivered = {j.id for j in batch_jobs if first.outcome(j) == ("succeeded",)}
+    assert 0 < len(delivered) < len(batch_jobs)
+    assert pushes(conn) == dict.fromkeys(delivered, 1)
+    assert conn.execute("SELECT count(*) FROM job_effects").fetchone() == (0,)
+    second = RecordingBatch(next_attempt(batch_jobs))
+    handler(second)
+    # Check-before-send on the provider's rows: only those not delivered are asked for.
+    assert set(provider.requests[1]) == {j.id for j in batch_jobs} - delivered
+    assert all(second.outcome(j) == ("succeeded",) for j in second.jobs if j.id in delivered)
+    assert conn.execute("SELECT count(*) FROM job_effects").fetchone() == (0,)
+    for _ in range(10):  # the transient failures drawn per attempt clear in a few rounds
+        pending = [j for j in second.jobs if second.outcome(j) != ("succeeded",)]
+        if not pending:
+            break
+        second = RecordingBatch(next_attempt(pending))
+        handler(second)
     assert pushes(conn) == {j.id: 1 for j in batch_jobs}
 
 
