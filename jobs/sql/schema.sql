@@ -61,11 +61,12 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_concurrency_key_check CHECK (length(concurrency_key) BETWEEN 1 AND 512),
     CONSTRAINT jobs_unique_key_check CHECK (length(unique_key) BETWEEN 1 AND 512)
 ) WITH (
-    fillfactor = 50,
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_insert_scale_factor = 0.05,
     autovacuum_analyze_scale_factor = 0.02,
-    autovacuum_vacuum_cost_delay = 1
+    autovacuum_vacuum_cost_delay = 1,
+    -- last, where migration 0015's ALTER TABLE ... SET put it (reloptions keep their order)
+    fillfactor = 50
 );
 
 -- Ready work, in claim order. Only waiting rows are indexed, so the index stays small however
