@@ -233,6 +233,10 @@ STATS_CLEAR: LiteralString = "SELECT pg_stat_clear_snapshot()"
 # the last commits of a phase may still be only in the WAL buffers when it ends.
 WAL_LSN: LiteralString = "SELECT pg_current_wal_insert_lsn()::text"
 WAL_FLUSHED: LiteralString = "SELECT pg_current_wal_flush_lsn() >= %(lsn)s::text::pg_lsn"
+BACKENDS: LiteralString = """
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+"""
 WAL_DIFF: LiteralString = "SELECT pg_wal_lsn_diff(%(end)s::text::pg_lsn, %(start)s::text::pg_lsn)"
 TABLE_COUNTERS: LiteralString = """
 SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
@@ -322,6 +326,8 @@ class Writes:
     # this database's WAL by relation (pg_walinspect): records, bytes, fpi bytes, leaf index
     # entries, heap inserts, multi inserts, updates, hot updates, deletes, locks
     wal: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # CPU seconds of the phase's server backends (this database's, /proc: a local server only)
+    server_cpu: float = math.nan
     notes: list[str] = field(default_factory=list)
 
     def per(self, value: float) -> float:
@@ -421,6 +427,10 @@ def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
     lines: list[tuple[str, list[str]]] = [
         ("deliveries measured", [f"{w.deliveries:,}" for _, w in phases]),
         ("WAL bytes, server (pg_current_wal_lsn)", [_f(w.per(w.wal_bytes)) for _, w in phases]),
+        (
+            "server CPU us (this database's backends)",
+            [_f(w.per(w.server_cpu * 1e6)) for _, w in phases],
+        ),
     ]
     if any(w.wal for _, w in phases):
         lines.append(
@@ -509,6 +519,15 @@ class Meter:
         self.start: WriteMark | None = None
         self.end_lsn: str | None = None
         self.notes: list[str] = []
+        self.cpu_start: dict[int, float] = {}
+        self.cpu_end: dict[int, float] = {}
+        self.extra_server_cpu = 0.0  # backends that reported their own (the raw pipeline's)
+
+    def backend_cpu(self) -> dict[int, float]:
+        """CPU seconds of this database's other client backends, by pid (none if the server's
+        processes are not visible here)."""
+        pids = [int(r[0]) for r in self.conn.execute(BACKENDS).fetchall()]
+        return {pid: cpu for pid in pids if (cpu := backend_seconds(pid)) is not None}
 
     def counters(self) -> dict[str, tuple[int, int, int, int]]:
         return _counters(self.conn)
@@ -525,11 +544,21 @@ class Meter:
                 break
             time.sleep(0.05)  # waiting on the replicas' counters (a condition, with a timeout)
         self.start = write_mark(self.conn)
+        self.cpu_start = self.backend_cpu()
 
     def end(self) -> None:
         row = self.conn.execute(WAL_LSN).fetchone()
         assert row is not None
         self.end_lsn = str(row[0])
+        self.cpu_end = self.backend_cpu()
+
+    def server_cpu(self) -> float:
+        """The phase's server CPU: what its backends alive at the end used since the start
+        (a backend that exited before the end is missed: the raw pipeline's report theirs)."""
+        if not self.cpu_end and not self.extra_server_cpu:
+            return math.nan
+        used = sum(cpu - self.cpu_start.get(pid, 0.0) for pid, cpu in self.cpu_end.items())
+        return used + self.extra_server_cpu
 
     def writes(self, deliveries: int) -> Writes | None:
         if self.start is None or self.end_lsn is None:
@@ -543,6 +572,7 @@ class Meter:
             walinspect=self.walinspect,
         )
         result.notes[:0] = self.notes
+        result.server_cpu = self.server_cpu()
         return result
 
     def close(self) -> None:
@@ -644,6 +674,14 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backend_seconds(pid: int) -> float | None:
+    """:func:`cpu_seconds` of a server backend, None where /proc does not show it (a remote
+    server, or another user's processes)."""
+    if not os.path.exists(f"/proc/{pid}/stat"):
+        return None
+    return cpu_seconds(pid)
 
 
 @dataclass
@@ -998,9 +1036,11 @@ def _raw_child(url: str, batch: int, ready: MpQueue[Any], go: MpEvent, out: MpQu
     worker = f"raw:{os.getpid()}"
     done = 0
     with psycopg.connect(url) as conn:
+        backend = conn.info.backend_pid
         ready.put(os.getpid())
         go.wait()
         cpu0 = time.process_time()
+        server0 = backend_seconds(backend)
         while True:
             with conn.transaction():
                 rows = conn.execute(RAW_CLAIM, {"worker": worker, "limit": batch}).fetchall()
@@ -1045,7 +1085,9 @@ def _raw_child(url: str, batch: int, ready: MpQueue[Any], go: MpEvent, out: MpQu
                     },
                 )
             done += len(rows)
-    out.put({"pid": os.getpid(), "done": done, "cpu": time.process_time() - cpu0})
+        server1 = backend_seconds(backend)
+    server = math.nan if server0 is None or server1 is None else server1 - server0
+    out.put({"pid": os.getpid(), "done": done, "cpu": time.process_time() - cpu0, "server": server})
 
 
 def _get(source: MpQueue[Any], children: list[Any], timeout: float) -> Any:
@@ -1082,6 +1124,10 @@ def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> Herd
     try:
         reports = [_get(out, children, 3600) for _ in children]
         meter.end()
+        # The children read their backends' CPU before closing (an exited backend's is gone):
+        # those figures, not whatever backend still lingers at the end.
+        meter.cpu_end = {}
+        meter.extra_server_cpu = sum(r["server"] for r in reports)
         for child in children:
             child.join(30)
     except BaseException:
