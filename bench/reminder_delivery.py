@@ -22,6 +22,11 @@ real commands and the library's defaults:
 3. **Herd, 300 s of jitter.** The same herd again, fresh, with ``jitter`` 300: lateness is
    measured against each job's jittered ``run_at``.
 
+After the figures, the writes of each phase per delivered reminder (issue 22): WAL bytes (the
+server's, and this database's by relation with ``pg_walinspect``), rows inserted, updated (HOT)
+and deleted per table, index entries, and the CPU of the phase's server backends
+(:class:`Meter`; bench/README.md says how each is taken).
+
 Delivery times are the ``simulated_pushes.delivered_at`` stamps the provider writes, so polling
 (which only decides when a run is over) does not enter the figures. The bench waits on database
 state (counts, with a timeout), never on fixed sleeps.
@@ -43,6 +48,7 @@ sys.path.insert(0, str(_BENCH_DIR.parent))
 
 import argparse  # noqa: E402
 import bisect  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import multiprocessing  # noqa: E402
@@ -81,6 +87,7 @@ TARGET_RATIO = 0.5
 TARGET_HERD_SECONDS = 180.0
 TARGET_HERD_SIZE = 1_000_000
 TARGET_JITTER_P99 = 2.0
+METER_LEAD = 8.0  # seconds before T at which a herd's write figures begin (vacuum, checkpoint)
 
 # -- SQL (the bench's own: progress, figures, and the raw pipeline) ------------------------------
 
@@ -97,6 +104,7 @@ PUSHES_INSERTED: LiteralString = (
     "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = 'simulated_pushes'"
 )
 COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs"
+COUNT_DELIVERED: LiteralString = "SELECT count(*) FROM simulated_pushes"
 COUNT_DONE: LiteralString = """
 SELECT (SELECT count(*) FROM simulated_pushes),
        NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'retrying', 'leased'))
@@ -211,6 +219,378 @@ SERVER: LiteralString = (
 )
 
 
+# -- writes per delivery (issue 22) ---------------------------------------------------------------
+# What a phase wrote, read before and after it: the WAL position of the server (every database
+# on it: a shared server's other work is in it too), and this database's row counters. PG15+
+# backends flush their counters lazily (at most once a second when idle, and when they exit):
+# the bench flushes its own (pg_stat_force_next_flush) and reads after the phase's processes
+# have exited, in a fresh snapshot (pg_stat_clear_snapshot).
+WRITE_TABLES = (
+    "jobs",
+    "job_attempts",
+    "job_effects",
+    "simulated_pushes",
+    "schedules",
+    "schedule_skips",
+)
+STATS_FLUSH: LiteralString = "SELECT pg_stat_force_next_flush()"
+STATS_CLEAR: LiteralString = "SELECT pg_stat_clear_snapshot()"
+# The insert position, not pg_current_wal_lsn() (the write position): with asynchronous commit
+# the last commits of a phase may still be only in the WAL buffers when it ends.
+WAL_LSN: LiteralString = "SELECT pg_current_wal_insert_lsn()::text"
+WAL_FLUSHED: LiteralString = "SELECT pg_current_wal_flush_lsn() >= %(lsn)s::text::pg_lsn"
+BACKENDS: LiteralString = """
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+"""
+WAL_DIFF: LiteralString = "SELECT pg_wal_lsn_diff(%(end)s::text::pg_lsn, %(start)s::text::pg_lsn)"
+TABLE_COUNTERS: LiteralString = """
+SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+FROM pg_stat_all_tables WHERE relname = ANY(%(tables)s::text[]) AND schemaname = 'public'
+"""
+# Each table's indexes, and whether each is partial or a BRIN (whose insert writes nothing
+# unless the block range's summary widens).
+TABLE_INDEXES: LiteralString = """
+SELECT t.relname, i.relname, x.indpred IS NOT NULL, am.amname
+FROM pg_index AS x
+JOIN pg_class AS t ON t.oid = x.indrelid
+JOIN pg_class AS i ON i.oid = x.indexrelid
+JOIN pg_am AS am ON am.oid = i.relam
+WHERE t.relname = ANY(%(tables)s::text[]) AND t.relnamespace = 'public'::regnamespace
+ORDER BY 1, 2
+"""
+# pg_walinspect (contrib), when the server has it: this database's WAL records between two
+# positions by relation (the relation of each record's first block) and kind, with the
+# full-page images. Leaf index entries are the B-tree INSERT_LEAF / INSERT_POST records and
+# the leaf splits (a split logs the inserted entry itself).
+WALINSPECT: LiteralString = "CREATE EXTENSION IF NOT EXISTS pg_walinspect"
+WALINSPECT_AVAILABLE: LiteralString = (
+    "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_walinspect')"
+)
+# A temporary physical slot keeps the server from recycling the phase's WAL before it is read
+# (a busy shared server keeps only a few segments); it goes with the session that made it.
+WAL_SLOT: LiteralString = "SELECT pg_create_physical_replication_slot(%(name)s, true, true)"
+WAL_BY_RELATION: LiteralString = """
+WITH blocks AS (
+    SELECT start_lsn, block_id, reltablespace, relfilenode, resource_manager, record_type,
+           record_length, coalesce(block_fpi_length, 0) AS fpi, description
+    FROM pg_get_wal_block_info(%(start)s::text::pg_lsn, %(end)s::text::pg_lsn, false)
+    WHERE reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+),
+records AS (
+    SELECT DISTINCT ON (start_lsn) start_lsn, reltablespace, relfilenode, resource_manager,
+           record_type, record_length, description,
+           sum(fpi) OVER (PARTITION BY start_lsn) AS fpi
+    FROM blocks
+    ORDER BY start_lsn, block_id
+)
+SELECT coalesce(pg_filenode_relation(
+                    CASE WHEN reltablespace = (SELECT oid FROM pg_tablespace
+                                               WHERE spcname = 'pg_default')
+                         THEN 0 ELSE reltablespace END, relfilenode)::regclass::text,
+                'filenode ' || relfilenode::text) AS relation,
+       count(*) AS records,
+       sum(record_length)::bigint AS bytes,
+       sum(fpi)::bigint AS fpi,
+       count(*) FILTER (WHERE resource_manager = 'Btree'
+                          AND (record_type IN ('INSERT_LEAF', 'INSERT_POST')
+                               OR (record_type IN ('SPLIT_L', 'SPLIT_R')
+                                   AND description LIKE 'level: 0%%'))) AS leaf_entries,
+       count(*) FILTER (WHERE resource_manager IN ('Heap', 'Heap2')
+                          AND record_type IN ('INSERT', 'INSERT+INIT')) AS heap_inserts,
+       count(*) FILTER (WHERE resource_manager = 'Heap2'
+                          AND record_type IN ('MULTI_INSERT', 'MULTI_INSERT+INIT'))
+           AS multi_inserts,
+       count(*) FILTER (WHERE resource_manager = 'Heap'
+                          AND record_type IN ('UPDATE', 'UPDATE+INIT')) AS updates,
+       count(*) FILTER (WHERE resource_manager = 'Heap'
+                          AND record_type IN ('HOT_UPDATE', 'HOT_UPDATE+INIT')) AS hot_updates,
+       count(*) FILTER (WHERE resource_manager = 'Heap' AND record_type = 'DELETE') AS deletes,
+       count(*) FILTER (WHERE resource_manager = 'Heap' AND record_type = 'LOCK') AS locks
+FROM records
+GROUP BY 1
+ORDER BY 3 DESC
+"""
+
+
+@dataclass
+class WriteMark:
+    """What the server had written when a phase began (or ended)."""
+
+    lsn: str
+    tables: dict[str, tuple[int, int, int, int]]  # ins, upd, hot upd, del
+
+
+@dataclass
+class Writes:
+    """What one phase wrote, per delivered reminder (figures) and in total (counts)."""
+
+    deliveries: int = 0
+    wal_bytes: int = 0  # the server's (pg_wal_lsn_diff), every database on it
+    tables: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    indexes: dict[str, list[tuple[str, bool, str]]] = field(default_factory=dict)
+    # this database's WAL by relation (pg_walinspect): records, bytes, fpi bytes, leaf index
+    # entries, heap inserts, multi inserts, updates, hot updates, deletes, locks
+    wal: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # CPU seconds of the phase's server backends (this database's, /proc: a local server only)
+    server_cpu: float = math.nan
+    notes: list[str] = field(default_factory=list)
+
+    def per(self, value: float) -> float:
+        return value / self.deliveries if self.deliveries else math.nan
+
+    @property
+    def db_wal_bytes(self) -> int:
+        return sum(v[1] for v in self.wal.values())
+
+    @property
+    def db_fpi_bytes(self) -> int:
+        return sum(v[2] for v in self.wal.values())
+
+    def index_entries_bound(self, table: str) -> int:
+        """Inserts and non-HOT updates times the table's indexes: an upper bound (a partial
+        index takes only the rows of its predicate, a BRIN range rarely changes)."""
+        ins, upd, hot, _ = self.tables.get(table, (0, 0, 0, 0))
+        return (ins + upd - hot) * len(self.indexes.get(table, []))
+
+
+def _counters(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int, int, int]]:
+    conn.execute(STATS_FLUSH)
+    conn.execute(STATS_CLEAR)
+    rows = conn.execute(TABLE_COUNTERS, {"tables": list(WRITE_TABLES)}).fetchall()
+    return {str(r[0]): (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows}
+
+
+def write_mark(conn: psycopg.Connection[Any]) -> WriteMark:
+    """The server's WAL position and this database's row counters now (own counters flushed)."""
+    tables = _counters(conn)
+    row = conn.execute(WAL_LSN).fetchone()
+    assert row is not None
+    return WriteMark(str(row[0]), tables)
+
+
+def start_wal_keeping(conn: psycopg.Connection[Any]) -> bool:
+    """Make pg_walinspect usable on this session, and keep the WAL from now on (a temporary
+    slot of this session): False when the server has no pg_walinspect."""
+    row = conn.execute(WALINSPECT_AVAILABLE).fetchone()
+    if row is None or not row[0]:
+        return False
+    conn.execute(WALINSPECT)
+    # No slot to be had (wal_level minimal, none free): the WAL is read unkept.
+    with contextlib.suppress(psycopg.Error):
+        conn.execute(WAL_SLOT, {"name": f"tockwork_delivery_{os.getpid()}_{id(conn)}"})
+    return True
+
+
+def writes_between(
+    conn: psycopg.Connection[Any],
+    start: WriteMark,
+    end_lsn: str,
+    deliveries: int,
+    *,
+    expect_updates: int,
+    walinspect: bool,
+    timeout: float = 30.0,
+) -> Writes:
+    """What was written from ``start`` to ``end_lsn``, counters read once the phase's backends
+    have flushed theirs (jobs' updates reach ``expect_updates``, or ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tables = _counters(conn)
+        upd = tables.get("jobs", (0, 0, 0, 0))[1] - start.tables.get("jobs", (0, 0, 0, 0))[1]
+        if upd >= expect_updates or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # waiting on the counters' flush (a condition, with a timeout)
+    result = Writes(deliveries)
+    if upd < expect_updates:
+        result.notes.append(f"jobs counters short: {upd:,} updates of {expect_updates:,} seen")
+    for name, now_counts in tables.items():
+        before = start.tables.get(name, (0, 0, 0, 0))
+        result.tables[name] = tuple(a - b for a, b in zip(now_counts, before, strict=True))  # type: ignore[assignment]
+    for table, index, partial, method in conn.execute(
+        TABLE_INDEXES, {"tables": list(WRITE_TABLES)}
+    ).fetchall():
+        result.indexes.setdefault(str(table), []).append((str(index), bool(partial), str(method)))
+    row = conn.execute(WAL_DIFF, {"start": start.lsn, "end": end_lsn}).fetchone()
+    assert row is not None
+    result.wal_bytes = int(row[0])
+    if walinspect:
+        while True:
+            flushed = conn.execute(WAL_FLUSHED, {"lsn": end_lsn}).fetchone()
+            if (flushed is not None and flushed[0]) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        try:
+            rows = conn.execute(WAL_BY_RELATION, {"start": start.lsn, "end": end_lsn}).fetchall()
+        except psycopg.Error as exc:  # e.g. the range recycled where no slot kept it
+            result.notes.append(f"no WAL by relation: {exc}".splitlines()[0])
+        else:
+            result.wal = {str(r[0]): tuple(int(v) for v in r[1:]) for r in rows}
+    return result
+
+
+def _f(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.2f}"
+
+
+def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
+    """The writes of the phases side by side, per delivered reminder."""
+    names = [name for name, _ in phases]
+    lines: list[tuple[str, list[str]]] = [
+        ("deliveries measured", [f"{w.deliveries:,}" for _, w in phases]),
+        ("WAL bytes, server (pg_current_wal_lsn)", [_f(w.per(w.wal_bytes)) for _, w in phases]),
+        (
+            "server CPU us (this database's backends)",
+            [_f(w.per(w.server_cpu * 1e6)) for _, w in phases],
+        ),
+    ]
+    if any(w.wal for _, w in phases):
+        lines.append(
+            (
+                "WAL bytes, this database (walinspect)",
+                [_f(w.per(w.db_wal_bytes)) for _, w in phases],
+            )
+        )
+        lines.append(
+            ("  of which full-page images", [_f(w.per(w.db_fpi_bytes)) for _, w in phases])
+        )
+        lines.append(
+            (
+                "WAL records, this database",
+                [_f(w.per(sum(v[0] for v in w.wal.values()))) for _, w in phases],
+            )
+        )
+    tables = sorted({t for _, w in phases for t in w.tables})
+    for table in tables:
+        counts = [w.tables.get(table, (0, 0, 0, 0)) for _, w in phases]
+        if not any(any(c) for c in counts):
+            continue
+        lines.append(
+            (
+                f"{table}: rows ins / upd (hot) / del",
+                [
+                    f"{_f(w.per(c[0]))} / {_f(w.per(c[1]))} ({_f(w.per(c[2]))}) / {_f(w.per(c[3]))}"
+                    for (_, w), c in zip(phases, counts, strict=True)
+                ],
+            )
+        )
+        lines.append(
+            (
+                f"{table}: index entries <= (ins + non-HOT upd) x indexes",
+                [
+                    f"{_f(w.per(w.index_entries_bound(table)))} ({len(w.indexes.get(table, []))})"
+                    for _, w in phases
+                ],
+            )
+        )
+    if any(w.wal for _, w in phases):
+        relations = sorted(
+            {r for _, w in phases for r in w.wal},
+            key=lambda r: -max(w.wal.get(r, (0, 0))[1] for _, w in phases),
+        )
+        for rel in relations:
+            counts_ = [w.wal.get(rel, (0,) * 11) for _, w in phases]
+            if max(w.per(v[1]) for (_, w), v in zip(phases, counts_, strict=True)) < 1.0:
+                continue
+            lines.append(
+                (
+                    f"WAL {rel}: bytes (fpi); leaf entries",
+                    [
+                        f"{_f(w.per(v[1]))} ({_f(w.per(v[2]))}); {_f(w.per(v[3]))}"
+                        for (_, w), v in zip(phases, counts_, strict=True)
+                    ],
+                )
+            )
+    width = max(len(label) for label, _ in lines)
+    cols = [max(len(n), *(len(v[i]) for _, v in lines)) for i, n in enumerate(names)]
+    out = [
+        "      writes per delivered reminder".ljust(width + 6)
+        + "  "
+        + "  ".join(n.rjust(c) for n, c in zip(names, cols, strict=True))
+    ]
+    for label, values in lines:
+        out.append(
+            "      "
+            + label.ljust(width)
+            + "  "
+            + "  ".join(v.rjust(c) for v, c in zip(values, cols, strict=True))
+        )
+    for name, w in phases:
+        out.extend(f"      note ({name}): {n}" for n in w.notes)
+    return out
+
+
+class Meter:
+    """The write figures of one phase: :meth:`begin` when its work is all in the table and none
+    delivered yet, :meth:`end` when the last is delivered, :meth:`writes` once its processes
+    have exited. Holds its own connection (and the temporary WAL slot) for the phase."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.walinspect = start_wal_keeping(self.conn)
+        self.start: WriteMark | None = None
+        self.end_lsn: str | None = None
+        self.notes: list[str] = []
+        self.cpu_start: dict[int, float] = {}
+        self.cpu_end: dict[int, float] = {}
+        self.extra_server_cpu = 0.0  # backends that reported their own (the raw pipeline's)
+
+    def backend_cpu(self) -> dict[int, float]:
+        """CPU seconds of this database's other client backends, by pid (none if the server's
+        processes are not visible here)."""
+        pids = [int(r[0]) for r in self.conn.execute(BACKENDS).fetchall()]
+        return {pid: cpu for pid in pids if (cpu := backend_seconds(pid)) is not None}
+
+    def counters(self) -> dict[str, tuple[int, int, int, int]]:
+        return _counters(self.conn)
+
+    def begin(self, *, jobs_inserted: int | None = None, timeout: float = 30.0) -> None:
+        """Vacuum and checkpoint (each phase then starts from pages in the same state, the hint
+        bits set and no full-page image written yet: the raw phase's start), wait for the
+        counters of ``jobs_inserted`` inserts into jobs to be flushed, and mark."""
+        self.conn.execute(VACUUM)
+        self.conn.execute(CHECKPOINT)
+        deadline = time.monotonic() + timeout
+        while jobs_inserted is not None and time.monotonic() < deadline:
+            if self.counters().get("jobs", (0, 0, 0, 0))[0] >= jobs_inserted:
+                break
+            time.sleep(0.05)  # waiting on the replicas' counters (a condition, with a timeout)
+        self.start = write_mark(self.conn)
+        self.cpu_start = self.backend_cpu()
+
+    def end(self) -> None:
+        row = self.conn.execute(WAL_LSN).fetchone()
+        assert row is not None
+        self.end_lsn = str(row[0])
+        self.cpu_end = self.backend_cpu()
+
+    def server_cpu(self) -> float:
+        """The phase's server CPU: what its backends alive at the end used since the start
+        (a backend that exited before the end is missed: the raw pipeline's report theirs)."""
+        if not self.cpu_end and not self.extra_server_cpu:
+            return math.nan
+        used = sum(cpu - self.cpu_start.get(pid, 0.0) for pid, cpu in self.cpu_end.items())
+        return used + self.extra_server_cpu
+
+    def writes(self, deliveries: int) -> Writes | None:
+        if self.start is None or self.end_lsn is None:
+            return None
+        result = writes_between(
+            self.conn,
+            self.start,
+            self.end_lsn,
+            deliveries,
+            expect_updates=2 * deliveries,
+            walinspect=self.walinspect,
+        )
+        result.notes[:0] = self.notes
+        result.server_cpu = self.server_cpu()
+        return result
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 # -- the herd -------------------------------------------------------------------------------------
 
 
@@ -308,6 +688,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def backend_seconds(pid: int) -> float | None:
+    """:func:`cpu_seconds` of a server backend, None where /proc does not show it (a remote
+    server, or another user's processes)."""
+    if not os.path.exists(f"/proc/{pid}/stat"):
+        return None
+    return cpu_seconds(pid)
+
+
 @dataclass
 class Processes:
     """The scheduler replicas and workers of one run, with their logs in ``folder``."""
@@ -362,12 +750,21 @@ class Progress:
 
 
 def wait_for_delivery(
-    url: str, n: int, due: datetime, timeout: float, procs: Processes, poll: float = 0.1
+    url: str,
+    n: int,
+    due: datetime,
+    timeout: float,
+    procs: Processes,
+    poll: float = 0.1,
+    meter: Meter | None = None,
+    jobs_inserted: int | None = None,
 ) -> Progress:
     """Poll until the herd is enqueued and delivered (or ``timeout`` s after ``due``).
 
     Cheap probes every ``poll`` s (``max(id)`` of jobs, the server's insert counter of
     ``simulated_pushes``); exact counts only when those say the end is near, or every 5 s.
+    ``meter`` begins when the herd is all in the table (``jobs_inserted``: the jobs insert
+    counter to wait for) and ends at the last delivery.
     """
     progress = Progress()
     deadline = time.monotonic() + (due - datetime.now(UTC)).total_seconds() + timeout
@@ -389,6 +786,21 @@ def wait_for_delivery(
                 count_row = conn.execute(COUNT_JOBS).fetchone()
                 if count_row is not None and int(count_row[0]) >= n:
                     progress.all_jobs = (previous + now) / 2
+            if (
+                meter is not None
+                and meter.start is None
+                and progress.all_jobs is not None
+                and (due - datetime.now(UTC)).total_seconds() <= METER_LEAD
+            ):
+                # Close to T, so that no checkpoint of the server's other work falls between
+                # the mark and the delivery (full-page images that are not the phase's own).
+                meter.begin(jobs_inserted=jobs_inserted)
+                row = conn.execute(COUNT_DELIVERED).fetchone()
+                if row is not None and int(row[0]):
+                    meter.notes.append(
+                        f"{int(row[0]):,} delivered before the mark (the herd was enqueued "
+                        "late, or the mark was): the figures miss their writes"
+                    )
             pushed_row = conn.execute(PUSHES_INSERTED).fetchone()
             pushed = (int(pushed_row[0]) if pushed_row else 0) - base
             if progress.all_jobs is not None and (
@@ -398,6 +810,8 @@ def wait_for_delivery(
                 done_row = conn.execute(COUNT_DONE).fetchone()
                 if done_row is not None and done_row[1]:
                     progress.done = True
+                    if meter is not None:
+                        meter.end()
                     return progress
             if time.monotonic() >= next_report:
                 to_go = (due - datetime.now(UTC)).total_seconds()
@@ -434,6 +848,7 @@ class HerdResult:
     cpu: dict[str, float] = field(default_factory=dict)
     completed: bool = False
     timeline: list[str] = field(default_factory=list)
+    writes: Writes | None = None
 
     @property
     def duplicate_count(self) -> int:
@@ -542,6 +957,8 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
     for var in ("TOCKWORK_SIM_TRANSIENT", "TOCKWORK_SIM_RATE_LIMIT"):
         env.pop(var, None)  # no injected failures
     procs = Processes(logs)
+    meter = Meter(url)
+    jobs_inserted = meter.counters().get("jobs", (0, 0, 0, 0))[0] + args.size
     try:
         for i in range(2):
             procs.start(f"scheduler{i}", ["scheduler", *args.scheduler_args], env)
@@ -562,10 +979,13 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
             print(f"    warning: the schedules were all created only at T+{-ahead:.0f}s")
         procs.check()
         timeout = args.timeout if args.timeout else 600.0 + args.size / 500.0 + jitter
-        progress = wait_for_delivery(url, args.size, due, timeout, procs)
+        progress = wait_for_delivery(
+            url, args.size, due, timeout, procs, meter=meter, jobs_inserted=jobs_inserted
+        )
         result.cpu = procs.cpu()
     finally:
         procs.stop()
+
     result.completed = progress.done
     # perf_counter of the polls -> seconds relative to the due instant.
     offset = time.perf_counter() - (datetime.now(UTC) - due).total_seconds()
@@ -576,6 +996,10 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, logs: Path) -> Her
     with psycopg.connect(url, autocommit=True) as conn:
         measure(conn, result, due)
         rows = conn.execute(TIMELINE_ROWS, {"due": due}).fetchall()
+    try:
+        result.writes = meter.writes(result.delivered)
+    finally:
+        meter.close()
     result.timeline = timeline(
         [(int(r[0]), r[1], r[2], r[3]) for r in rows],
         [(t - offset, i) for t, i in progress.samples],
@@ -624,9 +1048,11 @@ def _raw_child(url: str, batch: int, ready: MpQueue[Any], go: MpEvent, out: MpQu
     worker = f"raw:{os.getpid()}"
     done = 0
     with psycopg.connect(url) as conn:
+        backend = conn.info.backend_pid
         ready.put(os.getpid())
         go.wait()
         cpu0 = time.process_time()
+        server0 = backend_seconds(backend)
         while True:
             with conn.transaction():
                 rows = conn.execute(RAW_CLAIM, {"worker": worker, "limit": batch}).fetchall()
@@ -671,7 +1097,9 @@ def _raw_child(url: str, batch: int, ready: MpQueue[Any], go: MpEvent, out: MpQu
                     },
                 )
             done += len(rows)
-    out.put({"pid": os.getpid(), "done": done, "cpu": time.process_time() - cpu0})
+        server1 = backend_seconds(backend)
+    server = math.nan if server0 is None or server1 is None else server1 - server0
+    out.put({"pid": os.getpid(), "done": done, "cpu": time.process_time() - cpu0, "server": server})
 
 
 def _get(source: MpQueue[Any], children: list[Any], timeout: float) -> Any:
@@ -692,8 +1120,8 @@ def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> Herd
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(REQUEUE)
         conn.execute(RAW_TRUNCATE)
-        conn.execute(VACUUM)
-        conn.execute(CHECKPOINT)
+    meter = Meter(url)
+    meter.begin()  # vacuum and checkpoint, as before the library's phase
     ready: MpQueue[Any] = CTX.Queue()
     out: MpQueue[Any] = CTX.Queue()
     go = CTX.Event()
@@ -705,13 +1133,26 @@ def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> Herd
     for _ in children:
         _get(ready, children, 120)
     go.set()
-    reports = [_get(out, children, 3600) for _ in children]
-    for child in children:
-        child.join(30)
+    try:
+        reports = [_get(out, children, 3600) for _ in children]
+        meter.end()
+        # The children read their backends' CPU before closing (an exited backend's is gone):
+        # those figures, not whatever backend still lingers at the end.
+        meter.cpu_end = {}
+        meter.extra_server_cpu = sum(r["server"] for r in reports)
+        for child in children:
+            child.join(30)
+    except BaseException:
+        meter.close()
+        raise
     result.completed = sum(r["done"] for r in reports) == n
     result.cpu = {"raw": sum(r["cpu"] for r in reports)}
     with psycopg.connect(url, autocommit=True) as conn:
         measure(conn, result, due)
+    try:
+        result.writes = meter.writes(result.delivered)
+    finally:
+        meter.close()
     print(describe(result), flush=True)
     return result
 
@@ -868,6 +1309,14 @@ def main() -> int:
     print()
     rows = rows_for(herd, raw, jittered)
     print_table(rows)
+    phases = [
+        (name, r.writes)
+        for name, r in (("tockwork", herd), ("raw", raw), ("tockwork jitter", jittered))
+        if r is not None and r.writes is not None
+    ]
+    if phases:
+        print()
+        print("\n".join(describe_writes(phases)))
     summary = {
         "size": args.size,
         "herd": herd.__dict__ if herd else None,
