@@ -15,6 +15,8 @@ fixed time; the only durations are the faults' own (a storm's length, a latency)
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,11 +35,14 @@ import psycopg
 import pytest
 
 import jobs
+from scheduler.delivery import DeliveryHandler, Device
 from scheduler.devices import add_device
+from scheduler.push import PushStatus
 from scheduler.push.fakes.apns import ApnsFake, ApnsKey
 from scheduler.push.fakes.fcm import FcmFake
 from scheduler.push.fakes.server import FakeServer
 from tests.processes import ROOT, LoggedProcess, tockwork_argv, tracebacks
+from timezones import FrozenClock
 
 TOPIC = "com.example.tockwork"
 
@@ -231,6 +236,41 @@ def test_every_reminder_is_delivered_once_through_a_30_second_503_storm(
     figures = storm_run(db_url, auto, fakes, workers, n=400, seconds=30)
     print(f"storm 30 s: {figures}")
     assert figures["elapsed"] >= 30
+
+
+def test_a_retry_after_shorter_than_the_backoff_does_not_shorten_it(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """What makes the 30 s storm pass (the fast form of it): a transient answer's Retry-After
+    is a floor under the handler's backoff, so the retries of a long storm spread out."""
+    from tests.integration.scheduler.test_delivery import (
+        SAT_0800,
+        FakeResolver,
+        ScriptedChannel,
+        claim,
+        create,
+    )
+    from tests.integration.scheduler.test_reminders_batch import RecordingBatch
+
+    create(conn, "ada")
+    (job,) = claim(conn, db_url)
+    one_second = (PushStatus.TRANSIENT, "http_503", timedelta(seconds=1))
+    channel = ScriptedChannel(script={"tok": [one_second] * 10})
+    policy = jobs.RetryPolicy(base=timedelta(seconds=2), jitter=0)
+    handler = DeliveryHandler(
+        db_url, [channel], resolver=FakeResolver({"ada": [Device("fake", "tok")]}),
+        clock=FrozenClock(SAT_0800), backoff=policy,
+    )  # fmt: skip
+    try:
+        delays = []
+        for attempt in (1, 2, 6):
+            batch = RecordingBatch([dataclasses.replace(job, attempt=attempt)])
+            asyncio.run(handler(batch))
+            delays.append(batch.outcome(batch.jobs[0]))
+    finally:
+        asyncio.run(handler.aclose())
+    seconds = [timedelta(seconds=s) for s in (2, 4, 64)]
+    assert delays == [("retry", "http_503", d) for d in seconds]
 
 
 # -- 2. a worker SIGKILLed mid-batch ---------------------------------------------------------
