@@ -503,15 +503,17 @@ def test_no_secret_reaches_the_worker_s_debug_output(
     fakes.fcm.internal = {fcm_token(3)}  # 500: retried until the test clears it
     fakes.apns.unregister(apns_token(0))
     fakes.apns.bad_tokens = {apns_token(2)}
-    fakes.fcm_server.faults.storm(503, retry_after=1, fraction=0.3, path_prefix="/v1/")
     proc = workers(db_url, fakes.env(db_url), "--queue", "default=4", "--log-level", "debug")
+    assert proc.wait_started()
+    fakes.fcm_server.faults.storm(503, retry_after=1, seconds=1, path_prefix="/v1/")
     enqueue(auto, subjects)
-    wait_until(lambda: fakes.fcm.errors["INTERNAL"] >= 2, "a retried 500")
+    wait_until(lambda: fakes.fcm.errors["INTERNAL"] >= 1, "a 500")
     fakes.fcm.revoke_access_tokens()
     fakes.fcm.internal = set()
     counts = settle(auto, proc, n)
     assert counts == {"succeeded": n}, failed_attempts(auto)
     assert proc.terminate() == 0, proc.tail()
+    assert fakes.fcm_server.counters["storm_responses"] >= 1
     output = "".join(Path(p).read_text(errors="replace") for p in proc.logs)
     # The run logged something about its errors (a test of silence would prove nothing).
     assert "DEBUG" in output or "debug" in output, output[-2000:]
