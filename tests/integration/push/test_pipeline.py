@@ -291,7 +291,10 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_doubles_only_the_unrecorded
     wait_until(lambda: fakes.fcm_server.counters["requests_http2"] >= 40, "requests at the fake")
     assert first.kill() == -9
     recorded_at_kill = effects_recorded(auto)
-    in_flight = fakes.fcm_server.counters["requests_http2"] - recorded_at_kill
+    # Sends that reached the fake (the token grant aside) and were not recorded: in flight.
+    arrived = fakes.fcm_server.counters["requests_http2"] - fakes.fcm.token_requests
+    in_flight = arrived - recorded_at_kill
+    assert in_flight > 0 and recorded_at_kill < n  # killed mid-batch
     fakes.fcm_server.faults.latency = 0.0
     # A new worker takes the jobs over once their 2 s leases expire (its reaper).
     second = workers(db_url, fakes.env(db_url), "--queue", "default=4")
@@ -307,6 +310,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_doubles_only_the_unrecorded
     assert doubled <= in_flight
     assert effects_recorded(auto) == n
     lease_expired = failed_attempts(auto)
+    assert lease_expired.get(("lease_expired", "lease_expired"), 0) >= 1  # taken over
     print(
         f"kill: in flight {in_flight}, recorded before the kill {recorded_at_kill}, "
         f"duplicates {doubled}, attempts {lease_expired}"
