@@ -28,6 +28,10 @@ valid device succeeds and is recorded as skipped (``no_device``); one whose mess
 (``expires_at`` passed before it could be sent: a worker outage) succeeds, skipped
 (``expired``), and is not sent: a phone must not show the 08:00 reminder at noon.
 
+A transient answer's Retry-After is a floor under the handler's growing ``backoff`` (default
+:class:`jobs.RetryPolicy`'s), not the delay itself: a provider's outage answering "retry after
+1 s" for 30 s would otherwise use up a job's attempts in seconds.
+
 What a message holds, from the job's payload (the schedule's payload, copied to each job):
 ``title`` (default ``Reminder``) and ``body`` (else ``message``, default ``reminder``) with the
 placeholders ``{subject}``, ``{time}`` and ``{date}`` (the occurrence's local time and date in
@@ -310,7 +314,9 @@ class DeliveryHandler(jobs.BatchHandler):
 
     ``channels``: the configured :class:`~scheduler.push.PushChannel` objects (one per name);
     ``resolver``: where devices come from (default the registry); ``clock``: the instant of a
-    batch (default the database's); ``ttl``: the default lifetime of a reminder.
+    batch (default the database's); ``ttl``: the default lifetime of a reminder; ``backoff``:
+    the growing delay of a transient answer that carries a Retry-After (the hint is its floor,
+    module docstring; default :class:`jobs.RetryPolicy`'s).
     """
 
     def __init__(
@@ -322,6 +328,7 @@ class DeliveryHandler(jobs.BatchHandler):
         clock: Clock | None = None,
         ttl: timedelta = DEFAULT_TTL,
         max_batch: int = MAX_BATCH,
+        backoff: jobs.RetryPolicy | None = None,
     ) -> None:
         super().__init__(max_batch=max_batch)
         if not channels:
@@ -336,6 +343,7 @@ class DeliveryHandler(jobs.BatchHandler):
         if not MIN_TTL <= ttl <= MAX_TTL:
             raise InvalidPushConfig("ttl", ttl, f"must be from {MIN_TTL} to {MAX_TTL}")
         self.ttl = ttl
+        self.backoff = backoff if backoff is not None else jobs.RetryPolicy()
         self._connections = _AsyncConnections(conninfo)
 
     async def aclose(self) -> None:
@@ -379,7 +387,7 @@ class DeliveryHandler(jobs.BatchHandler):
         job_ids = {m.key: plan.job.id for plan in plans for m, _ in plan.sends}
         await self._record(conn, results, job_ids, now)
         for plan in plans:
-            _outcome(batch, plan, results)
+            _outcome(batch, plan, results, self.backoff)
 
     async def _read(
         self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
@@ -586,7 +594,12 @@ def _recipient(job: Job) -> Recipient | None:
     return (job.organization_id, str(subject))
 
 
-def _outcome(batch: ReminderBatch, plan: _Plan, results: Mapping[str, PushResult]) -> None:
+def _outcome(
+    batch: ReminderBatch,
+    plan: _Plan,
+    results: Mapping[str, PushResult],
+    backoff: jobs.RetryPolicy,
+) -> None:
     """One job's outcome from its devices' results (module docstring)."""
     answers = [results[m.key] for m, _ in plan.sends]
     transient = [r for r in answers if r.status is PushStatus.TRANSIENT]
@@ -595,8 +608,12 @@ def _outcome(batch: ReminderBatch, plan: _Plan, results: Mapping[str, PushResult
     if transient:
         first = transient[0]
         hints = [r.retry_after for r in transient if r.retry_after is not None]
+        # A 503's Retry-After is the least to wait, not the backoff: a storm answering "1 s"
+        # for 30 s would use up every job's attempts in 10 s (tests/integration/push/
+        # test_pipeline.py). The backoff still grows; without a hint the worker's policy rules.
+        delay = max(*hints, backoff.backoff(plan.job.attempt)) if hints else None
         batch.retry(plan.job, _summary(first), code=first.code or "transient",
-                    delay=max(hints) if hints else None)  # fmt: skip
+                    delay=delay)  # fmt: skip
     elif limited:
         hints = [r.retry_after or timedelta(0) for r in limited]
         batch.rate_limited(plan.job, max(hints), _summary(limited[0]))

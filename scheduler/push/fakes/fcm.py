@@ -630,6 +630,7 @@ async def start_fcm_fake(
     """Start an FCM fake on this loop and write its credentials file (``directory``, default a
     new temporary one). Stop it with ``await running.server.stop()``."""
     folder = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="fcm-"))
+    folder.mkdir(parents=True, exist_ok=True)  # as start_apns_fake: dev fake-push passes DIR/fcm
     fake = fake or FcmFake()
     server = FakeServer(
         fake.handle,
