@@ -77,7 +77,7 @@ APP = "scheduler.delivery:app"
 TARGET_RATIO = 0.5
 TARGET_JITTER_P99 = 2.0
 DEVICE_SAMPLE = 1000  # devices registered through add_device (one transaction each)
-PAGE = 50_000  # receipts per /_fake/fcm/received call
+PAGE = 10_000  # receipts per /_fake/fcm/received call (about 1.4 MB)
 H2LOAD_CONNECTIONS = 4
 H2LOAD_STREAMS = 500
 
