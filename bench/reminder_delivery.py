@@ -113,17 +113,25 @@ STATUSES: LiteralString = "SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY
 DELIVERY_SPAN: LiteralString = """
 SELECT count(*), min(delivered_at), max(delivered_at) FROM simulated_pushes
 """
+# A push row's job: the simulated channel leaves simulated_pushes.job_id and occurrence_at NULL
+# (it sends messages, not jobs); the delivery records the same effect key with the job's id in
+# job_effects, and the job's payload holds the nominal occurrence (the raw pipeline writes both).
 # Lateness of each delivery against the nominal occurrence and against its job's run_at
 # (jittered; a retried job's run_at moves, so only first attempts count for that one).
 LATENESS: LiteralString = """
 SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM p.delivered_at - p.occurrence_at)::float8),
-       max(extract(epoch FROM p.delivered_at - p.occurrence_at)::float8),
+           ORDER BY extract(epoch FROM p.delivered_at - o.at)::float8),
+       max(extract(epoch FROM p.delivered_at - o.at)::float8),
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
            ORDER BY extract(epoch FROM p.delivered_at - j.run_at)::float8)
            FILTER (WHERE j.attempts = 1),
        max(extract(epoch FROM p.delivered_at - j.run_at)::float8) FILTER (WHERE j.attempts = 1)
-FROM simulated_pushes AS p JOIN jobs AS j ON j.id = p.job_id
+FROM simulated_pushes AS p
+JOIN job_effects AS e ON e.effect_key = p.effect_key
+JOIN jobs AS j ON j.id = e.job_id
+CROSS JOIN LATERAL (SELECT coalesce(p.occurrence_at,
+                                    (j.payload -> 'tockwork_schedule' ->> 'at')::timestamptz)
+                    AS at) AS o
 """
 DUPLICATES: LiteralString = """
 SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
@@ -132,8 +140,9 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
             HAVING count(*) > 1) AS d),
        (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes
             GROUP BY schedule_id, occurrence_key HAVING count(*) > 1) AS d),
-       (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes
-            GROUP BY job_id HAVING count(*) > 1) AS d)
+       (SELECT count(*) FROM (SELECT 1 FROM simulated_pushes AS p
+            JOIN job_effects AS e ON e.effect_key = p.effect_key
+            GROUP BY e.job_id HAVING count(*) > 1) AS d)
 """
 # One row per delivered job (first attempt only): when it was due, started and delivered.
 TIMELINE_ROWS: LiteralString = """
@@ -141,7 +150,8 @@ SELECT j.id, extract(epoch FROM j.run_at - %(due)s)::float8,
        extract(epoch FROM a.started_at - %(due)s)::float8,
        extract(epoch FROM p.delivered_at - %(due)s)::float8
 FROM simulated_pushes AS p
-JOIN jobs AS j ON j.id = p.job_id
+JOIN job_effects AS e ON e.effect_key = p.effect_key
+JOIN jobs AS j ON j.id = e.job_id
 JOIN job_attempts AS a ON a.job_id = j.id AND a.attempt = 1
 WHERE j.attempts = 1
 """

@@ -32,8 +32,11 @@ counted per (token, ``data.tockwork_key``), so a test can assert that nothing wa
 Control endpoints (for a separate process): ``GET /_fake/fcm/summary``, ``GET
 /_fake/fcm/credentials`` (the service-account JSON), ``POST /_fake/fcm/config`` (token sets as
 lists, ``access_token_ttl``, ``quota_retry_after``), ``POST /_fake/fcm/revoke`` (every access
-token issued so far stops working), ``POST /_fake/fcm/reset`` (records and counts). Plus the
-framework's ``/_fake/faults`` and ``/_fake/counters``.
+token issued so far stops working), ``POST /_fake/fcm/reset`` (records and counts), ``GET
+/_fake/fcm/received?offset=0&limit=10000`` (the kept records compactly, oldest first:
+``{"total": n, "received": [[at, token, tockwork_key], ...]}``; ``at`` is the receive time,
+``time.time()``; how many are kept: ``--max-records``). Plus the framework's ``/_fake/faults``
+and ``/_fake/counters``.
 
 As a process: ``python -m scheduler.push.fakes.fcm [--port N] [--tls] [--dir DIR]`` prints one
 JSON line ``{"url", "port", "credentials", "ca_file", "pid"}`` when it listens, and serves until
@@ -57,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import jwt
 import orjson
@@ -568,6 +571,8 @@ class FcmFake:
         if path == "/_fake/fcm/revoke" and request.method == "POST":
             self.revoke_access_tokens()
             return FakeResponse.json(200, {"revoked": True})
+        if path.startswith("/_fake/fcm/received?") or path == "/_fake/fcm/received":
+            return self._received(path)
         if path == "/_fake/fcm/reset" and request.method == "POST":
             self.reset()
             return FakeResponse.json(200, self.summary())
@@ -593,6 +598,24 @@ class FcmFake:
                 return FakeResponse.json(400, {"error": str(exc)})
             return FakeResponse.json(200, {"ok": True})
         return FakeResponse.json(404, {"error": "unknown control endpoint"})
+
+    def _received(self, path: str) -> FakeResponse:
+        """A page of the kept records, compact: receive time, token, tockwork_key."""
+        query = parse_qs(urlsplit(path).query)
+        try:
+            offset = int(query.get("offset", ["0"])[0])
+            limit = int(query.get("limit", ["10000"])[0])
+            if offset < 0 or not 1 <= limit <= 100_000:
+                raise ValueError("offset must be >= 0 and limit from 1 to 100000")
+        except ValueError as exc:
+            return FakeResponse.json(400, {"error": str(exc)})
+        page = itertools.islice(self.received, offset, offset + limit)
+        rows = [[r.at, r.token, r.key] for r in page]
+        return FakeResponse(
+            200,
+            [("content-type", "application/json; charset=UTF-8")],
+            orjson.dumps({"total": len(self.received), "received": rows}),
+        )
 
 
 def _status_of(response: FakeResponse) -> str:
@@ -651,6 +674,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", default="tockwork-test")
     parser.add_argument("--access-token-ttl", type=int, default=3600)
     parser.add_argument("--max-concurrent-streams", type=int, default=1000)
+    parser.add_argument(
+        "--max-records", type=int, default=100_000, help="received messages kept (the newest)"
+    )
     args = parser.parse_args(argv)
 
     async def serve() -> None:
@@ -658,7 +684,11 @@ def main(argv: list[str] | None = None) -> None:
             tls=args.tls,
             directory=args.dir,
             port=args.port,
-            fake=FcmFake(project_id=args.project, access_token_ttl=args.access_token_ttl),
+            fake=FcmFake(
+                project_id=args.project,
+                access_token_ttl=args.access_token_ttl,
+                max_records=args.max_records,
+            ),
             max_concurrent_streams=args.max_concurrent_streams,
         )
         await serve_until_signalled(

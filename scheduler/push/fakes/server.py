@@ -530,6 +530,9 @@ class _H11Connection(_ServerConnection):
                 out += conn.send(h11.EndOfMessage()) or b""
                 self.writer.write(out or b"")
                 if conn.our_state is h11.MUST_CLOSE:
+                    # A large body is still in the transport's buffer: closing before it drains
+                    # cut it short (a client read an incomplete body).
+                    await self.writer.drain()
                     self.writer.close()
                     return
                 conn.start_next_cycle()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -253,3 +254,26 @@ def test_duplicates_and_summary(fcm: Fixture) -> None:
     assert summary["delivered"] == 2 and summary["duplicates"] == 1
     with urllib.request.urlopen(fcm.server.url + "/_fake/fcm/summary") as reply:
         assert json.load(reply)["duplicates"] == 1
+
+
+def test_received_pages_receive_times_tokens_and_keys(fcm: Fixture) -> None:
+    before = time.time()
+    messaging.send(_message(), app=fcm.app)
+    messaging.send(_message(tockwork_key="k2"), app=fcm.app)
+    after = time.time()
+
+    def page(query: str) -> Any:
+        with urllib.request.urlopen(fcm.server.url + "/_fake/fcm/received" + query) as reply:
+            return json.load(reply)
+
+    whole = page("")
+    assert whole["total"] == 2
+    assert [(token, key) for _, token, key in whole["received"]] == [(TOKEN, "k1"), (TOKEN, "k2")]
+    assert all(before <= at <= after for at, _, _ in whole["received"])
+    assert whole["received"][0][0] <= whole["received"][1][0]
+    second = page("?offset=1&limit=1")
+    assert second == {"total": 2, "received": [whole["received"][1]]}
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        page("?limit=0")
+    with caught.value as error:
+        assert error.code == 400

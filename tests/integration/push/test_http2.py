@@ -382,3 +382,19 @@ def test_many_streams_in_flight_over_tls() -> None:
             await client.aclose()
 
     run(body)
+
+
+def test_http1_large_body_arrives_whole_when_the_connection_closes() -> None:
+    # urllib sends "Connection: close": the server closes right after the response, and an
+    # 8 MB body must not be cut short in the transport's buffer (it was, before the drain).
+    body = bytes(range(256)) * 31_250
+
+    def big(request: FakeRequest) -> FakeResponse:
+        return FakeResponse(200, [("content-type", "application/octet-stream")], body)
+
+    server = FakeServer(big).start_in_thread()
+    try:
+        with urllib.request.urlopen(server.url + "/big") as reply:
+            assert reply.read() == body
+    finally:
+        server.stop_thread()
