@@ -379,6 +379,26 @@ def _schedule_cases() -> list[DbCase]:
             lambda conn: scheduler.update_schedule(conn, _SEED[0], key="k"),
             "key",
         ),
+        # A once: rule in the past can never fire: a new schedule with one is refused (issue 26).
+        (
+            "create_schedule-once-past",
+            _create({**base, "rule": "once:2001-01-01T00:00"}, now=NOW),
+            "rule",
+        ),
+        (
+            "create_schedule-once-just-past",
+            _create({**base, "rule": "once:2026-03-01T11:59"}, now=NOW),
+            "rule",
+        ),
+        (
+            "create_schedules-once-past",
+            _call(
+                scheduler.create_schedules,
+                [base, {**base, "rule": "once:2001-01-01T00:00"}],
+                now=NOW,
+            ),
+            "items[1].rule",
+        ),
         (
             "update_schedule-interval-zero",
             lambda conn: scheduler.update_schedule(
@@ -487,6 +507,18 @@ def _missing(conn: Conn) -> object:
             ),
         ),
         ("get-max-id-missing", _missing),
+        (
+            "create-once-past-allowed",
+            lambda conn: scheduler.create_schedule(
+                conn, job_type="r", rule="once:2001-01-01T00:00", zone="UTC", allow_past=True
+            ),
+        ),
+        (
+            "create-once-future",
+            lambda conn: scheduler.create_schedule(
+                conn, job_type="r", rule="once:2026-03-01T12:01", zone="UTC", now=NOW
+            ),
+        ),
     ],
 )
 def test_valid_edge_input_is_accepted(name: str, call: Call, db: Conn) -> None:
