@@ -267,6 +267,10 @@ def written_cases() -> list[Case]:
         Case(["outbox", "retry", "--id", "not-a-uuid", "--database-url", DB], "not-a-uuid"),
         Case(["schedules", "show", "no-such-key", "--database-url", DB], "no-such-key"),
         Case(["schedules", "preview", "no-such-key", "--database-url", DB], "no-such-key"),
+        # Digits of other scripts are not an id (issue 26: '٣' showed schedule 3, '²' crashed).
+        Case(["schedules", "show", "\u0663", "--database-url", DB], "'\u0663'"),
+        Case(["schedules", "show", "\u00b2", "--database-url", DB], "'\u00b2'"),
+        Case(["schedules", "preview", "\u0663", "--database-url", DB], "'\u0663'"),
         Case(["schedules", "preview", "k", "--after", "soon", "--database-url", DB], "soon"),
         Case(["relay", "--database-url", DB, "--app", "m:a", "--lease", "1", "--poll", "2"],
              "--lease must be longer than --poll"),
