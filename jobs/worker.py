@@ -339,6 +339,9 @@ class Worker(Service[WorkerStats]):
             listen=listen,
             prefetch=prefetch,
         )
+        if not handlers:
+            # Issue 26: such a worker started and served nothing (and claimed no job it could run).
+            raise InvalidJob("handlers", handlers, "has no handler: give at least one job type")
         for job_type, handler in handlers.items():
             if not callable(handler):
                 raise InvalidJob(f"handlers[{job_type!r}]", handler, "must be callable")

@@ -59,6 +59,8 @@ def load_app(spec: str) -> Mapping[str, jobs.Handler]:
     value = import_attribute(spec)
     if not isinstance(value, Mapping) or not all(callable(h) for h in value.values()):
         raise InputError(f"--app {spec!r} must name a mapping of job type to handler")
+    if not value:  # a worker that serves nothing: refused before anything is written
+        raise InputError(f"--app {spec!r} has no handler: it must map at least one job type")
     return value
 
 

@@ -196,6 +196,9 @@ def written_cases() -> list[Case]:
     }
     cases = [Case([*w, app], needle) for app, needle in apps.items()]
     cases += [Case([*r, app], needle) for app, needle in apps.items()]
+    # A worker with no handler would serve nothing (issue 26): refused, for the worker only.
+    for app in ("tests.acceptance.apps_empty:EMPTY", "tests.acceptance.apps_empty:empty"):
+        cases.append(Case([*w, app], "has no handler"))
     sync = ["schedules", "sync", "--database-url", DB]
     for key, needle in {
         "<nonutf8>": "is not UTF-8",
