@@ -169,6 +169,12 @@ def generated_cases() -> list[Case]:
                          Case([*leaf.prog.split()[1:], bad], "argument"))  # fmt: skip
     for value in QUEUE_VALUES:
         cases.append(Case([*_base(_leaf("tockwork worker")), "--queue", value], "--queue"))
+    # One queue given two concurrencies (issue 26: the last one won silently).
+    for twice in (["q=1", "q=8"], ["default=2", "q=1", "default=3"]):
+        argv = [*_base(_leaf("tockwork worker"))]
+        for value in twice:
+            argv += ["--queue", value]
+        cases.append(Case(argv, "given twice"))
     return cases
 
 
