@@ -397,8 +397,9 @@ def enqueue_columns(
     savepoint rolls it back, and the batch goes through ``INSERT ... ON CONFLICT DO NOTHING``,
     whose lookup then returns the holder of each taken key.
     """
+    typed = _typed(columns)  # the columns first: their errors name what the caller gave
     conn = sync_connection(conn)
-    return on(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+    return on(conn, _columns_steps(typed, now, _in_transaction(conn)))
 
 
 async def enqueue_columns_async(
@@ -408,8 +409,9 @@ async def enqueue_columns_async(
     now: datetime | None = None,
 ) -> list[Enqueued]:
     """:func:`enqueue_columns` on an ``AsyncConnection`` (input validated already)."""
+    typed = _typed(columns)  # the columns first: their errors name what the caller gave
     conn = async_connection(conn)
-    return await on_async(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+    return await on_async(conn, _columns_steps(typed, now, _in_transaction(conn)))
 
 
 def _typed(columns: JobColumns | Mapping[str, list[Any]]) -> JobColumns:
