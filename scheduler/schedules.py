@@ -242,8 +242,8 @@ def _prepare_create(
         raise InvalidSchedule(
             "rule",
             str(spec.rule),
-            f"is in the past (not after {at.isoformat()} in {spec.zone}): it can never fire; "
-            "pass allow_past=True to create it finished",
+            f"is in the past in {spec.zone} (now is {at.isoformat(timespec='seconds')}): it can "
+            "never fire; pass allow_past=True to create it finished",
         )
     params = spec.params()
     params.update(
