@@ -49,7 +49,17 @@ from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
 from jobs.queries import query
-from jobs.steps import Copy, Savepoint, Steps, forms, on, on_async, one
+from jobs.steps import (
+    Copy,
+    Savepoint,
+    Steps,
+    async_connection,
+    forms,
+    on,
+    on_async,
+    one,
+    sync_connection,
+)
 from jobs.validate import DEFAULT_MAX_ATTEMPTS, key_is_plain
 
 # If the job holding a key is deleted between our insert and our lookup (retention, a person),
@@ -387,7 +397,9 @@ def enqueue_columns(
     savepoint rolls it back, and the batch goes through ``INSERT ... ON CONFLICT DO NOTHING``,
     whose lookup then returns the holder of each taken key.
     """
-    return on(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+    typed = _typed(columns)  # the columns first: their errors name what the caller gave
+    conn = sync_connection(conn)
+    return on(conn, _columns_steps(typed, now, _in_transaction(conn)))
 
 
 async def enqueue_columns_async(
@@ -397,7 +409,9 @@ async def enqueue_columns_async(
     now: datetime | None = None,
 ) -> list[Enqueued]:
     """:func:`enqueue_columns` on an ``AsyncConnection`` (input validated already)."""
-    return await on_async(conn, _columns_steps(_typed(columns), now, _in_transaction(conn)))
+    typed = _typed(columns)  # the columns first: their errors name what the caller gave
+    conn = async_connection(conn)
+    return await on_async(conn, _columns_steps(typed, now, _in_transaction(conn)))
 
 
 def _typed(columns: JobColumns | Mapping[str, list[Any]]) -> JobColumns:
@@ -426,6 +440,9 @@ _PRIORITY_LOW, _PRIORITY_HIGH = validate.PRIORITY_RANGE
 def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
     """Validate ``specs`` into a :class:`JobColumns` (pure; shared by :func:`enqueue_many`
     and :func:`enqueue_many_async`)."""
+    if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Iterable):
+        # A JobSpec or a mapping alone would be read as its fields or keys; 5 raised TypeError.
+        raise InvalidJob("specs", specs, "must be a list of jobs.JobSpec or mappings")
     # The checks of jobs.validate, in its order, with a fast path for the common values: a
     # queue or job type is checked once per call, not once per spec, and a value that fails
     # the fast test goes to the validator, which accepts it or raises its own message.

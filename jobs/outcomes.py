@@ -32,6 +32,10 @@ def _as_delay(value: timedelta | float | int | None, field: str) -> timedelta | 
     return delay
 
 
+def _seconds(delay: timedelta) -> str:
+    return f"{delay.total_seconds():g}s"
+
+
 class HandlerOutcome(JobsError):
     """Base class of the exceptions a handler raises to choose its job's outcome.
 
@@ -63,8 +67,11 @@ class Retry(TransientError):
         after: timedelta | float | None = None,
         code: str | None = None,
     ) -> None:
-        super().__init__(message, code=code)
         self.after = _as_delay(after, "after")
+        # Issue 26: an empty message was logged as "Retry: " (and so for the two below).
+        if not message:
+            message = f"retry after {_seconds(self.after)}" if self.after is not None else "retry"
+        super().__init__(message, code=code)
 
 
 class RateLimited(TransientError):
@@ -79,8 +86,14 @@ class RateLimited(TransientError):
         *,
         code: str | None = None,
     ) -> None:
-        super().__init__(message, code=code)
         self.retry_after = _as_delay(retry_after, "retry_after")
+        if not message:
+            message = (
+                f"rate limited, retry after {_seconds(self.retry_after)}"
+                if self.retry_after is not None
+                else "rate limited, no retry-after hint"
+            )
+        super().__init__(message, code=code)
 
 
 class PermanentError(HandlerOutcome):
@@ -101,5 +114,5 @@ class Snooze(HandlerOutcome):
     default_code = "snoozed"
 
     def __init__(self, delay: timedelta | float, message: str = "") -> None:
-        super().__init__(message, code=None)
         self.delay = _as_delay(delay, "delay") or timedelta(0)
+        super().__init__(message or f"snoozed for {_seconds(self.delay)}", code=None)

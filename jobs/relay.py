@@ -82,6 +82,12 @@ class RelayStats:
     dead: int = 0
     fenced: int = 0
 
+    def __str__(self) -> str:
+        """A line for humans (the relay's stop log): ``batches 2, claimed 10, ...``."""
+        return ", ".join(
+            f"{f.name.replace('_', ' ')} {getattr(self, f.name)}" for f in dataclasses.fields(self)
+        )
+
 
 def _enqueue(
     conn: psycopg.Connection[Any], specs: list[JobSpec], now: datetime | None

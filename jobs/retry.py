@@ -77,7 +77,11 @@ class Decision:
 
 def summarize(exc: BaseException) -> str:
     """A bounded one-line summary of an error (the full traceback goes to the logs)."""
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    message = str(exc)
+    # Without a message, the class alone (not "KeyError: ", issue 26).
+    text = (f"{type(exc).__name__}: {message}" if message else type(exc).__name__).replace(
+        "\n", " "
+    )
     data = text.encode()
     if len(data) <= SUMMARY_BYTES:
         return text

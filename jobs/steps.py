@@ -39,6 +39,8 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import ExecStatus
 
+from jobs.errors import InvalidJob
+
 R = TypeVar("R")
 P = ParamSpec("P")
 
@@ -169,15 +171,45 @@ async def run_async(cur: psycopg.AsyncCursor[Any], steps: Steps[R]) -> R:
         return result
 
 
+def sync_connection(conn: Any) -> psycopg.Connection[Any]:
+    """``conn``, or :class:`InvalidJob` naming ``conn`` unless it is a ``psycopg.Connection``
+    (issue 26: a string failed deep in the driver with an ``AttributeError``)."""
+    if not isinstance(conn, psycopg.Connection):
+        hint = " (an AsyncConnection goes to the _async form)" if _is_async(conn) else ""
+        raise InvalidJob("conn", conn, f"must be a psycopg.Connection{hint}, not {_kind(conn)}")
+    return conn
+
+
+def async_connection(conn: Any) -> psycopg.AsyncConnection[Any]:
+    """``conn``, or :class:`InvalidJob` naming ``conn`` unless it is a
+    ``psycopg.AsyncConnection``."""
+    if not _is_async(conn):
+        hint = (
+            " (a Connection goes to the sync form)" if isinstance(conn, psycopg.Connection) else ""
+        )
+        raise InvalidJob(
+            "conn", conn, f"must be a psycopg.AsyncConnection{hint}, not {_kind(conn)}"
+        )
+    return conn  # type: ignore[no-any-return]
+
+
+def _is_async(conn: Any) -> bool:
+    return isinstance(conn, psycopg.AsyncConnection)
+
+
+def _kind(value: Any) -> str:
+    return type(value).__qualname__
+
+
 def on(conn: psycopg.Connection[Any], steps: Steps[R]) -> R:
     """Run ``steps`` on a new cursor of ``conn``."""
-    with conn.cursor() as cur:
+    with sync_connection(conn).cursor() as cur:
         return run(cur, steps)
 
 
 async def on_async(conn: psycopg.AsyncConnection[Any], steps: Steps[R]) -> R:
     """Run ``steps`` on a new cursor of ``conn``."""
-    async with conn.cursor() as cur:
+    async with async_connection(conn).cursor() as cur:
         return await run_async(cur, steps)
 
 
@@ -221,11 +253,11 @@ def forms(
     """
 
     def sync(conn: psycopg.Connection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with conn.cursor() as cur:
+        with sync_connection(conn).cursor() as cur:
             return run(cur, build(*args, **kwargs))
 
     async def async_(conn: psycopg.AsyncConnection[Any], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        async with conn.cursor() as cur:
+        async with async_connection(conn).cursor() as cur:
             return await run_async(cur, build(*args, **kwargs))
 
     _signed(sync, build, name, psycopg.Connection, build.__doc__ or "")

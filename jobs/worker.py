@@ -124,6 +124,8 @@ def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
 job_log = logging.getLogger("tockwork.jobs")
 
 NO_HANDLER = "no_handler"
+
+
 # Shortest sleep while waiting for a scheduled job: wake-ups coalesce at this granularity.
 _MIN_WAIT = 0.005
 # Jobs claimed ahead are bounded by what the threads can start within this share of the lease,
@@ -339,6 +341,9 @@ class Worker(Service[WorkerStats]):
             listen=listen,
             prefetch=prefetch,
         )
+        if not handlers:
+            # Issue 26: such a worker started and served nothing (and claimed no job it could run).
+            raise InvalidJob("handlers", handlers, "has no handler: give at least one job type")
         for job_type, handler in handlers.items():
             if not callable(handler):
                 raise InvalidJob(f"handlers[{job_type!r}]", handler, "must be callable")
@@ -1017,7 +1022,11 @@ class Worker(Service[WorkerStats]):
                 decision.outcome,
                 decision.summary,
                 extra={"job": fields},
-                exc_info=(type(error), error, error.__traceback__) if error else None,
+                # No traceback for a missing handler: it would show the worker's own raise at
+                # every retry (issue 26); the message names the job type.
+                exc_info=(type(error), error, error.__traceback__)
+                if error is not None and decision.code != NO_HANDLER
+                else None,
             )
 
     def _drain_done(self) -> list[_Run]:

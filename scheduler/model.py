@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, time, timedelta
 from enum import StrEnum
 from functools import lru_cache
@@ -204,6 +204,12 @@ class TickResult:
     locked_elsewhere: int = 0
     schedules: int = 0
     batches: int = 0
+
+    def __str__(self) -> str:
+        """A line for humans (the scheduler's stop log): ``enqueued 5, duplicates 0, ...``."""
+        return ", ".join(
+            f"{f.name.replace('_', ' ')} {getattr(self, f.name)}" for f in fields(self)
+        )
 
     def add(self, other: TickResult) -> None:
         self.enqueued += other.enqueued

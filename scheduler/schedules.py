@@ -41,6 +41,7 @@ from timezones import (
     FoldPolicy,
     GapPolicy,
     Occurrence,
+    OnceRule,
     Rule,
     next_after,
     occurrences,
@@ -112,23 +113,35 @@ def _create(
     paused: bool = False,
     source: str = "api",
     now: datetime | None = None,
+    allow_past: bool = False,
 ) -> Steps[Schedule]:
     """Create a schedule in the caller's transaction; its first occurrence is strictly after now.
 
     ``catch_up`` defaults to ``latest`` for reminders and ``all`` for named definitions (``key``
     set, no ``subject``). Raises :class:`ScheduleExists` if ``key`` is taken in the organization.
+    A ``once:`` rule at or before ``now`` can never fire: it is refused (``InvalidSchedule``
+    naming ``rule``) unless ``allow_past=True``, which creates the schedule finished (no next
+    run).
     """
     # The keyword parameters are ScheduleSpec's fields, spelled out for callers and type
     # checkers (tests/unit/scheduler/test_spec.py keeps the two the same).
     fields = {name: value for name, value in locals().items() if name in ScheduleSpec.model_fields}
-    return (yield from _create_steps(fields, now))
+    return (yield from _create_steps(fields, now, _allow_past(allow_past)))
 
 
-def _create_steps(fields: Mapping[str, Any], now: datetime | None) -> Steps[Schedule]:
+def _allow_past(value: Any) -> bool:
+    if type(value) is not bool:
+        raise InvalidSchedule("allow_past", value, "must be True or False")
+    return value
+
+
+def _create_steps(
+    fields: Mapping[str, Any], now: datetime | None, allow_past: bool = False
+) -> Steps[Schedule]:
     """create_schedule(_async): the input checked, then the clock read, then the insert."""
     spec = ScheduleSpec.validated(fields)
     at = yield from database_now_steps(_checked_now(now))
-    params = _prepare_create(spec, at, tzdb_version())
+    params = _prepare_create(spec, at, tzdb_version(), allow_past)
     rows = yield query("schedule_insert"), params
     return (yield from _get_steps(_inserted(_first(rows), params)))
 
@@ -147,15 +160,17 @@ def _create_many(
     items: Iterable[Mapping[str, Any]],
     *,
     now: datetime | None = None,
+    allow_past: bool = False,
 ) -> Steps[list[int]]:
     """Create many schedules at once (the keyword arguments of :func:`create_schedule` each).
 
-    Every item is validated before anything is written (an error names ``items[i].field``);
+    Every item is validated before anything is written (an error names ``items[i].field``;
+    ``allow_past`` applies to every item, as in :func:`create_schedule`);
     the rows go to the server in one pipeline. Returns the new ids in order. Raises
     :class:`ScheduleExists` if a key is taken (then nothing of the call is kept only if the
     caller rolls back: it runs in the caller's transaction).
     """
-    rows = yield from _create_many_steps(items, now)
+    rows = yield from _create_many_steps(items, now, _allow_past(allow_past))
     if not rows:
         return []
     return _inserted_ids(rows, (yield Many(query("schedule_insert"), rows)))
@@ -191,7 +206,7 @@ def _check_items(items: Any) -> None:
 
 
 def _create_many_steps(
-    items: Iterable[Mapping[str, Any]], now: datetime | None
+    items: Iterable[Mapping[str, Any]], now: datetime | None, allow_past: bool = False
 ) -> Steps[list[dict[str, Any]]]:
     """create_schedules(_async) up to their insert: every item checked, then the clock read,
     then each item's first occurrence; the insert's parameters, one mapping per item."""
@@ -205,7 +220,7 @@ def _create_many_steps(
     rows: list[dict[str, Any]] = []
     for index, spec in enumerate(specs):
         with _naming_item(index):
-            rows.append(_prepare_create(spec, at, tzdb))
+            rows.append(_prepare_create(spec, at, tzdb, allow_past))
     return rows
 
 
@@ -218,8 +233,18 @@ def _naming_item(index: int) -> Iterator[None]:
         raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
 
 
-def _prepare_create(spec: ScheduleSpec, at: datetime, tzdb: str) -> dict[str, Any]:
+def _prepare_create(
+    spec: ScheduleSpec, at: datetime, tzdb: str, allow_past: bool = False
+) -> dict[str, Any]:
     first = _check_policies(spec.rule, spec.zone, spec.gap, spec.fold, at)
+    if first is None and isinstance(spec.rule, OnceRule) and not allow_past:
+        # Issue 26: accepted, it was a schedule that could never fire, created without a word.
+        raise InvalidSchedule(
+            "rule",
+            str(spec.rule),
+            f"is in the past in {spec.zone} (now is {at.isoformat(timespec='seconds')}): it can "
+            "never fire; pass allow_past=True to create it finished",
+        )
     params = spec.params()
     params.update(
         cursor_at=at,

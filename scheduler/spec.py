@@ -50,7 +50,8 @@ MAX_KEY = 200
 # catch_up_max and catch_up_grace are int4 columns; these bounds are far below theirs.
 MAX_CATCH_UP = 1_000_000
 MAX_GRACE_SECONDS = 10 * 366 * 86_400
-_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::[0-5][0-9])?")
+_HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::00)?")
+_HHMM_SECONDS = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]")
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
 INPUT_ERRORS = (TimezoneError, jobs.InvalidJob, ValueError, TypeError)
 
@@ -191,16 +192,21 @@ def check_catch_up_max(value: Any) -> int:
 
 
 def _hhmm(field: str, value: Any) -> time:
-    """A local time of day, kept to the minute: ``time(22, 0)``, ``"HH:MM"`` or ``"HH:MM:SS"``.
+    """A local time of day, to the minute: ``time(22, 0)``, ``"HH:MM"`` or ``"HH:MM:00"``.
 
-    Quiet hours are wall-clock times in the schedule's zone: an offset (``"22:00+05:00"``, a
-    ``time`` with a ``tzinfo``) would be dropped silently, so it is refused."""
+    Quiet hours are wall-clock times in the schedule's zone, stored to the minute: an offset
+    (``"22:00+05:00"``, a ``time`` with a ``tzinfo``) or seconds (``"22:00:30"``) would be
+    dropped silently, so they are refused."""
     if isinstance(value, time):
         if value.tzinfo is not None:
             raise InvalidSchedule(field, value, "must be a local time, without a zone or offset")
-        return value.replace(second=0, microsecond=0)
+        if value.second or value.microsecond:
+            raise InvalidSchedule(field, value, "must be a whole minute such as '22:00'")
+        return value
     if isinstance(value, str) and (match := _HHMM.fullmatch(value)) is not None:
         return time(int(match[1]), int(match[2]))
+    if isinstance(value, str) and _HHMM_SECONDS.fullmatch(value) is not None:
+        raise InvalidSchedule(field, value, "must be a whole minute such as '22:00' (no seconds)")
     raise InvalidSchedule(field, value, "must be a local time such as '22:00'")
 
 

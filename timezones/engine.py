@@ -76,8 +76,6 @@ _GAP_ADJUSTMENTS = frozenset({Adjustment.GAP_SHIFTED, Adjustment.GAP_AT_TRANSITI
 # time is after 9999-12-31T23:59:59, is not representable and counts as no further fire.
 _LAST_INSTANT = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - EPOCH) // SECOND
 _SAFE_INSTANT = _LAST_INSTANT - MAX_OFFSET
-# occurrences(count=...) at most this many (a lazy iterator, but a count is a promise to stop).
-MAX_COUNT = 10_000_000
 
 
 # ----------------------------------------------------------------------------------------------
@@ -314,12 +312,10 @@ def occurrences(
     plan, entry, gap_p, fold_p = _prepare(rule, zone, gap, fold)
     a = epoch_seconds(after, "after")
     limit = None if until is None else epoch_seconds(until, "until")
-    if count is not None and (
-        type(count) is not int or not 0 <= count <= MAX_COUNT  # not a bool, a float, a str
-    ):
-        raise TimezoneError(
-            "count", count, f"must be >= 0, an integer of at most {MAX_COUNT}; got {shown(count)}"
-        )
+    # No upper bound: the iterator is lazy, so a count only bounds the iteration and allocates
+    # nothing (issue 26: count=10**9 consumed a few at a time was refused).
+    if count is not None and (type(count) is not int or count < 0):  # not a bool, a float, a str
+        raise TimezoneError("count", count, f"must be an integer >= 0; got {shown(count)}")
     return _iterate(plan, entry, a, limit, count, gap_p, fold_p)
 
 

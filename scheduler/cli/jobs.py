@@ -147,6 +147,26 @@ def _unmatched(args: argparse.Namespace, ids: list[int], what: str) -> int:
     return 1
 
 
+_WAITING = frozenset({jobs.JobStatus.PENDING, jobs.JobStatus.RETRYING, jobs.JobStatus.LEASED})
+
+
+def _waiting(
+    conn: psycopg.Connection[Any], asked: list[int] | tuple[()], matched: set[int]
+) -> dict[int, str]:
+    """The ``--id`` values not requeued whose job is pending, retrying or leased: their status."""
+    found: dict[int, str] = {}
+    for ident in dict.fromkeys(asked):
+        if ident in matched:
+            continue
+        try:
+            status = jobs.get_job(conn, ident).status
+        except jobs.JobNotFound:
+            continue
+        if status in _WAITING:
+            found[ident] = str(status)
+    return found
+
+
 def cmd_jobs_requeue(args: argparse.Namespace) -> int:
     filters = _filters(args)
     if args.since is not None and args.until is not None and args.since >= args.until:
@@ -163,8 +183,16 @@ def cmd_jobs_requeue(args: argparse.Namespace) -> int:
         )
         if args.dry_run:
             conn.rollback()
+        waiting = _waiting(conn, args.id or (), {*ids, *ids.skipped})
     verb = "would requeue" if args.dry_run else "requeued"
     print(f"{verb} {len(ids)} job(s)" + (f": {', '.join(map(str, ids[:50]))}" if ids else ""))
+    if waiting:
+        # Issue 26: already pending is nothing to do, not a failure (exit 0, said on stdout).
+        print(
+            "nothing to requeue, already waiting or running: "
+            + ", ".join(f"{i} ({status})" for i, status in list(waiting.items())[:50])
+            + (" ..." if len(waiting) > 50 else "")
+        )
     skipped = ids.skipped
     if skipped:
         # Left as they were: another job with the same unique key is active (docs/jobs.md).
@@ -173,7 +201,7 @@ def cmd_jobs_requeue(args: argparse.Namespace) -> int:
             + ", ".join(map(str, skipped[:50]))
             + (" ..." if len(skipped) > 50 else "")
         )
-    code = _unmatched(args, [*ids, *skipped], " or ".join(statuses))
+    code = _unmatched(args, [*ids, *skipped, *waiting], " or ".join(statuses))
     held = [i for i in dict.fromkeys(args.id or ()) if i in set(skipped)]
     if code == 0 and held:
         print(

@@ -155,7 +155,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _find(conn: psycopg.Connection[Any], ident: str) -> Schedule:
     try:
-        if ident.isdigit():
+        # ASCII digits only: str.isdigit() is true of '٣' (int() reads 3) and of '²' (int()
+        # refuses it); anything else is a key.
+        if ident.isascii() and ident.isdigit():
             return get_schedule(conn, int(ident))
         return get_schedule(conn, key=ident)
     except ScheduleNotFound as exc:

@@ -54,11 +54,25 @@ def _queue(text: str) -> tuple[str, int]:
     return name, int(n)
 
 
+def _queues(given: list[tuple[str, int]]) -> dict[str, int]:
+    """The ``--queue`` flags as a mapping; a queue given two concurrencies is refused (the last
+    one won silently: issue 26). The same value repeated is harmless."""
+    queues: dict[str, int] = {}
+    for name, concurrency in given:
+        if queues.setdefault(name, concurrency) != concurrency:
+            raise InputError(
+                f"--queue {name} given twice, with {queues[name]} and {concurrency} threads"
+            )
+    return queues
+
+
 def load_app(spec: str) -> Mapping[str, jobs.Handler]:
     """Import ``module:attribute``: a mapping of job type to handler, or a function making one."""
     value = import_attribute(spec)
     if not isinstance(value, Mapping) or not all(callable(h) for h in value.values()):
         raise InputError(f"--app {spec!r} must name a mapping of job type to handler")
+    if not value:  # a worker that serves nothing: refused before anything is written
+        raise InputError(f"--app {spec!r} has no handler: it must map at least one job type")
     return value
 
 
@@ -82,8 +96,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Behind a transaction pooler without a direct --listen-url the worker polls only (the
     # worker says so once in its log), and /healthz knows it.
     poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
+    queues = {"queues": _queues(args.queue)} if args.queue else {}
     handlers = load_app(args.app)
-    queues = {"queues": dict(args.queue)} if args.queue else {}
     config = config_from_args(jobs.WorkerConfig, args, **queues)
     ensure_schema(url, apply=args.migrate, flag=True)
     worker = jobs.Worker(

@@ -169,6 +169,12 @@ def generated_cases() -> list[Case]:
                          Case([*leaf.prog.split()[1:], bad], "argument"))  # fmt: skip
     for value in QUEUE_VALUES:
         cases.append(Case([*_base(_leaf("tockwork worker")), "--queue", value], "--queue"))
+    # One queue given two concurrencies (issue 26: the last one won silently).
+    for twice in (["q=1", "q=8"], ["default=2", "q=1", "default=3"]):
+        argv = [*_base(_leaf("tockwork worker"))]
+        for value in twice:
+            argv += ["--queue", value]
+        cases.append(Case(argv, "given twice"))
     return cases
 
 
@@ -196,6 +202,9 @@ def written_cases() -> list[Case]:
     }
     cases = [Case([*w, app], needle) for app, needle in apps.items()]
     cases += [Case([*r, app], needle) for app, needle in apps.items()]
+    # A worker with no handler would serve nothing (issue 26): refused, for the worker only.
+    for app in ("tests.acceptance.apps_empty:EMPTY", "tests.acceptance.apps_empty:empty"):
+        cases.append(Case([*w, app], "has no handler"))
     sync = ["schedules", "sync", "--database-url", DB]
     for key, needle in {
         "<nonutf8>": "is not UTF-8",
@@ -267,6 +276,10 @@ def written_cases() -> list[Case]:
         Case(["outbox", "retry", "--id", "not-a-uuid", "--database-url", DB], "not-a-uuid"),
         Case(["schedules", "show", "no-such-key", "--database-url", DB], "no-such-key"),
         Case(["schedules", "preview", "no-such-key", "--database-url", DB], "no-such-key"),
+        # Digits of other scripts are not an id (issue 26: '٣' showed schedule 3, '²' crashed).
+        Case(["schedules", "show", "\u0663", "--database-url", DB], "'\u0663'"),
+        Case(["schedules", "show", "\u00b2", "--database-url", DB], "'\u00b2'"),
+        Case(["schedules", "preview", "\u0663", "--database-url", DB], "'\u0663'"),
         Case(["schedules", "preview", "k", "--after", "soon", "--database-url", DB], "soon"),
         Case(["relay", "--database-url", DB, "--app", "m:a", "--lease", "1", "--poll", "2"],
              "--lease must be longer than --poll"),

@@ -123,6 +123,31 @@ def test_an_action_by_id_that_matched_nothing_exits_1(
     assert retry.code == 1 and "no dead event" in retry.err
 
 
+def test_requeue_by_id_of_a_waiting_job_is_nothing_to_do(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Issue 26: requeueing a job that is already pending (or retrying, or running) exited 1;
+    there is nothing to do, which is not a failure: it says so and exits 0. A missing id
+    beside it still fails."""
+    pending = jobs.enqueue(conn, "t", {}, queue="q").id
+    retrying = jobs.enqueue(conn, "t", {}, queue="q").id
+    conn.execute("UPDATE jobs SET status = 'retrying' WHERE id = %s", (retrying,))
+    conn.commit()
+    result = run(["jobs", "requeue", "--id", str(pending), "--id", str(retrying),
+                  "--database-url", db_url])  # fmt: skip
+    assert (result.code, result.err) == (0, ""), result.err
+    assert result.out.splitlines() == [
+        "requeued 0 job(s)",
+        f"nothing to requeue, already waiting or running: {pending} (pending), "
+        f"{retrying} (retrying)",
+    ]
+    assert jobs.get_job(conn, pending).status == "pending"
+    conn.commit()
+    mixed = run(["jobs", "requeue", "--id", str(pending), "--id", "4711", "--database-url", db_url])
+    assert mixed.code == 1
+    assert mixed.err.strip() == "tockwork jobs requeue: failed: no dead job with --id 4711"
+
+
 def test_the_guard_exit_codes(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unreachable database: 1, one line. An unexpected exception: 1, one line naming its class;
     the traceback only with --debug or TOCKWORK_DEBUG=1. Ctrl-C: 130."""

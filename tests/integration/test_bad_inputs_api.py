@@ -175,6 +175,32 @@ def _enqueue_cases() -> list[DbCase]:
             lambda conn: jobs.enqueue_many(conn, [{"job_type": "t", "colour": 1}]),
             "specs[0]",
         ),
+        # Not a connection, not a list of specs (issue 26: AttributeError, TypeError).
+        ("enqueue-conn-text", lambda conn: jobs.enqueue(_NOT_CONN, "t", {}), "conn"),
+        ("enqueue-conn-none", lambda conn: jobs.enqueue(_NONE, "t", {}), "conn"),
+        ("enqueue-conn-cursor", lambda conn: jobs.enqueue(_any(conn.cursor()), "t", {}), "conn"),
+        (
+            "enqueue_async-conn-sync",
+            lambda conn: asyncio.run(jobs.enqueue_async(_any(conn), "t", {})),
+            "conn",
+        ),
+        (
+            "enqueue_many-conn-text",
+            lambda conn: jobs.enqueue_many(_NOT_CONN, [{"job_type": "t"}]),
+            "conn",
+        ),
+        ("requeue-conn-text", lambda conn: jobs.requeue(_NOT_CONN, ids=[1]), "conn"),
+        (
+            "create_schedule-conn-text",
+            lambda conn: scheduler.create_schedule(
+                _NOT_CONN, job_type="t", rule="daily@08:00", zone="UTC"
+            ),
+            "conn",
+        ),
+        ("enqueue_many-specs-int", _call(jobs.enqueue_many, 5), "specs"),
+        ("enqueue_many-specs-none", _call(jobs.enqueue_many, None), "specs"),
+        ("enqueue_many-specs-text", _call(jobs.enqueue_many, "t"), "specs"),
+        ("enqueue_many-specs-mapping", _call(jobs.enqueue_many, {"job_type": "t"}), "specs"),
         (
             "enqueue_many-now",
             _call(jobs.enqueue_many, [{"job_type": "t"}], now="today"),
@@ -182,6 +208,14 @@ def _enqueue_cases() -> list[DbCase]:
         ),
     ]
     return cases
+
+
+_NOT_CONN: Any = "not a connection"
+_NONE: Any = None
+
+
+def _any(value: object) -> Any:
+    return value
 
 
 def _now_call(value: Any) -> Call:
@@ -379,6 +413,26 @@ def _schedule_cases() -> list[DbCase]:
             lambda conn: scheduler.update_schedule(conn, _SEED[0], key="k"),
             "key",
         ),
+        # A once: rule in the past can never fire: a new schedule with one is refused (issue 26).
+        (
+            "create_schedule-once-past",
+            _create({**base, "rule": "once:2001-01-01T00:00"}, now=NOW),
+            "rule",
+        ),
+        (
+            "create_schedule-once-just-past",
+            _create({**base, "rule": "once:2026-03-01T11:59"}, now=NOW),
+            "rule",
+        ),
+        (
+            "create_schedules-once-past",
+            _call(
+                scheduler.create_schedules,
+                [base, {**base, "rule": "once:2001-01-01T00:00"}],
+                now=NOW,
+            ),
+            "items[1].rule",
+        ),
         (
             "update_schedule-interval-zero",
             lambda conn: scheduler.update_schedule(
@@ -487,6 +541,18 @@ def _missing(conn: Conn) -> object:
             ),
         ),
         ("get-max-id-missing", _missing),
+        (
+            "create-once-past-allowed",
+            lambda conn: scheduler.create_schedule(
+                conn, job_type="r", rule="once:2001-01-01T00:00", zone="UTC", allow_past=True
+            ),
+        ),
+        (
+            "create-once-future",
+            lambda conn: scheduler.create_schedule(
+                conn, job_type="r", rule="once:2026-03-01T12:01", zone="UTC", now=NOW
+            ),
+        ),
     ],
 )
 def test_valid_edge_input_is_accepted(name: str, call: Call, db: Conn) -> None:

@@ -105,6 +105,26 @@ def test_each_handler_outcome(
     )
 
 
+def test_a_job_type_without_handler_logs_one_line_without_traceback(
+    conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26: each retry of a job whose type this worker has no handler for logged a
+    traceback (of the worker's own raise). Now one warning line naming the job type."""
+    caplog.set_level(logging.WARNING, logger="tockwork")
+    job_id = jobs.enqueue(conn, "orphan_type", {}, now=T0).id
+    conn.commit()
+    worker = Worker(
+        db_url, {"other": lambda _job: None}, clock=FrozenClock(T0), retry=POLICY, listen=False
+    )
+    assert worker.run_until_idle().claimed == 1
+    assert row(conn, job_id)[0] == "retrying" and row(conn, job_id)[3] == "no_handler"
+    records = [r for r in caplog.records if f"job {job_id}" in r.getMessage()]
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert "no handler for job type 'orphan_type'" in records[0].getMessage()
+    assert records[0].exc_info is None
+    assert "Traceback" not in caplog.text
+
+
 def test_unknown_errors_die_after_the_small_limit(
     conn: psycopg.Connection[Any], db_url: str
 ) -> None:

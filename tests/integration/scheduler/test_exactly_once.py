@@ -259,7 +259,7 @@ def create_schedules(
         s = scheduler.create_schedule(
             conn, job_type="remind", rule=rule, zone=zone, subject=f"user-{rng.randrange(10**6)}",
             payload={"n": i}, jitter=jitter, catch_up="all", catch_up_max=100_000, gap=gap,
-            fold=fold, now=now,
+            fold=fold, now=now, allow_past=True,  # once:2020-... is in the mix on purpose
         )  # fmt: skip
         created[s.id] = now
     conn.commit()

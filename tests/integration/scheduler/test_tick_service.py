@@ -102,6 +102,24 @@ def test_run_until_idle_ticks_until_nothing_is_due(
     assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (5,)
 
 
+def test_the_stop_line_is_for_humans(
+    conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 26: ``tockwork scheduler`` ended its log with ``stopped: TickResult(enqueued=...)``,
+    a Python repr; now a line of words."""
+    caplog.set_level(logging.INFO, logger="tockwork")
+    scheduler.create_schedule(
+        conn, job_type="remind", rule="daily@08:00", zone="UTC", subject="u", now=FRI_1200
+    )
+    conn.commit()
+    replica = Scheduler(db_url, clock=FrozenClock(SAT_0758), lookahead=timedelta(minutes=5))
+    replica.run_until_idle()
+    (line,) = [r.getMessage() for r in caplog.records if " stopped" in r.getMessage()]
+    assert line.endswith(f"scheduler {replica.name} stopped: enqueued 1, duplicates 0, missed 0, "
+                         "skipped 0, locked elsewhere 0, schedules 1, batches 1"), line  # fmt: skip
+    assert "TickResult" not in caplog.text and "=" not in line
+
+
 def test_a_running_scheduler_rides_out_a_lost_connection(
     conn: psycopg.Connection[Any], db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from datetime import timedelta
+from types import MappingProxyType
 
 import pytest
 
@@ -18,11 +20,12 @@ from scheduler.cli import build_parser
 from scheduler.cli.common import config_from_args
 
 URL = "postgresql://nobody@/nowhere"  # a Worker connects only when it runs
+HANDLERS: dict[str, jobs.Handler] = {"t": lambda job: None}
 
 
 def test_the_worker_takes_its_settings_from_its_config() -> None:
     config = jobs.WorkerConfig(lease=timedelta(seconds=9), grace=timedelta(seconds=2))
-    worker = jobs.Worker(URL, {}, config=config)
+    worker = jobs.Worker(URL, HANDLERS, config=config)
     assert worker.config == config
     assert (worker.lease, worker.grace, worker.queues) == (
         timedelta(seconds=9),
@@ -34,12 +37,12 @@ def test_the_worker_takes_its_settings_from_its_config() -> None:
 
 def test_keyword_arguments_override_single_fields() -> None:
     config = jobs.WorkerConfig(lease=timedelta(seconds=9))
-    worker = jobs.Worker(URL, {}, {"q": 2}, config=config, poll_interval=timedelta(seconds=5))
+    worker = jobs.Worker(URL, HANDLERS, {"q": 2}, config=config, poll_interval=timedelta(seconds=5))
     assert worker.config == dataclasses.replace(
         config, queues={"q": 2}, poll_interval=timedelta(seconds=5)
     )
-    assert jobs.Worker(URL, {}).config == jobs.WorkerConfig()
-    assert jobs.Worker(URL, {}, {}).queues == {"default": 4}  # empty: the default, as before
+    assert jobs.Worker(URL, HANDLERS).config == jobs.WorkerConfig()
+    assert jobs.Worker(URL, HANDLERS, {}).queues == {"default": 4}  # empty: the default, as before
 
 
 @pytest.mark.parametrize(
@@ -52,7 +55,7 @@ def test_keyword_arguments_override_single_fields() -> None:
 )
 def test_bad_settings_name_the_keyword(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(jobs.InvalidJob) as info:
-        jobs.Worker(URL, {}, **kwargs)  # type: ignore[arg-type]
+        jobs.Worker(URL, HANDLERS, **kwargs)  # type: ignore[arg-type]
     assert info.value.field == field
     with pytest.raises(jobs.InvalidJob):
         jobs.WorkerConfig(**kwargs)  # type: ignore[arg-type]
@@ -106,3 +109,12 @@ def test_the_worker_command_defaults_are_the_config_defaults() -> None:
         if setting.flag is not None:
             dest = f"no_{field.name}" if setting.flag.startswith("--no-") else field.name
             assert helps[dest] == setting.help
+
+
+@pytest.mark.parametrize("handlers", [{}, MappingProxyType({})])
+def test_a_worker_without_handlers_is_refused(handlers: Mapping[str, jobs.Handler]) -> None:
+    """A worker with no handler would claim nothing it could run (issue 26): refused."""
+    with pytest.raises(jobs.InvalidJob) as info:
+        jobs.Worker(URL, handlers)
+    assert info.value.field == "handlers"
+    assert "no handler" in str(info.value)

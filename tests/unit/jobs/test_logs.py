@@ -61,3 +61,12 @@ def test_at_debug_the_ignored_errors_show_as_debug_lines(
     (line,) = lines(capsys.readouterr().err)
     assert line["level"] == "debug"
     assert line["message"] == "error ignored terminating 'p': gone"
+
+
+def test_the_relay_stop_line_is_for_humans() -> None:
+    """Issue 26: the relay's stop log printed ``RelayStats(batches=0, ...)``, a Python repr."""
+    from jobs.relay import RelayStats
+
+    assert str(RelayStats(batches=2, claimed=10, jobs_created=9, dead=1)) == (
+        "batches 2, claimed 10, processed 0, jobs created 9, retried 0, dead 1, fenced 0"
+    )

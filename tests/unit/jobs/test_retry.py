@@ -86,3 +86,23 @@ def test_summary_is_bounded_to_one_kib() -> None:
     text = summarize(ValueError("é" * 5000))
     assert len(text.encode()) <= 1024
     assert text.startswith("ValueError: ")
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (jobs.RateLimited(2), "RateLimited: rate limited, retry after 2s"),
+        (jobs.RateLimited(timedelta(minutes=2)), "RateLimited: rate limited, retry after 120s"),
+        (jobs.RateLimited(0.5), "RateLimited: rate limited, retry after 0.5s"),
+        (jobs.RateLimited(), "RateLimited: rate limited, no retry-after hint"),
+        (jobs.RateLimited(2, "quota of project p"), "RateLimited: quota of project p"),
+        (jobs.Retry(after=60), "Retry: retry after 60s"),
+        (jobs.Retry(), "Retry: retry"),
+        (jobs.Snooze(300), "Snooze: snoozed for 300s"),
+        (KeyError(), "KeyError"),
+        (jobs.TransientError(), "TransientError"),
+    ],
+)
+def test_a_summary_never_ends_in_an_empty_message(exc: BaseException, expected: str) -> None:
+    """Issue 26: ``RateLimited(2)`` was logged and stored as ``RateLimited: `` (empty)."""
+    assert summarize(exc) == expected

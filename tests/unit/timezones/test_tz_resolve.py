@@ -176,7 +176,7 @@ def test_errors_carry_field_value_and_a_message_naming_both() -> None:
             TimezoneError,
             "count",
             -1,
-            "count: must be >= 0",
+            "count: must be an integer >= 0",
         ),
         (
             lambda: timezones.FrozenClock(datetime(2026, 1, 1)),
