@@ -69,6 +69,13 @@ def _fraction(*parts: object) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
+def _check_rates(transient_rate: float, rate_limit_rate: float) -> None:
+    """The failure rates of the simulated provider and channel: fractions from 0 to 1."""
+    for name, rate in (("transient_rate", transient_rate), ("rate_limit_rate", rate_limit_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise InvalidSchedule(name, rate, "must be from 0 to 1")
+
+
 class SendStatus(StrEnum):
     """What the provider answered for one message of a request."""
 
@@ -138,12 +145,7 @@ class SimulatedPush:
         rejected_subjects: Collection[str] = (),
         seed: int = 0,
     ) -> None:
-        for name, rate in (
-            ("transient_rate", transient_rate),
-            ("rate_limit_rate", rate_limit_rate),
-        ):
-            if not 0.0 <= rate <= 1.0:
-                raise InvalidSchedule(name, rate, "must be from 0 to 1")
+        _check_rates(transient_rate, rate_limit_rate)
         self.transient_rate = transient_rate
         self.rate_limit_rate = rate_limit_rate
         self.retry_after = retry_after
@@ -270,12 +272,7 @@ class SimulatedChannel:
         permanent_tokens: Collection[str] = (),
         seed: int = 0,
     ) -> None:
-        for name, rate in (
-            ("transient_rate", transient_rate),
-            ("rate_limit_rate", rate_limit_rate),
-        ):
-            if not 0.0 <= rate <= 1.0:
-                raise InvalidSchedule(name, rate, "must be from 0 to 1")
+        _check_rates(transient_rate, rate_limit_rate)
         self.conninfo = conninfo
         self.transient_rate = transient_rate
         self.rate_limit_rate = rate_limit_rate

@@ -48,7 +48,6 @@ import binascii
 import json
 import os
 import re
-import signal
 import sys
 import tempfile
 import uuid
@@ -71,6 +70,7 @@ from scheduler.push.fakes.server import (
     FakeServer,
     Faults,
     make_certificate,
+    serve_until_signalled,
 )
 from timezones.errors import TockworkError
 
@@ -474,24 +474,17 @@ def main(argv: list[str] | None = None) -> None:
             port=args.port,
             key=ApnsKey.generate(args.key_id, args.team_id),
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        where = {
-            "url": running.url,
-            "port": running.server.port,
+        info = {
             "key_file": running.key_file,
             "key_id": running.key.key_id,
             "team_id": running.key.team_id,
             "topic": args.topic,
-            "ca_file": running.server.ca_file,
-            "pid": os.getpid(),
         }
-        print(json.dumps(where), flush=True)
-        await stop.wait()
-        await running.server.stop()
-        print(json.dumps(running.fake.summary()), file=sys.stderr, flush=True)
+        await serve_until_signalled(
+            running.server,
+            info,
+            lambda: print(json.dumps(running.fake.summary()), file=sys.stderr, flush=True),
+        )
 
     asyncio.run(serve())
 
