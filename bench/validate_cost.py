@@ -28,15 +28,23 @@ _CHILD = """
 import json, sys, time
 sys.path.insert(0, TREE)
 import jobs
+import psycopg
 
 class Stop(Exception):
     pass
 
-class StopConnection:
+class StopConnection(psycopg.Connection):
     # Stops enqueue_many at its first use of the connection (its cursor, or its transaction
-    # state), once every spec has been validated.
-    def __getattr__(self, name):
+    # state), once every spec has been validated. A psycopg.Connection by type, so that the
+    # check that ``conn`` is one passes; never initialised, every attribute stops the call.
+    def __init__(self):
+        pass
+
+    def __getattribute__(self, name):
         raise Stop
+
+    def __del__(self):
+        pass
 
 kinds = {
     "plain": [jobs.JobSpec("noop", {"i": i}) for i in range(N)],
