@@ -69,3 +69,26 @@ class InvalidDevice(SchedulerError, InvalidInput):
     ``value`` is its redacted form (:func:`scheduler.push.redact_token`): a token is a
     credential and never appears in full in an error. Nothing was written.
     """
+
+
+class InvalidWebhook(SchedulerError, InvalidInput):
+    """A webhook argument is invalid (scheduler.webhooks): a malformed URL, a bad event-type
+    filter, a malformed signing secret, a rate limit out of bounds...
+
+    ``field`` names the argument and ``value`` holds what was given, except for a secret, whose
+    ``value`` is never shown (``<secret>``): a secret is a credential. Nothing was written.
+    """
+
+
+class UnsafeWebhookUrl(InvalidWebhook):
+    """A webhook URL points where the server must not send requests: a loopback, private,
+    link-local, unique-local, multicast or cloud-metadata address (or a name resolving to one),
+    outside the allow-list (``TOCKWORK_WEBHOOK_ALLOW``). ``field`` is ``url``."""
+
+
+class WebhookEndpointNotFound(SchedulerError, LookupError):
+    """No webhook endpoint has this id."""
+
+    def __init__(self, endpoint_id: Any) -> None:
+        self.endpoint_id = endpoint_id
+        super().__init__(f"no webhook endpoint {endpoint_id}")

@@ -1,0 +1,46 @@
+-- Named queries on the webhook_attempts table: what each delivery attempt got, and the
+-- deliveries held back while their endpoint was disabled (outcome held, then released).
+
+-- name: webhook_attempt_insert
+INSERT INTO webhook_attempts (endpoint_id, event_id, job_id, attempt, attempted_at, outcome,
+                              status, duration_ms, error, response)
+SELECT u.endpoint_id, u.event_id, u.job_id, u.attempt, coalesce(%(now)s::timestamptz, now()),
+       u.outcome, u.status, u.duration_ms, u.error, u.response
+FROM unnest(%(endpoint_ids)b::bigint[], %(event_ids)b::uuid[], %(job_ids)b::bigint[],
+            %(attempts)b::integer[], %(outcomes)b::text[], %(statuses)b::integer[],
+            %(durations)b::double precision[], %(errors)b::text[], %(responses)b::text[])
+     AS u(endpoint_id, event_id, job_id, attempt, outcome, status, duration_ms, error, response)
+WHERE EXISTS (SELECT FROM webhook_endpoints AS e WHERE e.id = u.endpoint_id);
+
+-- name: webhook_attempt_recent
+SELECT id, endpoint_id, event_id, job_id, attempt, attempted_at, outcome, status, duration_ms,
+       error, response
+FROM webhook_attempts
+WHERE endpoint_id = %(endpoint_id)s::bigint
+ORDER BY attempted_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: webhook_attempt_release_held
+-- An endpoint enabled again: its held deliveries are released (their jobs are requeued).
+UPDATE webhook_attempts
+SET outcome = 'released'
+WHERE endpoint_id = %(endpoint_id)s::bigint AND outcome = 'held'
+RETURNING job_id;
+
+-- name: webhook_attempt_failed_jobs
+-- The delivery jobs of an endpoint with an attempt that failed (or was held) at or after the
+-- since parameter: what "redeliver every failed delivery since" requeues.
+SELECT DISTINCT job_id
+FROM webhook_attempts
+WHERE endpoint_id = %(endpoint_id)s::bigint
+  AND attempted_at >= %(since)s::timestamptz
+  AND outcome IN ('failed', 'held')
+ORDER BY job_id;
+
+-- name: webhook_attempt_event_jobs
+-- The delivery jobs of one event (to one endpoint, or to each), newest first per endpoint.
+SELECT DISTINCT ON (endpoint_id) endpoint_id, job_id
+FROM webhook_attempts
+WHERE event_id = %(event_id)s::uuid
+  AND (%(endpoint_id)s::bigint IS NULL OR endpoint_id = %(endpoint_id)s::bigint)
+ORDER BY endpoint_id, id DESC;

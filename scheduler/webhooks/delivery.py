@@ -1,0 +1,611 @@
+"""Webhook delivery: the ``webhook.deliver`` batch handler, redelivery, and the worker app.
+
+:class:`WebhookHandler` is an ``async`` batch handler: for a batch of delivery jobs it
+
+1. reads, in one short transaction, each endpoint's URL, state, rate limit and the secrets
+   that sign now;
+2. holds the deliveries of a disabled (or removed) endpoint: the job is cancelled and recorded
+   ``held``, and :func:`scheduler.webhooks.enable_endpoint` requeues it; snoozes those beyond
+   an endpoint's rate limit (no attempt used);
+3. sends every other one at once, signed per Standard Webhooks (:mod:`.signing`), through one
+   :class:`~.http.HttpClient` per event loop (keep-alive connections per origin, the SSRF guard
+   at each connection, connect and total timeouts, a bounded response body);
+4. writes, in one short transaction, an attempt row per delivery (status, duration, a bounded
+   summary of the response or the error) and each endpoint's health; that statement disables
+   an endpoint that answered 410 Gone, or whose consecutive failures reached
+   ``disable_after_failures`` spanning at least ``disable_after``, and records its
+   ``endpoint.disabled`` fact in the same transaction;
+5. sets each job's outcome by the response's class:
+
+=======================================  ===============================================
+answer                                   outcome
+=======================================  ===============================================
+2xx                                      delivered (succeeded)
+410 Gone                                 the endpoint is disabled at once; the delivery is
+                                         held (replayed when the endpoint is enabled)
+429, 503                                 retried after ``Retry-After`` (seconds or an HTTP
+                                         date, capped at :data:`MAX_RETRY_AFTER`), and at
+                                         least the back-off
+3xx (never followed), other 4xx and 5xx  retried with the back-off
+timeout, connection error, SSRF refusal  retried with the back-off
+=======================================  ===============================================
+
+The back-off is ``backoff`` (default :data:`DEFAULT_BACKOFF`: 5 s doubling to 2 h); a job that
+fails its last attempt (:data:`scheduler.webhooks.fanout.MAX_ATTEMPTS`) is dead with its error,
+and :func:`redeliver_failed` requeues it. Delivery is at least once: a worker that dies between
+a receiver's answer and the outcome sends again, with the same ``webhook-id`` (the event id),
+the receiver's idempotency key.
+
+Per-endpoint concurrency: each delivery job carries the concurrency key of its endpoint, and
+:func:`app` sets the ``webhooks`` queue's per-key limit (:data:`DEFAULT_PER_ENDPOINT` leased
+deliveries per endpoint, unless one is set: ``tockwork policies``), so a slow endpoint holds
+at most that many of the worker's slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import math
+import os
+import ssl
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+import jobs
+from jobs import Batch, Job
+from jobs.internal import steps
+from scheduler.errors import InvalidWebhook
+from scheduler.queries import database_now_steps, query
+from scheduler.webhooks.endpoints import (
+    _aware,
+    check_endpoint_id,
+    disabled_fact_steps,
+)
+from scheduler.webhooks.fanout import JOB_TYPE, QUEUE
+from scheduler.webhooks.http import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_TIMEOUT,
+    HttpClient,
+    Response,
+    SendError,
+)
+from scheduler.webhooks.signing import headers as signed_headers
+from scheduler.webhooks.signing import secret_key
+from scheduler.webhooks.ssrf import Guard, WebhookUrl, parse_url
+from timezones import Clock
+
+log = logging.getLogger("tockwork.webhooks")
+
+MAX_BATCH = 200
+DEFAULT_BACKOFF = jobs.RetryPolicy(base=timedelta(seconds=5), cap=timedelta(hours=2))
+MAX_RETRY_AFTER = timedelta(hours=1)
+DISABLE_AFTER_FAILURES = 20
+DISABLE_AFTER = timedelta(hours=24)
+DEFAULT_PER_ENDPOINT = 8
+SUMMARY_CHARS = 1000
+HELD = "endpoint_disabled"  # the cancel reason (error code) of a held delivery
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    url: str
+    enabled: bool
+    rate_limit: int | None
+    keys: tuple[bytes, ...]
+
+
+@dataclass(slots=True)
+class _Result:
+    job: Job
+    endpoint_id: int
+    event_id: uuid.UUID
+    outcome: str  # delivered, failed, held
+    status: int | None = None
+    duration_ms: float | None = None
+    error: str | None = None
+    response: str | None = None
+    retry_after: timedelta | None = None
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+
+
+@dataclass
+class _Loop:
+    loop: asyncio.AbstractEventLoop
+    client: HttpClient
+    buckets: dict[int, _Bucket] = field(default_factory=dict)
+
+
+def summary(text: str | bytes | None) -> str | None:
+    """A bounded one-line summary of a response body or an error."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    cleaned = "".join(c if c.isprintable() else " " for c in text.replace("\x00", ""))
+    cleaned = " ".join(cleaned.split())
+    return cleaned[:SUMMARY_CHARS] or None
+
+
+def retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """A ``Retry-After`` header (seconds or an HTTP date) as a delay capped at
+    :data:`MAX_RETRY_AFTER`; None when absent or malformed."""
+    if value is None:
+        return None
+    text = value.strip()
+    delay: timedelta | None = None
+    if text.isdigit():
+        delay = timedelta(seconds=min(int(text[:9]), int(MAX_RETRY_AFTER.total_seconds())))
+    else:
+        with suppress(TypeError, ValueError, IndexError, OverflowError):
+            when = email.utils.parsedate_to_datetime(text)
+            if when.tzinfo is not None:
+                delay = max(when - now, timedelta(0))
+    return None if delay is None else min(delay, MAX_RETRY_AFTER)
+
+
+def body_of(payload: Mapping[str, Any]) -> bytes:
+    """The request body of a delivery job's payload: ``type``, ``timestamp`` and ``data``."""
+    return json.dumps(
+        {"type": payload["type"], "timestamp": payload["timestamp"], "data": payload["data"]},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    ).encode()
+
+
+class WebhookHandler(jobs.BatchHandler):
+    """The batch handler of ``webhook.deliver`` jobs (module docstring).
+
+    ``guard`` (default from the environment: ``TOCKWORK_WEBHOOK_ALLOW``); ``clock`` for the
+    signature timestamps and the database writes (default: the system's and the database's);
+    ``connect_timeout``, ``timeout`` (seconds) and ``max_body`` (bytes of a response read);
+    ``backoff``; ``disable_after_failures`` consecutive failures spanning at least
+    ``disable_after`` disable an endpoint.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        guard: Guard | None = None,
+        clock: Clock | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_body: int = DEFAULT_MAX_BODY,
+        backoff: jobs.RetryPolicy | None = None,
+        disable_after_failures: int = DISABLE_AFTER_FAILURES,
+        disable_after: timedelta = DISABLE_AFTER,
+        ssl_context: ssl.SSLContext | None = None,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        super().__init__(max_batch=max_batch)
+        for name, value in (("connect_timeout", connect_timeout), ("timeout", timeout)):
+            if not isinstance(value, int | float) or not 0 < value <= 3600 or math.isnan(value):
+                raise InvalidWebhook(name, value, "must be seconds above 0, at most 3600")
+        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
+            raise InvalidWebhook("max_body", max_body, "must be a number of bytes, at least 0")
+        if (
+            isinstance(disable_after_failures, bool)
+            or not isinstance(disable_after_failures, int)
+            or disable_after_failures < 1
+        ):
+            raise InvalidWebhook(
+                "disable_after_failures", disable_after_failures, "must be a positive integer"
+            )
+        if not isinstance(disable_after, timedelta) or disable_after < timedelta(0):
+            raise InvalidWebhook("disable_after", disable_after, "must be a timedelta >= 0")
+        self.conninfo = conninfo
+        self.guard = guard if guard is not None else Guard.from_env()
+        self.clock = clock
+        self.connect_timeout = float(connect_timeout)
+        self.timeout = float(timeout)
+        self.max_body = max_body
+        self.backoff = backoff if backoff is not None else DEFAULT_BACKOFF
+        self.disable_after_failures = disable_after_failures
+        self.disable_after = disable_after
+        self.ssl_context = ssl_context
+        self._loop: _Loop | None = None
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+
+    async def aclose(self) -> None:
+        """Close the handler's connections (database and HTTP)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+        if self._loop is not None:
+            await self._loop.client.aclose()
+            self._loop = None
+
+    def _state(self) -> _Loop:
+        # Connections and buckets belong to the loop that made them (a new loop: anew).
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop.loop is not loop:
+            client = HttpClient(
+                self.guard,
+                connect_timeout=self.connect_timeout,
+                timeout=self.timeout,
+                max_body=self.max_body,
+                ssl_context=self.ssl_context,
+            )
+            self._loop = _Loop(loop, client)
+            self._idle = []
+        return self._loop
+
+    async def _connection(self) -> psycopg.AsyncConnection[Any]:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not conn.broken:
+                return conn
+        return await psycopg.AsyncConnection.connect(
+            self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
+        )
+
+    async def __call__(self, batch: Batch) -> None:
+        state = self._state()
+        try:
+            conn = await self._connection()
+        except psycopg.OperationalError as exc:
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+        try:
+            await self._deliver(conn, state, batch)
+        except psycopg.OperationalError as exc:
+            await conn.close()
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+        if not conn.closed and not conn.broken:
+            self._idle.append(conn)
+
+    async def _deliver(
+        self, conn: psycopg.AsyncConnection[Any], state: _Loop, batch: Batch
+    ) -> None:
+        wanted: list[tuple[Job, int, uuid.UUID, Mapping[str, Any]]] = []
+        for job in batch.jobs:
+            parsed = _parse(job)
+            if isinstance(parsed, str):
+                batch.fail(job, parsed, code="bad_payload")
+            else:
+                wanted.append((job, *parsed))
+        if not wanted:
+            return
+        hint = self.clock.now() if self.clock is not None else None
+        ids = sorted({endpoint_id for _, endpoint_id, _, _ in wanted})
+        async with conn.transaction():
+            now = await steps.on_async(conn, database_now_steps(hint))
+            cur = await conn.execute(
+                query("webhook_endpoint_for_delivery"), {"ids": ids, "now": now}
+            )
+            rows = await cur.fetchall()
+        targets = {
+            row[0]: _Target(row[1], row[2], row[3], tuple(secret_key(s) for s in row[4]))
+            for row in rows
+        }
+        results: list[_Result] = []
+        sends: list[tuple[_Result, WebhookUrl, bytes, tuple[bytes, ...]]] = []
+        for job, endpoint_id, event_id, payload in wanted:
+            target = targets.get(endpoint_id)
+            if target is None:
+                batch.cancel(job, "endpoint_removed")
+                continue
+            result = _Result(job, endpoint_id, event_id, "failed")
+            if not target.enabled:
+                result.outcome = "held"
+                result.error = "the endpoint is disabled"
+                results.append(result)
+                continue
+            wait = _spend(state.buckets, endpoint_id, target.rate_limit)
+            if wait > 0:
+                batch.snooze(job, timedelta(seconds=wait))
+                continue
+            results.append(result)
+            if not target.keys:
+                result.error = "the endpoint has no signing secret that signs now"
+                continue
+            sends.append((result, parse_url(target.url), body_of(payload), target.keys))
+        wall = time.time() if self.clock is None else self.clock.now().timestamp()
+        await asyncio.gather(
+            *(
+                self._send(state.client, r, url, body, keys, int(wall))
+                for r, url, body, keys in sends
+            )
+        )
+        if results:
+            disabled = await self._record(conn, results, now)
+            self._outcomes(batch, results, disabled, now)
+
+    async def _send(
+        self,
+        client: HttpClient,
+        result: _Result,
+        url: WebhookUrl,
+        body: bytes,
+        keys: tuple[bytes, ...],
+        timestamp: int,
+    ) -> None:
+        headers = signed_headers(keys, str(result.event_id), timestamp, body)
+        start = time.monotonic()
+        try:
+            response = await client.post(url, headers, body)
+        except SendError as exc:
+            result.duration_ms = (time.monotonic() - start) * 1000.0
+            result.error = f"{exc.kind}: {exc}"
+            return
+        result.duration_ms = (time.monotonic() - start) * 1000.0
+        self._classify(result, response)
+
+    def _classify(self, result: _Result, response: Response) -> None:
+        result.status = response.status
+        result.response = summary(response.body)
+        if 200 <= response.status < 300:
+            result.outcome = "delivered"
+            return
+        result.outcome = "failed"
+        if response.status == 410:
+            result.outcome = "held"
+            result.error = "410 Gone: the endpoint is disabled"
+        elif 300 <= response.status < 400:
+            result.error = f"{response.status}: redirects are not followed"
+        elif response.status in (429, 503):
+            result.retry_after = retry_after(
+                response.header("retry-after"),
+                self.clock.now() if self.clock is not None else datetime.now(UTC),
+            )
+            result.error = f"{response.status}"
+        else:
+            result.error = f"{response.status}"
+
+    async def _record(
+        self, conn: psycopg.AsyncConnection[Any], results: Sequence[_Result], now: datetime
+    ) -> set[int]:
+        """Attempts and health in one transaction; the endpoints it disabled."""
+        health: dict[int, list[int]] = {}  # endpoint -> [succeeded, failures, gone]
+        for r in results:
+            entry = health.setdefault(r.endpoint_id, [0, 0, 0])
+            if r.outcome == "delivered":
+                entry[0] = 1
+            elif r.status == 410:
+                entry[2] = 1
+            elif r.outcome == "failed":
+                entry[1] += 1
+        ids = sorted(i for i, entry in health.items() if any(entry))
+        disabled: set[int] = set()
+        async with conn.transaction():
+            await conn.execute(
+                query("webhook_attempt_insert"),
+                {
+                    "endpoint_ids": [r.endpoint_id for r in results],
+                    "event_ids": [r.event_id for r in results],
+                    "job_ids": [r.job.id for r in results],
+                    "attempts": [r.job.attempt for r in results],
+                    "outcomes": [r.outcome for r in results],
+                    "statuses": [r.status for r in results],
+                    "durations": [r.duration_ms for r in results],
+                    "errors": [summary(r.error) for r in results],
+                    "responses": [r.response for r in results],
+                    "now": now,
+                },
+            )
+            cur = await conn.execute(
+                query("webhook_endpoint_record_health"),
+                {
+                    "ids": ids,
+                    "succeeded": [bool(health[i][0]) for i in ids],
+                    "failures": [0 if health[i][0] else health[i][1] for i in ids],
+                    "gone": [bool(health[i][2]) for i in ids],
+                    "threshold": self.disable_after_failures,
+                    "period": self.disable_after,
+                    "now": now,
+                },
+            )
+            for endpoint_id, organization_id, url, reason, at, newly in await cur.fetchall():
+                if not newly:
+                    continue
+                disabled.add(endpoint_id)
+                log.warning("webhook endpoint %d disabled: %s", endpoint_id, reason)
+                await steps.on_async(
+                    conn, disabled_fact_steps(endpoint_id, organization_id, url, reason, at)
+                )
+        return disabled
+
+    def _outcomes(
+        self, batch: Batch, results: Sequence[_Result], disabled: set[int], now: datetime
+    ) -> None:
+        for r in results:
+            if r.outcome == "delivered":
+                batch.succeed(r.job)
+            elif r.outcome == "held":
+                batch.cancel(r.job, HELD)
+            else:
+                delay = self.backoff.backoff(r.job.attempt)
+                if r.retry_after is not None:
+                    # Retry-After is the least to wait, under a back-off that still grows.
+                    delay = max(r.retry_after, delay)
+                code = "http_" + str(r.status) if r.status is not None else "send"
+                batch.retry(r.job, r.error or "failed", code=code, delay=delay)
+
+
+def _spend(buckets: dict[int, _Bucket], endpoint_id: int, rate: int | None) -> float:
+    """Take a token of the endpoint's bucket (``rate`` a second, a second's burst); the
+    seconds to wait when none is left (0: go)."""
+    if rate is None:
+        return 0.0
+    now = time.monotonic()
+    bucket = buckets.get(endpoint_id)
+    if bucket is None:
+        bucket = buckets[endpoint_id] = _Bucket(float(rate), now)
+    bucket.tokens = min(float(rate), bucket.tokens + (now - bucket.at) * rate)
+    bucket.at = now
+    if bucket.tokens >= 1.0:
+        bucket.tokens -= 1.0
+        return 0.0
+    return (1.0 - bucket.tokens) / rate
+
+
+def _parse(job: Job) -> tuple[int, uuid.UUID, Mapping[str, Any]] | str:
+    payload = job.payload
+    if not isinstance(payload, Mapping):
+        return "the payload is not an object"
+    try:
+        endpoint_id = check_endpoint_id(payload.get("endpoint_id"))
+        event_id = uuid.UUID(str(payload.get("event_id")))
+    except (InvalidWebhook, ValueError):
+        return "the payload has no valid endpoint_id or event_id"
+    if not isinstance(payload.get("type"), str) or "data" not in payload:
+        return "the payload has no type or data"
+    return endpoint_id, event_id, payload
+
+
+# -- redelivery ------------------------------------------------------------------------------
+
+
+def _event_id(value: Any) -> uuid.UUID:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidWebhook("event_id", value, "must be an event id (a UUID)") from None
+
+
+def redeliver_event(
+    conn: psycopg.Connection[Any],
+    event_id: uuid.UUID | str,
+    *,
+    endpoint_id: int | None = None,
+    now: datetime | None = None,
+) -> list[int]:
+    """Send one event again to each endpoint it was attempted to (or to ``endpoint_id``): a
+    new delivery job per endpoint, with the payload of the last one and fresh attempts, in the
+    caller's transaction. Returns the new jobs' ids (none for an event never attempted)."""
+    eid = _event_id(event_id)
+    wanted = None if endpoint_id is None else check_endpoint_id(endpoint_id)
+    at = _aware("now", now)
+    rows = conn.execute(
+        query("webhook_attempt_event_jobs"), {"event_id": eid, "endpoint_id": wanted}
+    ).fetchall()
+    created: list[int] = []
+    for endpoint, job_id in rows:
+        try:
+            record = jobs.get_job(conn, job_id)
+        except jobs.JobNotFound:
+            continue  # the queue's retention deleted it
+        enqueued = jobs.enqueue(
+            conn,
+            JOB_TYPE,
+            record.payload,
+            queue=QUEUE,
+            organization_id=record.organization_id,
+            max_attempts=record.max_attempts,
+            concurrency_key=f"webhook:{endpoint}",
+            now=at,
+        )
+        created.append(enqueued.id)
+    return created
+
+
+def redeliver_failed(
+    conn: psycopg.Connection[Any],
+    endpoint_id: int,
+    *,
+    since: datetime,
+    now: datetime | None = None,
+) -> list[int]:
+    """Requeue every delivery of ``endpoint_id`` that failed (dead) or was held (cancelled)
+    with an attempt at or after ``since``, in the caller's transaction; the requeued job ids.
+    Deliveries still being retried are left to their schedule."""
+    eid = check_endpoint_id(endpoint_id)
+    after = _aware("since", since)
+    if after is None:
+        raise InvalidWebhook("since", since, "must be an aware datetime")
+    rows = conn.execute(
+        query("webhook_attempt_failed_jobs"), {"endpoint_id": eid, "since": after}
+    ).fetchall()
+    ids = [row[0] for row in rows]
+    if not ids:
+        return []
+    return list(jobs.requeue(conn, ids=ids, statuses=("dead", "cancelled"), now=_aware("now", now)))
+
+
+# -- the worker app --------------------------------------------------------------------------
+
+SETTINGS = {
+    "DATABASE_URL": "the database",
+    "TOCKWORK_WEBHOOK_ALLOW": "networks webhooks may reach despite the SSRF guard (none)",
+    "TOCKWORK_WEBHOOK_TIMEOUT": f"seconds a request may take in all (default {DEFAULT_TIMEOUT:g})",
+    "TOCKWORK_WEBHOOK_CONNECT_TIMEOUT": (
+        f"seconds a connection may take (default {DEFAULT_CONNECT_TIMEOUT:g})"
+    ),
+    "TOCKWORK_WEBHOOK_PER_ENDPOINT": (
+        f"deliveries in flight per endpoint (default {DEFAULT_PER_ENDPOINT}), unless the "
+        "webhooks queue has a policy already"
+    ),
+    "TOCKWORK_WEBHOOK_CA_FILE": "a CA bundle to trust besides the system's (a local receiver's)",
+}
+
+
+def _number(env: Mapping[str, str], name: str, default: float, maximum: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidWebhook(name, raw, "must be a number") from None
+    if not 0 < value <= maximum or math.isnan(value):
+        raise InvalidWebhook(name, raw, f"must be above 0 and at most {maximum:g}")
+    return value
+
+
+def handler_from_env(conninfo: str, env: Mapping[str, str]) -> WebhookHandler:
+    """The handler the environment configures (:data:`SETTINGS`); raises
+    :class:`InvalidWebhook` naming the setting."""
+    context = None
+    if ca := env.get("TOCKWORK_WEBHOOK_CA_FILE", "").strip():
+        try:
+            context = ssl.create_default_context(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidWebhook("TOCKWORK_WEBHOOK_CA_FILE", ca, type(exc).__name__) from None
+    return WebhookHandler(
+        conninfo,
+        guard=Guard.from_env(env),
+        timeout=_number(env, "TOCKWORK_WEBHOOK_TIMEOUT", DEFAULT_TIMEOUT, 3600),
+        connect_timeout=_number(
+            env, "TOCKWORK_WEBHOOK_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT, 3600
+        ),
+        ssl_context=context,
+    )
+
+
+def bound_endpoints(conninfo: str, per_endpoint: int) -> bool:
+    """Set the ``webhooks`` queue's per-key concurrency to ``per_endpoint`` unless the queue has
+    a policy (an operator's wins); whether it was set."""
+    with jobs.connect(conninfo) as conn:
+        if any(p.queue == QUEUE for p in jobs.queue_policies(conn)):
+            return False
+        jobs.set_queue_policy(conn, QUEUE, concurrency_per_key=per_endpoint)
+        conn.commit()
+    return True
+
+
+def app() -> dict[str, Any]:
+    """``tockwork worker --app scheduler.webhooks:app --queue webhooks=N``: webhook deliveries
+    (:data:`SETTINGS`, docs/webhooks.md)."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        raise InvalidWebhook("DATABASE_URL", None, "the webhooks app needs DATABASE_URL")
+    env = dict(os.environ)
+    handler = handler_from_env(url, env)
+    per = int(_number(env, "TOCKWORK_WEBHOOK_PER_ENDPOINT", DEFAULT_PER_ENDPOINT, 100_000))
+    bound_endpoints(url, per)
+    return {JOB_TYPE: handler}
