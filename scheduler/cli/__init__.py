@@ -7,6 +7,7 @@
 - ``devices.py``: ``devices add|list|show|remove`` (the device registry)
 - ``limits.py``: ``limits set|list|clear`` (global rate limits)
 - ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
+- ``webhooks.py``: ``webhooks add|list|show|disable|enable|rotate-secret|remove|redeliver``
 - ``ops.py``: ``healthz``, ``metrics-server``
 - ``preview.py``: ``preview``, ``zones`` (no database)
 - ``dev.py``: ``dev-db url|status|stop`` (the embedded development server), ``dev fake-push``
@@ -40,7 +41,18 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dashboard as dashboard_command
-from scheduler.cli import dev, devices, limits, ops, outbox, policies, preview, schedules, worker
+from scheduler.cli import (
+    dev,
+    devices,
+    limits,
+    ops,
+    outbox,
+    policies,
+    preview,
+    schedules,
+    webhooks,
+    worker,
+)
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
 from timezones.errors import InvalidInput, TockworkError
@@ -52,6 +64,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     schedules.register,
     outbox.register,
     devices.register,
+    webhooks.register,
     limits.register,
     policies.register,
     ops.register,

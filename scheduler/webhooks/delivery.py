@@ -53,7 +53,7 @@ import os
 import ssl
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -126,9 +126,30 @@ class _Bucket:
 
 @dataclass
 class _Loop:
+    """What the handler keeps on one event loop: its HTTP client, its database connections,
+    the rate-limit buckets, and the keeper that closes them when the loop shuts down."""
+
     loop: asyncio.AbstractEventLoop
     client: HttpClient
     buckets: dict[int, _Bucket] = field(default_factory=dict)
+    idle: list[psycopg.AsyncConnection[Any]] = field(default_factory=list)
+    keeper: AsyncGenerator[None, None] | None = None
+
+    async def aclose(self) -> None:
+        idle, self.idle = self.idle, []
+        for conn in idle:
+            await conn.close()
+        await self.client.aclose()
+
+
+async def _keeper(state: _Loop) -> AsyncGenerator[None, None]:
+    """Closes ``state`` when its loop shuts down: a worker ends its loop with
+    ``shutdown_asyncgens()``, which closes this generator (a ``run_until_idle`` runs a new
+    loop each time, and sockets must not outlive theirs)."""
+    try:
+        yield
+    finally:
+        await state.aclose()
 
 
 def summary(text: str | bytes | None) -> str | None:
@@ -220,18 +241,17 @@ class WebhookHandler(jobs.BatchHandler):
         self.disable_after = disable_after
         self.ssl_context = ssl_context
         self._loop: _Loop | None = None
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
 
     async def aclose(self) -> None:
-        """Close the handler's connections (database and HTTP)."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
-        if self._loop is not None:
-            await self._loop.client.aclose()
-            self._loop = None
+        """Close the handler's connections (database and HTTP) on the running loop."""
+        state, self._loop = self._loop, None
+        if state is not None:
+            if state.keeper is not None:
+                await state.keeper.aclose()
+            else:
+                await state.aclose()
 
-    def _state(self) -> _Loop:
+    async def _state(self) -> _Loop:
         # Connections and buckets belong to the loop that made them (a new loop: anew).
         loop = asyncio.get_running_loop()
         if self._loop is None or self._loop.loop is not loop:
@@ -242,13 +262,15 @@ class WebhookHandler(jobs.BatchHandler):
                 max_body=self.max_body,
                 ssl_context=self.ssl_context,
             )
-            self._loop = _Loop(loop, client)
-            self._idle = []
+            state = _Loop(loop, client)
+            state.keeper = _keeper(state)
+            await anext(state.keeper)
+            self._loop = state
         return self._loop
 
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        while self._idle:
-            conn = self._idle.pop()
+    async def _connection(self, state: _Loop) -> psycopg.AsyncConnection[Any]:
+        while state.idle:
+            conn = state.idle.pop()
             if not conn.closed and not conn.broken:
                 return conn
         return await psycopg.AsyncConnection.connect(
@@ -256,9 +278,9 @@ class WebhookHandler(jobs.BatchHandler):
         )
 
     async def __call__(self, batch: Batch) -> None:
-        state = self._state()
+        state = await self._state()
         try:
-            conn = await self._connection()
+            conn = await self._connection(state)
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         try:
@@ -267,7 +289,7 @@ class WebhookHandler(jobs.BatchHandler):
             await conn.close()
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         if not conn.closed and not conn.broken:
-            self._idle.append(conn)
+            state.idle.append(conn)
 
     async def _deliver(
         self, conn: psycopg.AsyncConnection[Any], state: _Loop, batch: Batch

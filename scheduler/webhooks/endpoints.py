@@ -479,10 +479,13 @@ def _attempts(endpoint_id: int, *, limit: int = 20) -> Steps[list[DeliveryAttemp
     """An endpoint's most recent delivery attempts, newest first."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
         raise InvalidWebhook("limit", limit, f"must be an integer from 1 to {MAX_LIST}")
-    rows = yield query("webhook_attempt_recent"), {
-        "endpoint_id": check_endpoint_id(endpoint_id),
-        "limit": limit,
-    }
+    rows = yield (
+        query("webhook_attempt_recent"),
+        {
+            "endpoint_id": check_endpoint_id(endpoint_id),
+            "limit": limit,
+        },
+    )
     return [DeliveryAttempt(*row) for row in rows]
 
 

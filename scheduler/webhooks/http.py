@@ -110,21 +110,11 @@ class HttpClient:
     ) -> Response:
         """POST ``body`` to ``url``; the response (any status), or :class:`SendError`."""
         origin = (url.scheme, url.host, url.port)
+        held: list[_Connection] = []  # the connection in use, closed on any failure
+        keep = False
         try:
             async with asyncio.timeout(self.timeout):
-                conn = self._take(origin)
-                reused = conn is not None
-                if conn is None:
-                    conn = await self._open(url)
-                try:
-                    response, keep = await self._exchange(conn, url, headers, body)
-                except (ConnectionError, h11.RemoteProtocolError, asyncio.IncompleteReadError):
-                    conn.close()
-                    if not reused:
-                        raise
-                    # A kept connection the server had closed meanwhile: once more, anew.
-                    conn = await self._open(url)
-                    response, keep = await self._exchange(conn, url, headers, body)
+                response, keep = await self._attempt(origin, url, headers, body, held)
         except TimeoutError:
             raise SendError("timeout", f"no complete response within {self.timeout:g} s") from None
         except SendError:
@@ -133,11 +123,32 @@ class HttpClient:
             raise SendError("connect", f"connection failed: {type(exc).__name__}") from None
         except (h11.ProtocolError, asyncio.IncompleteReadError) as exc:
             raise SendError("protocol", f"malformed response: {type(exc).__name__}") from None
+        finally:
+            if held and not keep:
+                held[-1].close()
         if keep:
-            self._give_back(origin, conn)
-        else:
-            conn.close()
+            self._give_back(origin, held[-1])
         return response
+
+    async def _attempt(
+        self,
+        origin: Origin,
+        url: WebhookUrl,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        held: list[_Connection],
+    ) -> tuple[Response, bool]:
+        conn = self._take(origin)
+        if conn is not None:
+            held.append(conn)
+            try:
+                return await self._exchange(conn, url, headers, body)
+            except (ConnectionError, h11.RemoteProtocolError, asyncio.IncompleteReadError):
+                # A kept connection the server had closed meanwhile: once more, anew.
+                conn.close()
+        conn = await self._open(url)
+        held.append(conn)
+        return await self._exchange(conn, url, headers, body)
 
     def _take(self, origin: Origin) -> _Connection | None:
         conns = self._idle.get(origin)

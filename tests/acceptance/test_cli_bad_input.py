@@ -74,6 +74,14 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork devices list": [],
     "tockwork devices show": ["1"],
     "tockwork devices remove": ["1"],
+    "tockwork webhooks add": ["https://8.8.8.8/hook"],
+    "tockwork webhooks list": [],
+    "tockwork webhooks show": ["1"],
+    "tockwork webhooks disable": ["1"],
+    "tockwork webhooks enable": ["1"],
+    "tockwork webhooks rotate-secret": ["1"],
+    "tockwork webhooks remove": ["1"],
+    "tockwork webhooks redeliver": ["--event", "0193a8e4-0000-7000-8000-000000000000"],
 }
 
 BAD_URLS = [
