@@ -31,7 +31,6 @@ from scheduler.webhooks import (
     add_endpoint,
     enable_endpoint,
     get_endpoint,
-    projection,
     recent_attempts,
     redeliver_event,
     redeliver_failed,
@@ -411,8 +410,11 @@ def test_a_relay_crash_mid_fan_out_doubles_and_loses_nothing(
     events = []
     with psycopg.connect(db_url) as conn:
         for i in range(10):
-            events.append(record(conn, aggregate_type="order", aggregate_id=str(i),
-                                 event_type="order.paid", payload={"i": i}, organization_id=ORG))  # fmt: skip
+            event_id = record(
+                conn, aggregate_type="order", aggregate_id=str(i), event_type="order.paid",
+                payload={"i": i}, organization_id=ORG,
+            )  # fmt: skip
+            events.append(event_id)
     fanout = Fanout(db_url, refresh=timedelta(0))
     built: list[uuid.UUID] = []
 

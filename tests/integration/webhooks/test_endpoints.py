@@ -1,0 +1,214 @@
+"""Webhook endpoints in the database: the API (sync and async forms of one implementation),
+secrets shown once and never again, rotation, bad input as typed errors naming the field, the
+CLI, and the SSRF guard at delivery against the address a name resolves to *then* (DNS
+rebinding: a receiver that the name pointed at later gets nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobs
+from scheduler.errors import InvalidWebhook, WebhookEndpointNotFound
+from scheduler.push.fakes.server import FakeRequest, FakeResponse, FakeServer
+from scheduler.webhooks import (
+    Fanout,
+    WebhookHandler,
+    add_endpoint,
+    add_endpoint_async,
+    disable_endpoint,
+    endpoint_secrets,
+    get_endpoint,
+    get_endpoint_async,
+    list_endpoints,
+    recent_attempts,
+    remove_endpoint,
+    rotate_secret,
+)
+from scheduler.webhooks.signing import generate_secret
+from scheduler.webhooks.ssrf import Guard, networks
+from tests.acceptance.cli_harness import run
+from timezones.errors import InvalidInput
+
+ORG = uuid.UUID("0193a8e4-0000-7000-8000-000000000002")
+PUBLIC = Guard(resolver=lambda host, port: ["93.184.216.34"])
+
+
+def test_add_list_show_disable_remove_and_the_secret_is_shown_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    created = add_endpoint(
+        conn, "https://hooks.example/in", organization_id=ORG, description="billing",
+        event_types=["order.*", "invoice.paid"], rate_limit=50, guard=PUBLIC,
+    )  # fmt: skip
+    conn.commit()
+    assert created.secret.startswith("whsec_") and created.secret not in repr(created)
+    endpoint = created.endpoint
+    assert (endpoint.enabled, endpoint.event_types, endpoint.rate_limit) == (
+        True, ["invoice.paid", "order.*"], 50,
+    )  # fmt: skip
+    assert endpoint.subscribes("order.paid") and not endpoint.subscribes("refund.paid")
+    assert created.secret not in repr(endpoint)
+    assert [e.id for e in list_endpoints(conn, organization_id=ORG)] == [endpoint.id]
+    assert list_endpoints(conn, organization_id=None) == []
+    [info] = endpoint_secrets(conn, endpoint.id)
+    assert info.expires_at is None and created.secret not in repr(info)
+    off = disable_endpoint(conn, endpoint.id, reason="customer asked")
+    assert (off.enabled, off.disabled_reason) == (False, "customer asked")
+    # Disabling twice records one fact.
+    disable_endpoint(conn, endpoint.id)
+    facts = conn.execute(
+        "SELECT payload FROM outbox_events WHERE event_type = 'endpoint.disabled'"
+    ).fetchall()
+    assert [f[0]["reason"] for f in facts] == ["customer asked"]
+    assert list_endpoints(conn, include_disabled=False) == []
+    assert remove_endpoint(conn, endpoint.id) and not remove_endpoint(conn, endpoint.id)
+    assert get_endpoint(conn, endpoint.id) is None
+    with pytest.raises(WebhookEndpointNotFound):
+        disable_endpoint(conn, endpoint.id)
+
+
+def test_rotation_keeps_the_old_secret_for_the_overlap(conn: psycopg.Connection[Any]) -> None:
+    endpoint = add_endpoint(conn, "https://8.8.8.8/h", guard=PUBLIC).endpoint
+    rotated = rotate_secret(conn, endpoint.id, overlap=timedelta(hours=2))
+    assert rotated.secret not in repr(rotated)
+    infos = endpoint_secrets(conn, endpoint.id)
+    assert len(infos) == 2 and infos[0].expires_at == rotated.others_expire_at
+    assert infos[1].expires_at is None
+    rotate_secret(conn, endpoint.id, overlap=timedelta(0))
+    assert len(endpoint_secrets(conn, endpoint.id)) == 1
+
+
+def test_the_async_forms_are_the_same_operations(db_url: str) -> None:
+    async def scenario() -> tuple[Any, Any]:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            created = await add_endpoint_async(aconn, "https://8.8.8.8/a", guard=PUBLIC)
+            return created, await get_endpoint_async(aconn, created.endpoint.id)
+
+    created, read = asyncio.run(scenario())
+    assert read == created.endpoint
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"url": "ftp://8.8.8.8/"}, "url"),
+        ({"url": "https://user:pw@8.8.8.8/"}, "url"),
+        ({"url": "http://127.0.0.1:9/"}, "url"),
+        ({"url": "https://8.8.8.8/", "event_types": ["bad type"]}, "event_types"),
+        ({"url": "https://8.8.8.8/", "event_types": []}, "event_types"),
+        ({"url": "https://8.8.8.8/", "event_types": "order.paid"}, "event_types"),
+        ({"url": "https://8.8.8.8/", "event_types": ["a.*.b"]}, "event_types"),
+        ({"url": "https://8.8.8.8/", "secret": "not-a-secret"}, "secret"),
+        ({"url": "https://8.8.8.8/", "secret": "whsec_c2hvcnQ="}, "secret"),
+        ({"url": "https://8.8.8.8/", "rate_limit": 0}, "rate_limit"),
+        ({"url": "https://8.8.8.8/", "organization_id": "nope"}, "organization_id"),
+        ({"url": "https://8.8.8.8/", "description": "x" * 501}, "description"),
+    ],
+)
+def test_bad_input_is_a_typed_error_naming_the_field_and_writes_nothing(
+    conn: psycopg.Connection[Any], kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidWebhook) as caught:
+        add_endpoint(conn, guard=Guard(), **kwargs)
+    assert isinstance(caught.value, InvalidInput) and caught.value.field == field
+    if field == "secret":
+        assert "not-a-secret" not in str(caught.value)
+    assert conn.execute("SELECT count(*) FROM webhook_endpoints").fetchone() == (0,)
+
+
+def test_a_given_secret_is_kept(conn: psycopg.Connection[Any]) -> None:
+    secret = generate_secret()
+    assert add_endpoint(conn, "https://8.8.8.8/", secret=secret, guard=PUBLIC).secret == secret
+
+
+def test_dns_rebinding_is_refused_at_delivery(db_url: str) -> None:
+    """The name resolved to a public address at registration, and to 127.0.0.1 (where a
+    receiver listens) at delivery: nothing reaches the receiver, the attempt says why."""
+    received: list[FakeRequest] = []
+
+    def receiver(request: FakeRequest) -> FakeResponse:
+        received.append(request)
+        return FakeResponse(200)
+
+    server = FakeServer(receiver).start_in_thread()
+    answers = iter([["93.184.216.34"]])
+
+    def rebinding(host: str, port: int) -> list[str]:
+        return next(answers, ["127.0.0.1"])
+
+    guard = Guard(resolver=rebinding)
+    handler = WebhookHandler(db_url, guard=guard)
+    fanout = Fanout(db_url, refresh=timedelta(0))
+    try:
+        with psycopg.connect(db_url) as conn:
+            endpoint = add_endpoint(
+                conn, f"http://rebind.example:{server.port}/hook", organization_id=ORG, guard=guard
+            ).endpoint
+            jobs.outbox.record(conn, aggregate_type="o", aggregate_id="1", event_type="order.paid",
+                               payload={}, organization_id=ORG)  # fmt: skip
+        projection = jobs.outbox.Projection("webhooks", frozenset({"order.paid"}), fanout)
+        jobs.Relay(db_url, [projection], listen=False).run_until_idle()
+        jobs.Worker(
+            db_url, {"webhook.deliver": handler}, {"webhooks": 2}, listen=False
+        ).run_until_idle()
+        with psycopg.connect(db_url) as conn:
+            [attempt] = recent_attempts(conn, endpoint.id)
+        assert attempt.outcome == "failed" and "refused" in (attempt.error or "")
+        assert "loopback" in (attempt.error or "")
+        assert received == []
+        # The same receiver behind an allow-list is reached: the refusal above was the guard's.
+        allowed = Guard(allow=networks(["127.0.0.1/32"]), resolver=rebinding)
+        assert asyncio.run(_post(allowed, server.url)) == 200
+    finally:
+        server.stop_thread()
+        fanout.close()
+
+
+async def _post(guard: Guard, url: str) -> int:
+    from scheduler.webhooks.http import HttpClient
+    from scheduler.webhooks.ssrf import parse_url
+
+    client = HttpClient(guard)
+    try:
+        return (await client.post(parse_url(url + "/x"), [], b"{}")).status
+    finally:
+        await client.aclose()
+
+
+def test_the_cli_prints_the_secret_once_and_refuses_bad_input(db_url: str) -> None:
+    added = run(["webhooks", "add", "https://8.8.8.8/in", "--org", str(ORG), "--event-type",
+                 "order.*", "--json", "--database-url", db_url])  # fmt: skip
+    assert added.code == 0, added.err
+    view = json.loads(added.out)
+    secret = view["secret"]
+    assert secret.startswith("whsec_")
+    endpoint_id = str(view["id"])
+    for argv in (
+        ["show", endpoint_id],
+        ["show", endpoint_id, "--json"],
+        ["list"],
+        ["list", "--json"],
+    ):
+        shown = run(["webhooks", *argv, "--database-url", db_url])
+        assert shown.code == 0 and secret not in shown.out + shown.err
+        assert "8.8.8.8" in shown.out
+    rotated = run(["webhooks", "rotate-secret", endpoint_id, "--overlap", "60", "--json",
+                   "--database-url", db_url])  # fmt: skip
+    assert rotated.code == 0 and json.loads(rotated.out)["secret"] != secret
+    assert run(["webhooks", "disable", endpoint_id, "--database-url", db_url]).code == 0
+    assert run(["webhooks", "enable", endpoint_id, "--database-url", db_url]).code == 0
+    for bad in (["add", "http://127.0.0.1/x"], ["add", "ftp://8.8.8.8/"],
+                ["add", "https://8.8.8.8/", "--event-type", "no spaces"],
+                ["add", "https://u:p@8.8.8.8/"], ["redeliver"]):  # fmt: skip
+        result = run(["webhooks", *bad, "--database-url", db_url])
+        assert result.code == 2, (bad, result.err)
+        assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+    assert run(["webhooks", "remove", endpoint_id, "--database-url", db_url]).code == 0
+    assert run(["webhooks", "show", endpoint_id, "--database-url", db_url]).code == 1
