@@ -1,21 +1,25 @@
-"""Webhook delivery: the ``webhook.deliver`` batch handler, redelivery, and the worker app.
+"""Webhook delivery: the ``webhook.deliver`` handler, redelivery, and the worker app.
 
-:class:`WebhookHandler` is an ``async`` batch handler: for a batch of delivery jobs it
+:class:`WebhookHandler` is an ``async`` handler of one job: the worker runs as many at once on
+its event loop as the ``webhooks`` queue's concurrency (``--queue webhooks=256``), so one slow
+delivery holds one slot and nothing else. For a delivery it
 
-1. reads, in one short transaction, each endpoint's URL, state, rate limit and the secrets
-   that sign now;
-2. holds the deliveries of a disabled (or removed) endpoint: the job is cancelled and recorded
-   ``held``, and :func:`scheduler.webhooks.enable_endpoint` requeues it; snoozes those beyond
-   an endpoint's rate limit (no attempt used);
-3. sends every other one at once, signed per Standard Webhooks (:mod:`.signing`), through one
+1. reads the endpoint's URL, state, rate limit and the secrets that sign now (kept for
+   ``refresh``, one second by default, and read once for the concurrent deliveries to one
+   endpoint);
+2. holds it if the endpoint is disabled (the job is cancelled and recorded ``held``;
+   :func:`scheduler.webhooks.enable_endpoint` requeues it), or snoozes it beyond the endpoint's
+   rate limit (no attempt used; the limit is per worker process);
+3. sends it signed per Standard Webhooks (:mod:`.signing`) through one
    :class:`~.http.HttpClient` per event loop (keep-alive connections per origin, the SSRF guard
    at each connection, connect and total timeouts, a bounded response body);
-4. writes, in one short transaction, an attempt row per delivery (status, duration, a bounded
-   summary of the response or the error) and each endpoint's health; that statement disables
-   an endpoint that answered 410 Gone, or whose consecutive failures reached
-   ``disable_after_failures`` spanning at least ``disable_after``, and records its
+4. writes an attempt row (status, duration, a bounded summary of the response or the error)
+   and the endpoint's health, in one transaction with the results of the deliveries that
+   finished meanwhile (group commit: a few transactions a second whatever the rate). That
+   statement disables an endpoint that answered 410 Gone, or whose consecutive failures
+   reached ``disable_after_failures`` spanning at least ``disable_after``, and records its
    ``endpoint.disabled`` fact in the same transaction;
-5. sets each job's outcome by the response's class:
+5. ends with the job's outcome by the response's class:
 
 =======================================  ===============================================
 answer                                   outcome
@@ -53,8 +57,8 @@ import os
 import ssl
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -62,7 +66,7 @@ from typing import Any
 import psycopg
 
 import jobs
-from jobs import Batch, Job
+from jobs import Job
 from jobs.internal import steps
 from scheduler.errors import InvalidWebhook
 from scheduler.queries import database_now_steps, query
@@ -71,7 +75,7 @@ from scheduler.webhooks.endpoints import (
     check_endpoint_id,
     disabled_fact_steps,
 )
-from scheduler.webhooks.fanout import JOB_TYPE, QUEUE
+from scheduler.webhooks.fanout import DEFAULT_REFRESH, JOB_TYPE, QUEUE
 from scheduler.webhooks.http import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_MAX_BODY,
@@ -87,7 +91,6 @@ from timezones import Clock
 
 log = logging.getLogger("tockwork.webhooks")
 
-MAX_BATCH = 200
 DEFAULT_BACKOFF = jobs.RetryPolicy(base=timedelta(seconds=5), cap=timedelta(hours=2))
 MAX_RETRY_AFTER = timedelta(hours=1)
 DISABLE_AFTER_FAILURES = 20
@@ -99,10 +102,11 @@ HELD = "endpoint_disabled"  # the cancel reason (error code) of a held delivery
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    url: str
+    url: WebhookUrl
     enabled: bool
     rate_limit: int | None
     keys: tuple[bytes, ...]
+    read_at: float  # time.monotonic() of the read
 
 
 @dataclass(slots=True)
@@ -127,12 +131,19 @@ class _Bucket:
 @dataclass
 class _Loop:
     """What the handler keeps on one event loop: its HTTP client, its database connections,
-    the rate-limit buckets, and the keeper that closes them when the loop shuts down."""
+    the endpoints read lately, the rate-limit buckets, the results waiting to be written, and
+    the keeper that closes it all when the loop shuts down."""
 
     loop: asyncio.AbstractEventLoop
     client: HttpClient
+    connections: asyncio.Semaphore
     buckets: dict[int, _Bucket] = field(default_factory=dict)
     idle: list[psycopg.AsyncConnection[Any]] = field(default_factory=list)
+    targets: dict[int, _Target | None] = field(default_factory=dict)
+    reading: dict[int, asyncio.Future[_Target | None]] = field(default_factory=dict)
+    pending: list[tuple[_Result, asyncio.Future[bool]]] = field(default_factory=list)
+    flushing: bool = False
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
     keeper: AsyncGenerator[None, None] | None = None
 
     async def aclose(self) -> None:
@@ -189,14 +200,16 @@ def body_of(payload: Mapping[str, Any]) -> bytes:
     ).encode()
 
 
-class WebhookHandler(jobs.BatchHandler):
-    """The batch handler of ``webhook.deliver`` jobs (module docstring).
+class WebhookHandler:
+    """The ``async`` handler of ``webhook.deliver`` jobs (module docstring).
 
     ``guard`` (default from the environment: ``TOCKWORK_WEBHOOK_ALLOW``); ``clock`` for the
     signature timestamps and the database writes (default: the system's and the database's);
     ``connect_timeout``, ``timeout`` (seconds) and ``max_body`` (bytes of a response read);
     ``backoff``; ``disable_after_failures`` consecutive failures spanning at least
-    ``disable_after`` disable an endpoint.
+    ``disable_after`` disable an endpoint; ``refresh``: how long an endpoint's state and
+    secrets read for one delivery serve the next ones; ``connections``: database connections
+    at most (the writes of concurrent deliveries share transactions).
     """
 
     def __init__(
@@ -212,9 +225,9 @@ class WebhookHandler(jobs.BatchHandler):
         disable_after_failures: int = DISABLE_AFTER_FAILURES,
         disable_after: timedelta = DISABLE_AFTER,
         ssl_context: ssl.SSLContext | None = None,
-        max_batch: int = MAX_BATCH,
+        refresh: timedelta = DEFAULT_REFRESH,
+        connections: int = 4,
     ) -> None:
-        super().__init__(max_batch=max_batch)
         for name, value in (("connect_timeout", connect_timeout), ("timeout", timeout)):
             if not isinstance(value, int | float) or not 0 < value <= 3600 or math.isnan(value):
                 raise InvalidWebhook(name, value, "must be seconds above 0, at most 3600")
@@ -230,6 +243,10 @@ class WebhookHandler(jobs.BatchHandler):
             )
         if not isinstance(disable_after, timedelta) or disable_after < timedelta(0):
             raise InvalidWebhook("disable_after", disable_after, "must be a timedelta >= 0")
+        if not isinstance(refresh, timedelta) or refresh < timedelta(0):
+            raise InvalidWebhook("refresh", refresh, "must be a timedelta >= 0")
+        if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
+            raise InvalidWebhook("connections", connections, "must be a positive integer")
         self.conninfo = conninfo
         self.guard = guard if guard is not None else Guard.from_env()
         self.clock = clock
@@ -240,7 +257,12 @@ class WebhookHandler(jobs.BatchHandler):
         self.disable_after_failures = disable_after_failures
         self.disable_after = disable_after
         self.ssl_context = ssl_context
+        self.refresh = refresh.total_seconds()
+        self.connections = connections
         self._loop: _Loop | None = None
+
+    def __repr__(self) -> str:
+        return f"WebhookHandler(guard={self.guard!r}, timeout={self.timeout:g})"
 
     async def aclose(self) -> None:
         """Close the handler's connections (database and HTTP) on the running loop."""
@@ -252,7 +274,7 @@ class WebhookHandler(jobs.BatchHandler):
                 await state.aclose()
 
     async def _state(self) -> _Loop:
-        # Connections and buckets belong to the loop that made them (a new loop: anew).
+        # Connections, caches and buckets belong to the loop that made them (a new loop: anew).
         loop = asyncio.get_running_loop()
         if self._loop is None or self._loop.loop is not loop:
             client = HttpClient(
@@ -262,105 +284,105 @@ class WebhookHandler(jobs.BatchHandler):
                 max_body=self.max_body,
                 ssl_context=self.ssl_context,
             )
-            state = _Loop(loop, client)
+            state = _Loop(loop, client, asyncio.Semaphore(self.connections))
             state.keeper = _keeper(state)
             await anext(state.keeper)
             self._loop = state
         return self._loop
 
-    async def _connection(self, state: _Loop) -> psycopg.AsyncConnection[Any]:
-        while state.idle:
-            conn = state.idle.pop()
+    @asynccontextmanager
+    async def _connection(self, state: _Loop) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with state.connections:
+            conn = None
+            while state.idle and conn is None:
+                conn = state.idle.pop()
+                if conn.closed or conn.broken:
+                    conn = None
+            if conn is None:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
+                )
+            try:
+                yield conn
+            except psycopg.OperationalError:
+                await conn.close()
+                raise
             if not conn.closed and not conn.broken:
-                return conn
-        return await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
-        )
+                state.idle.append(conn)
 
-    async def __call__(self, batch: Batch) -> None:
+    async def __call__(self, job: Job) -> None:
         state = await self._state()
+        parsed = _parse(job)
+        if isinstance(parsed, str):
+            raise jobs.PermanentError(parsed, code="bad_payload")
+        endpoint_id, event_id, payload = parsed
         try:
-            conn = await self._connection(state)
+            target = await self._target(state, endpoint_id)
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
-        try:
-            await self._deliver(conn, state, batch)
-        except psycopg.OperationalError as exc:
-            await conn.close()
-            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
-        if not conn.closed and not conn.broken:
-            state.idle.append(conn)
-
-    async def _deliver(
-        self, conn: psycopg.AsyncConnection[Any], state: _Loop, batch: Batch
-    ) -> None:
-        wanted: list[tuple[Job, int, uuid.UUID, Mapping[str, Any]]] = []
-        for job in batch.jobs:
-            parsed = _parse(job)
-            if isinstance(parsed, str):
-                batch.fail(job, parsed, code="bad_payload")
-            else:
-                wanted.append((job, *parsed))
-        if not wanted:
-            return
-        hint = self.clock.now() if self.clock is not None else None
-        ids = sorted({endpoint_id for _, endpoint_id, _, _ in wanted})
-        async with conn.transaction():
-            now = await steps.on_async(conn, database_now_steps(hint))
-            cur = await conn.execute(
-                query("webhook_endpoint_for_delivery"), {"ids": ids, "now": now}
-            )
-            rows = await cur.fetchall()
-        targets = {
-            row[0]: _Target(row[1], row[2], row[3], tuple(secret_key(s) for s in row[4]))
-            for row in rows
-        }
-        results: list[_Result] = []
-        sends: list[tuple[_Result, WebhookUrl, bytes, tuple[bytes, ...]]] = []
-        for job, endpoint_id, event_id, payload in wanted:
-            target = targets.get(endpoint_id)
-            if target is None:
-                batch.cancel(job, "endpoint_removed")
-                continue
-            result = _Result(job, endpoint_id, event_id, "failed")
-            if not target.enabled:
-                result.outcome = "held"
-                result.error = "the endpoint is disabled"
-                results.append(result)
-                continue
+        if target is None:
+            raise jobs.Cancel("the endpoint was removed", code="endpoint_removed")
+        result = _Result(job, endpoint_id, event_id, "failed")
+        if not target.enabled:
+            result.outcome = "held"
+            result.error = "the endpoint is disabled"
+        else:
             wait = _spend(state.buckets, endpoint_id, target.rate_limit)
             if wait > 0:
-                batch.snooze(job, timedelta(seconds=wait))
-                continue
-            results.append(result)
-            if not target.keys:
+                raise jobs.Snooze(timedelta(seconds=wait))
+            if target.keys:
+                await self._send(state.client, result, target, body_of(payload))
+            else:
                 result.error = "the endpoint has no signing secret that signs now"
-                continue
-            sends.append((result, parse_url(target.url), body_of(payload), target.keys))
-        wall = time.time() if self.clock is None else self.clock.now().timestamp()
-        await asyncio.gather(
-            *(
-                self._send(state.client, r, url, body, keys, int(wall))
-                for r, url, body, keys in sends
-            )
-        )
-        if results:
-            disabled = await self._record(conn, results, now)
-            self._outcomes(batch, results, disabled, now)
+        try:
+            disabled = await self._recorded(state, result)
+        except psycopg.OperationalError as exc:
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+        if disabled:
+            state.targets.pop(endpoint_id, None)  # read it anew: it is disabled now
+        self._outcome(result)
+
+    async def _target(self, state: _Loop, endpoint_id: int) -> _Target | None:
+        """The endpoint's URL, state and signing keys, read at most ``refresh`` ago; the reads
+        of concurrent deliveries to one endpoint are one."""
+        cached = state.targets.get(endpoint_id)
+        if cached is not None and time.monotonic() - cached.read_at < self.refresh:
+            return cached
+        waiting = state.reading.get(endpoint_id)
+        if waiting is not None:
+            return await asyncio.shield(waiting)
+        future: asyncio.Future[_Target | None] = state.loop.create_future()
+        state.reading[endpoint_id] = future
+        try:
+            hint = self.clock.now() if self.clock is not None else None
+            async with self._connection(state) as conn:
+                cur = await conn.execute(
+                    query("webhook_endpoint_for_delivery"), {"ids": [endpoint_id], "now": hint}
+                )
+                rows = await cur.fetchall()
+            target = None
+            if rows:
+                _, url, enabled, rate, secrets = rows[0]
+                keys = tuple(secret_key(s) for s in secrets)
+                target = _Target(parse_url(url), enabled, rate, keys, time.monotonic())
+            state.targets[endpoint_id] = target
+            future.set_result(target)
+            return target
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: the waiters re-raise it
+            raise
+        finally:
+            del state.reading[endpoint_id]
 
     async def _send(
-        self,
-        client: HttpClient,
-        result: _Result,
-        url: WebhookUrl,
-        body: bytes,
-        keys: tuple[bytes, ...],
-        timestamp: int,
+        self, client: HttpClient, result: _Result, target: _Target, body: bytes
     ) -> None:
-        headers = signed_headers(keys, str(result.event_id), timestamp, body)
+        wall = time.time() if self.clock is None else self.clock.now().timestamp()
+        headers = signed_headers(target.keys, str(result.event_id), int(wall), body)
         start = time.monotonic()
         try:
-            response = await client.post(url, headers, body)
+            response = await client.post(target.url, headers, body)
         except SendError as exc:
             result.duration_ms = (time.monotonic() - start) * 1000.0
             result.error = f"{exc.kind}: {exc}"
@@ -389,9 +411,43 @@ class WebhookHandler(jobs.BatchHandler):
         else:
             result.error = f"{response.status}"
 
-    async def _record(
-        self, conn: psycopg.AsyncConnection[Any], results: Sequence[_Result], now: datetime
-    ) -> set[int]:
+    async def _recorded(self, state: _Loop, result: _Result) -> bool:
+        """Write ``result`` with those of the deliveries that finished meanwhile, in one
+        transaction (group commit); whether that transaction disabled its endpoint."""
+        future: asyncio.Future[bool] = state.loop.create_future()
+        state.pending.append((result, future))
+        if not state.flushing:
+            await self._flush(state)
+        return await future
+
+    async def _flush(self, state: _Loop) -> None:
+        """Write the pending results, batch after batch, until none is left (one flusher a
+        loop; a flusher cancelled halfway hands what is left to a task of its own)."""
+        state.flushing = True
+        try:
+            while state.pending:
+                taken, state.pending = state.pending, []
+                try:
+                    disabled = await self._record(state, [r for r, _ in taken])
+                except BaseException as exc:
+                    for _, f in taken:
+                        if not f.done():
+                            f.set_exception(exc)
+                            f.exception()  # retrieved: each waiter re-raises it
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for r, f in taken:
+                    if not f.done():
+                        f.set_result(r.endpoint_id in disabled)
+        finally:
+            state.flushing = False
+            if state.pending and not state.loop.is_closed():
+                task = state.loop.create_task(self._flush(state))
+                state.tasks.add(task)
+                task.add_done_callback(state.tasks.discard)
+
+    async def _record(self, state: _Loop, results: Sequence[_Result]) -> set[int]:
         """Attempts and health in one transaction; the endpoints it disabled."""
         health: dict[int, list[int]] = {}  # endpoint -> [succeeded, failures, gone]
         for r in results:
@@ -404,7 +460,9 @@ class WebhookHandler(jobs.BatchHandler):
                 entry[1] += 1
         ids = sorted(i for i, entry in health.items() if any(entry))
         disabled: set[int] = set()
-        async with conn.transaction():
+        hint = self.clock.now() if self.clock is not None else None
+        async with self._connection(state) as conn, conn.transaction():
+            now = await steps.on_async(conn, database_now_steps(hint))
             await conn.execute(
                 query("webhook_attempt_insert"),
                 {
@@ -420,6 +478,8 @@ class WebhookHandler(jobs.BatchHandler):
                     "now": now,
                 },
             )
+            if not ids:
+                return disabled
             cur = await conn.execute(
                 query("webhook_endpoint_record_health"),
                 {
@@ -442,21 +502,18 @@ class WebhookHandler(jobs.BatchHandler):
                 )
         return disabled
 
-    def _outcomes(
-        self, batch: Batch, results: Sequence[_Result], disabled: set[int], now: datetime
-    ) -> None:
-        for r in results:
-            if r.outcome == "delivered":
-                batch.succeed(r.job)
-            elif r.outcome == "held":
-                batch.cancel(r.job, HELD)
-            else:
-                delay = self.backoff.backoff(r.job.attempt)
-                if r.retry_after is not None:
-                    # Retry-After is the least to wait, under a back-off that still grows.
-                    delay = max(r.retry_after, delay)
-                code = "http_" + str(r.status) if r.status is not None else "send"
-                batch.retry(r.job, r.error or "failed", code=code, delay=delay)
+    def _outcome(self, r: _Result) -> None:
+        """Return (delivered) or raise the job's outcome (the table in the module docstring)."""
+        if r.outcome == "delivered":
+            return
+        if r.outcome == "held":
+            raise jobs.Cancel(r.error or "held", code=HELD)
+        delay = self.backoff.backoff(r.job.attempt)
+        if r.retry_after is not None:
+            # Retry-After is the least to wait, under a back-off that still grows.
+            delay = max(r.retry_after, delay)
+        code = "http_" + str(r.status) if r.status is not None else "send"
+        raise jobs.Retry(r.error or "failed", after=delay, code=code)
 
 
 def _spend(buckets: dict[int, _Bucket], endpoint_id: int, rate: int | None) -> float:

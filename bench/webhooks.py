@@ -1,0 +1,354 @@
+"""Outbound webhooks (issue 23): outbox facts to 20 local endpoints, one of them slow.
+
+One throwaway database (``tockwork_webhooks_<pid>``, every component, dropped at the end) and
+one receiver process (``python -m bench.webhooks --receiver``: the fakes' HTTP/1.1 server on
+loopback, one path per endpoint; the slow path answers after ``--slow-latency`` seconds; it
+records each request's path, ``webhook-id`` and arrival time, read back through
+``GET /_receipts``). ``--facts`` facts go round robin to 20 organizations of one endpoint each
+(so ``--facts`` deliveries, a twentieth per endpoint). Phases, in one run:
+
+1. **raw loop**: an asyncio loop with our HTTP client (no database) POSTs the same signed bodies
+   to the same receivers, ``--in-flight`` at once, one path per request as the pipeline would:
+   the HTTP limit of this machine.
+2. **pipeline, all fast**: the facts recorded in one burst (transactions of 500), projected by
+   one relay (``scheduler.webhooks.projection``), delivered by one worker
+   (``scheduler.webhooks.WebhookHandler``, queue ``webhooks`` running ``--slots`` deliveries
+   at once, per-endpoint concurrency ``--per-endpoint``), every endpoint fast.
+3. **pipeline, one slow**: the same with endpoint 19 slow: the fast endpoints' deliveries/s
+   against phase 2 is what the slow one costs them.
+
+Figures: deliveries/s (receipts / (last receipt - first fact)), ours / raw, and for the fast
+endpoints the p50 / p99 fact-to-receipt latency (from the fact's commit to its arrival at the
+receiver; in a burst, this is mostly the backlog's queueing). Targets: ours >= 50% of the raw
+loop; the slow endpoint costs the fast ones under 10%. Figures, not a test: the exit code is 1
+when a target is missed. ``python -m bench.webhooks [--facts N]``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ holds queue.py, which would shadow the standard library's ``queue``: put the
+# repository root first on sys.path instead of this folder.
+_BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH_DIR]
+sys.path.insert(0, str(_BENCH_DIR.parent))
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import urllib.request  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psycopg  # noqa: E402
+
+import jobs  # noqa: E402
+from jobs.outbox import Projections, record  # noqa: E402
+from scheduler.devdb import database_url, throwaway_database  # noqa: E402
+from scheduler.migrations import ALL_COMPONENTS  # noqa: E402
+from scheduler.webhooks import WebhookHandler, add_endpoint, projection  # noqa: E402
+from scheduler.webhooks.delivery import bound_endpoints  # noqa: E402
+from scheduler.webhooks.http import HttpClient  # noqa: E402
+from scheduler.webhooks.signing import headers as signed  # noqa: E402
+from scheduler.webhooks.signing import secret_key  # noqa: E402
+from scheduler.webhooks.ssrf import Guard, networks, parse_url  # noqa: E402
+
+ENDPOINTS = 20
+SLOW = ENDPOINTS - 1
+LOCAL = Guard(allow=networks(["127.0.0.1/32"]))
+
+
+# -- the receiver process ------------------------------------------------------------------
+
+
+def serve(slow_latency: float) -> None:
+    from scheduler.push.fakes.server import FakeRequest, FakeResponse, FakeServer
+
+    receipts: list[tuple[str, str, float]] = []
+    slow_flag = {"on": False}
+
+    async def app(request: FakeRequest) -> FakeResponse:
+        if request.path == "/_receipts":
+            taken = list(receipts)
+            receipts.clear()
+            return FakeResponse.json(200, taken)
+        if request.path.startswith("/_slow/"):
+            slow_flag["on"] = request.path == "/_slow/on"
+            return FakeResponse(200)
+        if request.path == f"/e{SLOW}" and slow_flag["on"]:
+            await asyncio.sleep(slow_latency)
+        receipts.append((request.path, request.headers.get("webhook-id", ""), time.time()))
+        return FakeResponse(200, [("content-type", "application/json")], b'{"ok":true}')
+
+    async def main() -> None:
+        server = FakeServer(app, max_concurrent_streams=10_000)
+        await server.start()
+        print(json.dumps({"port": server.port}), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await server.stop()
+
+    asyncio.run(main())
+
+
+@dataclass
+class Receiver:
+    process: subprocess.Popen[str]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def receipts(self) -> list[tuple[str, str, float]]:
+        return [tuple(r) for r in self.get("/_receipts")]  # type: ignore[misc]
+
+    def slow(self, on: bool) -> None:
+        urllib.request.urlopen(self.url + ("/_slow/on" if on else "/_slow/off"), timeout=30).read()
+
+
+def start_receiver(latency: float) -> Receiver:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.webhooks", "--receiver", "--slow-latency", str(latency)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(_BENCH_DIR.parent),
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    return Receiver(process, json.loads(line)["port"])
+
+
+# -- the phases ----------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    label: str
+    deliveries: int
+    seconds: float
+    fast_per_s: float
+    p50_ms: float | None
+    p99_ms: float | None
+    lost: int
+    doubled: int
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def collect(receiver: Receiver, expected: int, deadline: float) -> list[tuple[str, str, float]]:
+    got: list[tuple[str, str, float]] = []
+    while len(got) < expected and time.monotonic() < deadline:
+        got.extend(receiver.receipts())
+        if len(got) < expected:
+            time.sleep(0.05)
+    return got
+
+
+def summarize(
+    label: str,
+    got: list[tuple[str, str, float]],
+    committed: dict[str, float],
+    start: float,
+    expected: int,
+) -> Phase:
+    ids = [i for _, i, _ in got]
+    doubled = len(ids) - len(set(ids))
+    fast = [(p, i, t) for p, i, t in got if p != f"/e{SLOW}"]
+    end = max((t for _, _, t in got), default=start)
+    fast_end = max((t for _, _, t in fast), default=start)
+    latencies = [(t - committed[i]) * 1000 for _, i, t in fast if i in committed]
+    return Phase(
+        label,
+        len(got),
+        end - start,
+        len(fast) / max(fast_end - start, 1e-9),
+        percentile(latencies, 0.5),
+        percentile(latencies, 0.99),
+        max(expected - len(set(ids)), 0),
+        doubled,
+    )
+
+
+def raw_loop(receiver: Receiver, facts: int, in_flight: int, secret: str) -> Phase:
+    key = secret_key(secret)
+    urls = [parse_url(f"{receiver.url}/e{i}") for i in range(ENDPOINTS)]
+    bodies = [
+        (
+            str(uuid.uuid4()),
+            json.dumps({"type": "order.paid", "timestamp": "x", "data": {"n": n}}).encode(),
+        )
+        for n in range(facts)
+    ]
+    committed = {event_id: 0.0 for event_id, _ in bodies}
+
+    async def run() -> float:
+        client = HttpClient(LOCAL)
+        gate = asyncio.Semaphore(in_flight)
+
+        async def one(n: int) -> None:
+            event_id, body = bodies[n]
+            async with gate:
+                await client.post(
+                    urls[n % ENDPOINTS], signed([key], event_id, int(time.time()), body), body
+                )
+
+        start = time.time()
+        await asyncio.gather(*(one(n) for n in range(facts)))
+        await client.aclose()
+        return start
+
+    start = asyncio.run(run())
+    got = collect(receiver, facts, time.monotonic() + 60)
+    phase = summarize("raw async HTTP loop (no database)", got, committed, start, facts)
+    phase.p50_ms = phase.p99_ms = None
+    return phase
+
+
+def pipeline(
+    url: str, receiver: Receiver, facts: int, args: argparse.Namespace, label: str
+) -> Phase:
+    registry = Projections([projection(["order.paid"], conninfo=url, name="webhooks")])
+    relay = jobs.Relay(url, registry, name="bench-relay")
+    handler = WebhookHandler(url, guard=LOCAL)
+    worker = jobs.Worker(
+        url, {"webhook.deliver": handler}, {"webhooks": args.slots}, name="bench-worker"
+    )
+    relay.start()
+    worker.start()
+    relay.wait_started(30)
+    worker.wait_started(30)
+    committed: dict[str, float] = {}
+    start = time.time()
+    try:
+        with psycopg.connect(url) as conn:
+            for first in range(0, facts, 500):
+                batch = []
+                for n in range(first, min(first + 500, facts)):
+                    batch.append(
+                        record(
+                            conn,
+                            aggregate_type="order",
+                            aggregate_id=str(n),
+                            event_type="order.paid",
+                            payload={"n": n},
+                            organization_id=ORGS[n % ENDPOINTS],
+                        )
+                    )
+                conn.commit()
+                at = time.time()
+                committed.update((str(e), at) for e in batch)
+        got = collect(receiver, facts, time.monotonic() + args.timeout)
+    finally:
+        relay.stop()
+        worker.stop()
+        relay.wait()
+        worker.wait()
+        asyncio.run(handler.aclose())
+    return summarize(label, got, committed, start, facts)
+
+
+ORGS = [uuid.UUID(int=(0x0193A8E4 << 96) | i) for i in range(ENDPOINTS)]
+
+
+def register(url: str, receiver: Receiver) -> str:
+    secret = ""
+    with psycopg.connect(url) as conn:
+        for i in range(ENDPOINTS):
+            created = add_endpoint(
+                conn, f"{receiver.url}/e{i}", organization_id=ORGS[i], guard=LOCAL
+            )
+            secret = created.secret
+    return secret
+
+
+def reset(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("DELETE FROM jobs")
+        conn.execute("DELETE FROM outbox_events")
+        conn.execute("DELETE FROM webhook_attempts")
+
+
+def row(p: Phase, raw: Phase | None) -> str:
+    rate = p.deliveries / max(p.seconds, 1e-9)
+    ratio = f"{rate / (raw.deliveries / max(raw.seconds, 1e-9)):.2f}" if raw else "1.00"
+    p50 = "-" if p.p50_ms is None else f"{p.p50_ms:,.0f}"
+    p99 = "-" if p.p99_ms is None else f"{p.p99_ms:,.0f}"
+    return (
+        f"| {p.label} | {p.deliveries:,} | {p.seconds:.2f} | {rate:,.0f} | {ratio} | "
+        f"{p.fast_per_s:,.0f} | {p50} | {p99} | {p.lost} | {p.doubled} |"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--facts", type=int, default=10_000, help="facts (= deliveries)")
+    parser.add_argument("--slots", type=int, default=128, help="deliveries a worker runs at once")
+    parser.add_argument("--per-endpoint", type=int, default=8, help="in flight per endpoint (8)")
+    parser.add_argument("--in-flight", type=int, default=128, help="raw loop's requests at once")
+    parser.add_argument("--slow-latency", type=float, default=0.25, help="slow endpoint (s)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds a phase may take")
+    parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receiver:
+        serve(args.slow_latency)
+        return 0
+    receiver = start_receiver(args.slow_latency)
+    try:
+        with throwaway_database(
+            database_url(), f"tockwork_webhooks_{os.getpid()}", components=ALL_COMPONENTS
+        ) as url:
+            secret = register(url, receiver)
+            bound_endpoints(url, args.per_endpoint)
+            raw = raw_loop(receiver, args.facts, args.in_flight, secret)
+            fast = pipeline(url, receiver, args.facts, args, "pipeline, 20 fast endpoints")
+            reset(url)
+            receiver.slow(True)
+            slow = pipeline(url, receiver, args.facts, args, f"pipeline, endpoint {SLOW} slow")
+    finally:
+        receiver.process.send_signal(signal.SIGTERM)
+        receiver.process.wait(10)
+    ours = fast.deliveries / max(fast.seconds, 1e-9)
+    base = raw.deliveries / max(raw.seconds, 1e-9)
+    cost = 1 - slow.fast_per_s / max(fast.fast_per_s, 1e-9)
+    print(
+        f"\nwebhooks: {args.facts:,} facts to {ENDPOINTS} endpoints (one per organization), "
+        f"worker {args.slots} deliveries at once, {args.per_endpoint} in flight per endpoint, "
+        f"slow endpoint {args.slow_latency:g} s, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"
+    )
+    print(
+        "| phase | deliveries | seconds | deliveries/s | ours / raw | fast endpoints/s | "
+        "p50 fact-to-receipt ms | p99 ms | lost | doubled |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for phase in (raw, fast, slow):
+        print(row(phase, raw if phase is not raw else None))
+    print(
+        f"\nours / raw loop: {ours / base:.2f} (target >= 0.50); the slow endpoint costs the "
+        f"fast ones {cost * 100:.1f}% (target < 10%)"
+    )
+    ok = ours / base >= 0.5 and cost < 0.10 and not (fast.lost or slow.lost)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
