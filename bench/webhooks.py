@@ -115,7 +115,7 @@ class Receiver:
             return json.loads(response.read() or b"null")
 
     def receipts(self) -> list[tuple[str, str, float]]:
-        return [tuple(r) for r in self.get("/_receipts")]  # type: ignore[misc]
+        return [(str(p), str(i), float(t)) for p, i, t in self.get("/_receipts")]
 
     def slow(self, on: bool) -> None:
         urllib.request.urlopen(self.url + ("/_slow/on" if on else "/_slow/off"), timeout=30).read()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import h11
 
+from scheduler.errors import SchedulerError
 from scheduler.webhooks.ssrf import Guard, WebhookUrl
 
 USER_AGENT = "tockwork-webhooks/1"
@@ -52,7 +53,7 @@ class Response:
         return None
 
 
-class SendError(Exception):
+class SendError(SchedulerError):
     """A request that got no HTTP response: ``kind`` is ``refused`` (the SSRF guard),
     ``resolve``, ``connect``, ``connect_timeout``, ``timeout`` or ``protocol``."""
 
