@@ -11,9 +11,9 @@ records each request's path, ``webhook-id`` and arrival time, read back through
    to the same receivers, ``--in-flight`` at once, one path per request as the pipeline would:
    the HTTP limit of this machine.
 2. **pipeline, all fast**: the facts recorded in one burst (transactions of 500), projected by
-   one relay (``scheduler.webhooks.projection``), delivered by one worker
-   (``scheduler.webhooks.WebhookHandler``, queue ``webhooks`` running ``--slots`` deliveries
-   at once, per-endpoint concurrency ``--per-endpoint``), every endpoint fast.
+   one ``tockwork relay`` process (``scheduler.webhooks.projection``), delivered by one
+   ``tockwork worker --app scheduler.webhooks:app --queue webhooks=<--slots>`` process
+   (per-endpoint concurrency ``--per-endpoint``), every endpoint fast.
 3. **pipeline, one slow**: the same with endpoint 19 slow: the fast endpoints' deliveries/s
    against phase 2 is what the slow one costs them.
 
@@ -41,6 +41,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 import uuid  # noqa: E402
@@ -50,16 +51,16 @@ from typing import Any  # noqa: E402
 
 import psycopg  # noqa: E402
 
-import jobs  # noqa: E402
 from jobs.outbox import Projections, record  # noqa: E402
 from scheduler.devdb import database_url, throwaway_database  # noqa: E402
 from scheduler.migrations import ALL_COMPONENTS  # noqa: E402
-from scheduler.webhooks import WebhookHandler, add_endpoint, projection  # noqa: E402
+from scheduler.webhooks import add_endpoint, projection  # noqa: E402
 from scheduler.webhooks.delivery import bound_endpoints  # noqa: E402
 from scheduler.webhooks.http import HttpClient  # noqa: E402
 from scheduler.webhooks.signing import headers as signed  # noqa: E402
 from scheduler.webhooks.signing import secret_key  # noqa: E402
 from scheduler.webhooks.ssrf import Guard, networks, parse_url  # noqa: E402
+from tests.processes import LoggedProcess, tockwork_argv  # noqa: E402
 
 ENDPOINTS = 20
 SLOW = ENDPOINTS - 1
@@ -224,22 +225,39 @@ def raw_loop(receiver: Receiver, facts: int, in_flight: int, secret: str) -> Pha
     return phase
 
 
+# What ``tockwork relay --app bench.webhooks:PROJECTIONS`` projects (DATABASE_URL: the
+# relay's --database-url, which the CLI exports).
+PROJECTIONS = Projections([projection(["order.paid"], name="webhooks")])
+
+
 def pipeline(
-    url: str, receiver: Receiver, facts: int, args: argparse.Namespace, label: str
+    url: str, receiver: Receiver, facts: int, args: argparse.Namespace, label: str, logs: str
 ) -> Phase:
-    registry = Projections([projection(["order.paid"], conninfo=url, name="webhooks")])
-    relay = jobs.Relay(url, registry, name="bench-relay")
-    handler = WebhookHandler(url, guard=LOCAL)
-    worker = jobs.Worker(
-        url, {"webhook.deliver": handler}, {"webhooks": args.slots}, name="bench-worker"
-    )
+    """One relay and one worker as real processes (the user's commands); the facts recorded
+    here in one burst."""
+    env = {
+        "TOCKWORK_WEBHOOK_ALLOW": "127.0.0.1/32",
+        "TOCKWORK_WEBHOOK_PER_ENDPOINT": str(args.per_endpoint),
+        "DATABASE_URL": url,
+    }
+    relay = LoggedProcess(
+        f"relay-{label[:4]}", tockwork_argv(url, "relay", "--app", "bench.webhooks:PROJECTIONS"),
+        logs, env,
+    )  # fmt: skip
+    worker = LoggedProcess(
+        f"worker-{label[:4]}",
+        tockwork_argv(url, "worker", "--app", "scheduler.webhooks:app", "--queue",
+                      f"webhooks={args.slots}"),
+        logs,
+        env,
+    )  # fmt: skip
+    committed: dict[str, float] = {}
     relay.start()
     worker.start()
-    relay.wait_started(30)
-    worker.wait_started(30)
-    committed: dict[str, float] = {}
-    start = time.time()
     try:
+        relay.wait_started()
+        worker.wait_started()
+        start = time.time()
         with psycopg.connect(url) as conn:
             for first in range(0, facts, 500):
                 batch = []
@@ -259,11 +277,9 @@ def pipeline(
                 committed.update((str(e), at) for e in batch)
         got = collect(receiver, facts, time.monotonic() + args.timeout)
     finally:
-        relay.stop()
-        worker.stop()
-        relay.wait()
-        worker.wait()
-        asyncio.run(handler.aclose())
+        for process in (relay, worker):
+            if process.alive():
+                process.terminate()
     return summarize(label, got, committed, start, facts)
 
 
@@ -320,10 +336,15 @@ def main() -> int:
             secret = register(url, receiver)
             bound_endpoints(url, args.per_endpoint)
             raw = raw_loop(receiver, args.facts, args.in_flight, secret)
-            fast = pipeline(url, receiver, args.facts, args, "pipeline, 20 fast endpoints")
-            reset(url)
-            receiver.slow(True)
-            slow = pipeline(url, receiver, args.facts, args, f"pipeline, endpoint {SLOW} slow")
+            with tempfile.TemporaryDirectory() as logs:
+                fast = pipeline(
+                    url, receiver, args.facts, args, "pipeline, 20 fast endpoints", logs
+                )
+                reset(url)
+                receiver.slow(True)
+                slow = pipeline(
+                    url, receiver, args.facts, args, f"pipeline, endpoint {SLOW} slow", logs
+                )
     finally:
         receiver.process.send_signal(signal.SIGTERM)
         receiver.process.wait(10)
@@ -333,7 +354,8 @@ def main() -> int:
     print(
         f"\nwebhooks: {args.facts:,} facts to {ENDPOINTS} endpoints (one per organization), "
         f"worker {args.slots} deliveries at once, {args.per_endpoint} in flight per endpoint, "
-        f"slow endpoint {args.slow_latency:g} s, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"
+        f"slow endpoint {args.slow_latency:g} s, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n"
     )
     print(
         "| phase | deliveries | seconds | deliveries/s | ours / raw | fast endpoints/s | "

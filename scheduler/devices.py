@@ -70,6 +70,8 @@ class _AllOrganizations:
 
 
 _UNSET: Any = _AllOrganizations()
+# The same default for the other registries' list filters (scheduler.webhooks.endpoints).
+EVERY_ORGANIZATION: Any = _UNSET
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ import jobs
 from jobs.internal import Steps, forms, steps
 from jobs.internal import validate as job_validate
 from jobs.outbox import record_steps
+from scheduler.devices import EVERY_ORGANIZATION
 from scheduler.errors import InvalidWebhook, WebhookEndpointNotFound
 from scheduler.queries import database_now_steps, query
 from scheduler.webhooks.signing import check_secret, generate_secret
@@ -58,12 +59,7 @@ _ID_MAX = 2**63 - 1
 EVENT_TYPE = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(\.\*)?$")
 
 
-class _AllOrganizations:
-    def __repr__(self) -> str:
-        return "<every organization>"
-
-
-_UNSET: Any = _AllOrganizations()
+_UNSET: Any = EVERY_ORGANIZATION
 
 
 @dataclass(frozen=True, slots=True)

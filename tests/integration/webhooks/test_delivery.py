@@ -11,7 +11,9 @@ retry comes due when the test advances it (no sleeping); the signatures carry th
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,12 +168,14 @@ def verify(secret: str, request: FakeRequest) -> Any:
 
 
 def test_signed_requests_verify_with_the_reference_library_through_a_rotation(
-    pipeline: Pipeline, receiver: tuple[Receiver, FakeServer]
+    pipeline: Pipeline, receiver: tuple[Receiver, FakeServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     app, server = receiver
     endpoint_id, old = endpoint(pipeline.db_url, server, "/ok")
     first = pipeline.fact(data={"amount": 12, "note": "héllo"})
+    caplog.set_level(logging.DEBUG)
     pipeline.run()
+    assert caplog.records and old not in caplog.text  # the secret is never logged
     [request] = app.to("/ok")
     body = verify(old, request)
     assert body["type"] == "order.paid" and body["data"] == {"amount": 12, "note": "héllo"}
@@ -448,3 +452,59 @@ def test_a_relay_crash_mid_fan_out_doubles_and_loses_nothing(
     fanout.close()
     assert len(rows) == 30 and all(count == 1 for _, count in rows)
     assert {key.split(":")[1] for key, _ in rows} == {str(e) for e in events}
+
+
+def test_a_stuck_endpoint_takes_only_its_own_slots(db_url: str) -> None:
+    """The ``webhooks`` queue runs 4 deliveries at once, and the per-endpoint limit is 2: with
+    one endpoint that answers nothing until the test says so, every delivery to the other
+    endpoint arrives meanwhile. Without the per-key limit, the stuck endpoint's 10 jobs would
+    take all 4 slots and nothing else would arrive (the wait below would run out)."""
+    release = threading.Event()
+    lock = threading.Lock()
+    arrived: list[str] = []
+
+    async def app(request: FakeRequest) -> FakeResponse:
+        with lock:
+            arrived.append(request.path)
+        if request.path == "/stuck":
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 30)
+        return FakeResponse(204)
+
+    server = FakeServer(app).start_in_thread()
+    handler = WebhookHandler(db_url, guard=LOCAL, timeout=60.0)
+    fanout = Fanout(db_url, refresh=timedelta(0))
+    worker = jobs.Worker(db_url, {"webhook.deliver": handler}, {"webhooks": 4}, listen=False,
+                         poll_interval=timedelta(milliseconds=50))  # fmt: skip
+    try:
+        with psycopg.connect(db_url) as conn:
+            jobs.set_queue_policy(conn, "webhooks", concurrency_per_key=2)
+            stuck = add_endpoint(conn, server.url + "/stuck", organization_id=ORG, guard=LOCAL,
+                                 event_types=["order.paid"])  # fmt: skip
+            fast = add_endpoint(conn, server.url + "/fast", organization_id=ORG, guard=LOCAL,
+                                event_types=["order.refunded"])  # fmt: skip
+            for i in range(10):
+                record(conn, aggregate_type="order", aggregate_id=f"s{i}",
+                       event_type="order.paid", payload={}, organization_id=ORG)  # fmt: skip
+            for i in range(20):
+                record(conn, aggregate_type="order", aggregate_id=f"f{i}",
+                       event_type="order.refunded", payload={}, organization_id=ORG)  # fmt: skip
+        project = jobs.outbox.Projection("webhooks", frozenset({"order.paid", "order.refunded"}),
+                                         fanout)  # fmt: skip
+        jobs.Relay(db_url, [project], listen=False).run_until_idle()
+        worker.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with lock:
+                if arrived.count("/fast") == 20:
+                    break
+            time.sleep(0.02)
+        with lock:
+            assert arrived.count("/fast") == 20
+            assert 1 <= arrived.count("/stuck") <= 2  # at most the per-key limit in flight
+        assert fast.endpoint.id != stuck.endpoint.id
+    finally:
+        release.set()
+        worker.stop()
+        worker.wait(60)
+        server.stop_thread()
+        fanout.close()
