@@ -7,8 +7,9 @@ definition key               rule (UTC)            what the job does
                                                    workers' reapers do it too; this covers a
                                                    fleet with no worker running)
 ``tockwork.retention``       ``cron:17 3 * * *``   deletes succeeded and cancelled jobs, attempt
-                                                   history, effect records, schedule skips and
-                                                   processed outbox events older than their age
+                                                   history, effect records, schedule skips,
+                                                   webhook attempts and processed outbox events
+                                                   older than their age
 ``tockwork.tzdb_recompute``  ``cron:7 * * * *``    recomputes schedules computed with another
                                                    tz database version
 ``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
@@ -55,6 +56,7 @@ DEFAULT_AGES = {
     "effects_days": 30,
     "skips_days": 30,
     "outbox_days": 7,
+    "webhook_attempts_days": 30,
 }
 
 
@@ -94,14 +96,13 @@ def _days(name: str, days: Any) -> timedelta:
     return timedelta(days=days)
 
 
-def _delete_skips(conn: psycopg.Connection[Any], before: datetime) -> int:
-    """The scheduler's own table: bounded deletes until one deletes less than a batch."""
+def _delete_before(conn: psycopg.Connection[Any], name: str, before: datetime) -> int:
+    """One of the scheduler's own tables (``name`` deletes one batch): bounded deletes until
+    one deletes less than a batch."""
     total = 0
     while True:
         with conn.transaction():
-            deleted = conn.execute(
-                query("schedule_skip_delete_before"), {"before": before, "limit": BATCH}
-            ).rowcount
+            deleted = conn.execute(query(name), {"before": before, "limit": BATCH}).rowcount
         total += max(deleted, 0)
         if deleted < BATCH:
             return total
@@ -115,7 +116,8 @@ def retention(
 ) -> dict[str, int]:
     """Delete what is older than its age, in bounded batches; returns counts per kind.
 
-    The queue's tables are cleaned by :func:`jobs.maintenance.clean`; the schedule skips here.
+    The queue's tables are cleaned by :func:`jobs.maintenance.clean`; the schedule skips and
+    the webhook attempts (``webhook_attempts_days``, default 30) here.
     Every age is checked before anything is deleted. ``conn`` must not be inside a transaction
     (each batch commits).
     """
@@ -136,8 +138,13 @@ def retention(
         "jobs": queue["jobs"],
         "attempts": queue["attempts"],
         "effects": queue["effects"],
-        "skips": _delete_skips(conn, skips_before),
+        "skips": _delete_before(conn, "schedule_skip_delete_before", skips_before),
         "outbox": queue["outbox"],
+        "webhook_attempts": _delete_before(
+            conn,
+            "webhook_attempt_delete_before",
+            at - _days("webhook_attempts_days", settings["webhook_attempts_days"]),
+        ),
     }
     log.info("retention: deleted %s", counts)
     return counts

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 
@@ -52,6 +53,9 @@ def load_projections(spec: str) -> Projections:
 def cmd_relay(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url, args)
+    # Projections that open their own connections (scheduler.webhooks.projection) find the
+    # relay's database here, also when the app is loaded (so: before loading it), as a worker's do.
+    os.environ["DATABASE_URL"] = url
     if args.lease <= args.poll_interval:
         raise InputError("--lease must be longer than --poll")
     projections = load_projections(args.app)

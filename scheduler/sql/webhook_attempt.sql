@@ -44,3 +44,13 @@ FROM webhook_attempts
 WHERE event_id = %(event_id)s::uuid
   AND (%(endpoint_id)s::bigint IS NULL OR endpoint_id = %(endpoint_id)s::bigint)
 ORDER BY endpoint_id, id DESC;
+
+-- name: webhook_attempt_delete_before
+-- Retention (scheduler/maintenance.py): one bounded batch of attempts made before the before
+-- parameter. A held attempt is kept while it is held (enabling the endpoint requeues its job).
+WITH doomed AS (
+    SELECT id FROM webhook_attempts
+    WHERE attempted_at < %(before)s AND outcome <> 'held'
+    LIMIT %(limit)s
+)
+DELETE FROM webhook_attempts WHERE id IN (SELECT id FROM doomed);

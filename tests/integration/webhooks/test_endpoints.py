@@ -212,3 +212,19 @@ def test_the_cli_prints_the_secret_once_and_refuses_bad_input(db_url: str) -> No
         assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
     assert run(["webhooks", "remove", endpoint_id, "--database-url", db_url]).code == 0
     assert run(["webhooks", "show", endpoint_id, "--database-url", db_url]).code == 1
+
+
+def test_retention_deletes_old_attempts_but_keeps_held_ones(db_url: str) -> None:
+    from scheduler import maintenance
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        endpoint = add_endpoint(conn, "https://8.8.8.8/", guard=PUBLIC).endpoint
+        for job_id, outcome in enumerate(("delivered", "failed", "held"), start=1):
+            conn.execute(
+                "INSERT INTO webhook_attempts (endpoint_id, event_id, job_id, attempt, "
+                "attempted_at, outcome) VALUES (%s, %s, %s, 1, now() - interval '40 days', %s)",
+                (endpoint.id, uuid.uuid4(), job_id, outcome),
+            )
+        counts = maintenance.retention(conn)
+        assert counts["webhook_attempts"] == 2
+        assert [a.outcome for a in recent_attempts(conn, endpoint.id)] == ["held"]
