@@ -49,7 +49,7 @@ from scheduler.dashboard.auth import (
 )
 from scheduler.dashboard.db import ConnectionPool
 from scheduler.dashboard.params import Params, id_list
-from scheduler.errors import ScheduleNotFound, SchedulerError
+from scheduler.errors import ScheduleNotFound, SchedulerError, WebhookEndpointNotFound
 from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
 from timezones.errors import InvalidInput
 
@@ -685,6 +685,45 @@ async def outbox_retry(request: Request) -> Response:
     return RedirectResponse(f"{_base(request)}/outbox?done={n}", status_code=303)
 
 
+async def webhooks_page(request: Request) -> Response:
+    p = Params(request.query_params, ["after"])
+    data = await _db(request, views.webhooks, p.integer("after", low=0))
+    return _page(request, "webhooks.html", {"data": data})
+
+
+def _endpoint_id(request: Request) -> int:
+    raw = request.path_params["endpoint_id"]
+    return Params({"endpoint_id": raw}, ["endpoint_id"]).integer("endpoint_id") or 0
+
+
+async def webhook_page(request: Request) -> Response:
+    p = Params(request.query_params, ["done"])
+    done = p.integer("done", low=0)
+    state = _state(request)
+    detail = await _db(request, views.webhook_detail, _endpoint_id(request), state.sql_now())
+    return _page(request, "webhook.html", {**detail, "done": done})
+
+
+async def webhook_action(request: Request) -> Response:
+    form = await _action_form(request)
+    endpoint_id = _endpoint_id(request)
+    action = request.url.path.rsplit("/", 1)[-1]
+    since = None
+    if action == "redeliver":
+        since = Params({"since": _form_text(form, "since")}, ["since"]).instant("since")
+    state = _state(request)
+    n = await _db(
+        request,
+        views.webhook_action,
+        endpoint_id,
+        action,
+        since=since,
+        actor=_principal(request).actor,
+        now=state.sql_now(),
+    )
+    return RedirectResponse(f"{_base(request)}/webhooks/{endpoint_id}?done={n}", status_code=303)
+
+
 # -- JSON API -----------------------------------------------------------------------------------
 
 
@@ -857,6 +896,11 @@ def create_app(
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id}", job_page),
         Route("/dead", dead_page),
+        Route("/webhooks", webhooks_page),
+        Route("/webhooks/{endpoint_id}", webhook_page),
+        Route("/webhooks/{endpoint_id}/disable", webhook_action, methods=["POST"]),
+        Route("/webhooks/{endpoint_id}/enable", webhook_action, methods=["POST"]),
+        Route("/webhooks/{endpoint_id}/redeliver", webhook_action, methods=["POST"]),
         Route("/dead/confirm", dead_confirm, methods=["POST"]),
         Route("/dead/apply", dead_apply, methods=["POST"]),
         Route("/schedules", schedules_page),
@@ -879,6 +923,7 @@ def create_app(
         InvalidInput: _invalid,
         JobNotFound: _not_found,
         ScheduleNotFound: _not_found,
+        WebhookEndpointNotFound: _not_found,
         Forbidden: _forbidden,
         HTTPException: _http,
     }

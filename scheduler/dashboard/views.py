@@ -24,9 +24,12 @@ import jobs
 import timezones
 from jobs import outbox
 from scheduler import schedules as schedule_api
+from scheduler.errors import WebhookEndpointNotFound
 from scheduler.health import scheduler_lag
 from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.queries import query
+from scheduler.webhooks import delivery as webhook_delivery
+from scheduler.webhooks import endpoints as webhook_api
 from timezones.errors import InvalidInput
 
 COUNT_CAP = 10_000
@@ -655,3 +658,85 @@ def retry_outbox(
         selection: dict[str, Any] = {"ids": [str(i) for i in ids]} if ids else {"all": True}
         audit(conn, actor, "outbox_retry", selection, len(done), now)
     return len(done)
+
+
+# -- webhooks ---------------------------------------------------------------------------------
+
+WEBHOOK_PAGE = 200
+WEBHOOK_ACTIONS = ("disable", "enable", "redeliver")
+
+
+def _endpoint_view(endpoint: webhook_api.Endpoint) -> dict[str, Any]:
+    """What the pages show of an endpoint: never a secret (an Endpoint holds none)."""
+    return {
+        "id": endpoint.id,
+        "organization_id": endpoint.organization_id,
+        "url": endpoint.url,
+        "description": endpoint.description,
+        "event_types": ", ".join(endpoint.event_types) if endpoint.event_types else "all",
+        "rate_limit": endpoint.rate_limit,
+        "enabled": endpoint.enabled,
+        "disabled_at": endpoint.disabled_at,
+        "disabled_reason": endpoint.disabled_reason,
+        "consecutive_failures": endpoint.consecutive_failures,
+        "failing_since": endpoint.failing_since,
+        "last_success_at": endpoint.last_success_at,
+        "last_failure_at": endpoint.last_failure_at,
+    }
+
+
+def webhooks(conn: psycopg.Connection[Any], after: int | None) -> dict[str, Any]:
+    """The endpoints page: every endpoint with its health, a page at a time."""
+    items = webhook_api.list_endpoints(conn, after=after, limit=WEBHOOK_PAGE)
+    return {
+        "endpoints": [_endpoint_view(e) for e in items],
+        "next_after": items[-1].id if len(items) == WEBHOOK_PAGE else None,
+    }
+
+
+def webhook_detail(
+    conn: psycopg.Connection[Any], endpoint_id: int, now: datetime | None
+) -> dict[str, Any]:
+    """One endpoint: its health, when its secrets stop signing, its recent attempts."""
+    endpoint = webhook_api.get_endpoint(conn, endpoint_id)
+    if endpoint is None:
+        raise WebhookEndpointNotFound(endpoint_id)
+    return {
+        "endpoint": _endpoint_view(endpoint),
+        "secrets": webhook_api.endpoint_secrets(conn, endpoint_id, now=now),
+        "attempts": webhook_api.recent_attempts(conn, endpoint_id, limit=50),
+        "audit": recent_audit(conn),
+    }
+
+
+def webhook_action(
+    conn: psycopg.Connection[Any],
+    endpoint_id: int,
+    action: str,
+    *,
+    since: datetime | None,
+    actor: str,
+    now: datetime | None,
+) -> int:
+    """Disable, enable, or requeue the failed deliveries since a time, audited in the same
+    transaction; how many deliveries it requeued (1 for a state change)."""
+    if action not in WEBHOOK_ACTIONS:
+        raise InvalidInput("action", action, f"must be one of {list(WEBHOOK_ACTIONS)}")
+    with conn.transaction():
+        if webhook_api.get_endpoint(conn, endpoint_id) is None:
+            raise WebhookEndpointNotFound(endpoint_id)
+        selection: dict[str, Any] = {"endpoint_id": endpoint_id}
+        if action == "disable":
+            webhook_api.disable_endpoint(conn, endpoint_id, reason=f"disabled by {actor}", now=now)
+            affected = 1
+        elif action == "enable":
+            affected = len(webhook_api.enable_endpoint(conn, endpoint_id, now=now).requeued)
+        else:
+            if since is None:
+                raise InvalidInput("since", None, "give the time to requeue failures from")
+            selection["since"] = since.isoformat()
+            affected = len(
+                webhook_delivery.redeliver_failed(conn, endpoint_id, since=since, now=now)
+            )
+        audit(conn, actor, f"webhook_{action}", selection, affected, now)
+    return affected

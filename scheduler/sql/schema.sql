@@ -92,7 +92,8 @@ CREATE TABLE dashboard_audit (
     affected integer NOT NULL,
     CONSTRAINT dashboard_audit_actor_check CHECK (length(actor) BETWEEN 1 AND 200),
     CONSTRAINT dashboard_audit_action_check CHECK (
-        action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry')
+        action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry', 'webhook_disable',
+                   'webhook_enable', 'webhook_redeliver')
     ),
     CONSTRAINT dashboard_audit_affected_check CHECK (affected >= 0)
 );

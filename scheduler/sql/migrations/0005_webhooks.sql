@@ -66,3 +66,10 @@ CREATE TABLE webhook_attempts (
 );
 CREATE INDEX webhook_attempts_endpoint_idx ON webhook_attempts (endpoint_id, attempted_at);
 CREATE INDEX webhook_attempts_event_idx ON webhook_attempts (event_id);
+
+-- The dashboard's webhook actions are audited like its others.
+ALTER TABLE dashboard_audit DROP CONSTRAINT dashboard_audit_action_check;
+ALTER TABLE dashboard_audit ADD CONSTRAINT dashboard_audit_action_check CHECK (
+    action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry', 'webhook_disable',
+               'webhook_enable', 'webhook_redeliver')
+);
