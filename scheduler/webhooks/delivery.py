@@ -369,8 +369,7 @@ class WebhookHandler:
             future.set_result(target)
             return target
         except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: the waiters re-raise it
+            _fail(future, exc)
             raise
         finally:
             del state.reading[endpoint_id]
@@ -431,9 +430,7 @@ class WebhookHandler:
                     disabled = await self._record(state, [r for r, _ in taken])
                 except BaseException as exc:
                     for _, f in taken:
-                        if not f.done():
-                            f.set_exception(exc)
-                            f.exception()  # retrieved: each waiter re-raises it
+                        _fail(f, exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
@@ -514,6 +511,17 @@ class WebhookHandler:
             delay = max(r.retry_after, delay)
         code = "http_" + str(r.status) if r.status is not None else "send"
         raise jobs.Retry(r.error or "failed", after=delay, code=code)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Hand ``exc`` to a future's waiters (a cancellation cancels it)."""
+    if future.done():
+        return
+    if isinstance(exc, asyncio.CancelledError):
+        future.cancel()
+        return
+    future.set_exception(exc)
+    future.exception()  # retrieved here: each waiter re-raises it
 
 
 def _spend(buckets: dict[int, _Bucket], endpoint_id: int, rate: int | None) -> float:

@@ -248,7 +248,8 @@ def _add(
     ``url`` is checked by ``guard`` (default: :meth:`Guard.from_env`): http or https, no
     credentials, and a host none of whose addresses is internal (:mod:`.ssrf`); a refused URL
     raises :class:`scheduler.errors.UnsafeWebhookUrl`. ``secret`` (``whsec_`` + base64 of 24 to
-    64 bytes) is made when not given. Runs in the caller's transaction.
+    64 bytes) is made when not given. Runs in the caller's transaction. The guard resolves the
+    URL's host with the system's resolver, a blocking call (in the async form too).
     """
     params = {
         "organization_id": check_organization_id(organization_id),
