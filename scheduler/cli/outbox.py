@@ -22,6 +22,7 @@ from scheduler.cli.common import (
     connect,
     connect_kwargs,
     database_arg,
+    ensure_schema,
     event_id,
     import_attribute,
     listen_url,
@@ -63,12 +64,14 @@ def cmd_relay(args: argparse.Namespace) -> int:
     if args.lease <= args.poll_interval:
         raise InputError("--lease must be longer than --poll")
     projections = load_projections(args.app)
+    kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
+    ensure_schema(url, apply=False)
     relay = Relay(
         url,
         projections,
         config=config_from_args(RelayConfig, args),
         name=args.name,
-        connect_kwargs=connect_kwargs(args),
+        connect_kwargs=kwargs,
         pooler=pooler(args),
         listen_conninfo=listen_url(args),
     )

@@ -80,7 +80,7 @@ def load_app(spec: str) -> Mapping[str, jobs.Handler]:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     components = (*COMPONENTS, *(OPTIONAL[name] for name in args.with_components or ()))
-    with connect(args) as conn:
+    with connect(args, schema=False) as conn:
         applied = migrate(conn, components)
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0

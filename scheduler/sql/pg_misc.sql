@@ -39,5 +39,6 @@ COMMENT ON DATABASE {} IS {}
 
 -- name: pg_maintenance_sync_lock
 -- Serializes the sync of the built-in maintenance definitions for the transaction: every
--- scheduler replica syncs them when it starts, and two at once would both create a key.
-SELECT pg_advisory_xact_lock(hashtext('tockwork.maintenance_sync'));
+-- scheduler replica syncs them when it starts, and two at once would both create a key. The
+-- class is Tockwork's own ('tock', as the migrations' lock, object 1); this is object 2.
+SELECT pg_advisory_xact_lock(1953457003, 2);
