@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 
-.PHONY: demo demo-queue test test-slow chaos lint typecheck bench bench-peers bench-delivery bench-smoke db-url db-stop clean
+.PHONY: demo demo-queue test test-slow test-install dist chaos lint typecheck bench bench-peers bench-delivery bench-smoke db-url db-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -30,7 +30,20 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint typecheck
-	$(VENV)/bin/pytest -q -m "not slow and not bench_smoke"
+	$(VENV)/bin/pytest -q -m "not slow and not bench_smoke and not install"
+
+# The source distribution and the wheel (SQL, migrations, dashboard templates and static files,
+# py.typed included) in $(DIST_DIR): `pip install 'dist/tockwork-VERSION-py3-none-any.whl[dashboard]'`
+# installs it anywhere (docs/quickstart.md, "Install"). Tockwork is not on PyPI.
+DIST_DIR ?= dist
+dist: $(STAMP)
+	$(PY) -m build --outdir $(DIST_DIR) .
+
+# Builds the wheel with `make dist`, installs it with its extras into a fresh venv outside the
+# repository and runs docs/quickstart.md against it (tests/install; about a minute, mostly pip):
+# what proves the install lines of the docs. .ci/run runs it after the suite.
+test-install: $(STAMP)
+	$(VENV)/bin/pytest -q -m install tests/install
 
 # Every bench of bench/ at a tiny size, to its report (tests/bench_smoke; about 5 minutes): the
 # benches are not in the default suite, so this is what notices a change that breaks one.

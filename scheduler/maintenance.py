@@ -24,10 +24,16 @@ that owns the table. Only the retention of the scheduler's own ``schedule_skips`
 
 Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
 of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
-unless ``dead_days`` is set. Sync the definitions with ``tockwork scheduler --maintenance`` (or
-:func:`sync_maintenance`) and run a worker for the queue::
+unless ``dead_days`` is set.
 
-    tockwork worker --app scheduler.maintenance:app --queue maintenance=1
+**No extra process.** The definitions enqueue on their own queue, :data:`QUEUE`
+(``tockwork.maintenance``), which holds nothing else, so any process with these handlers can
+serve it whatever other job types it knows. ``tockwork scheduler`` syncs the definitions when
+it starts (:func:`sync_maintenance`: created when missing, the retention ages set before kept),
+and every ``tockwork worker`` serves :data:`QUEUE` with one thread besides its own queues
+(:func:`with_maintenance`); ``--no-maintenance`` turns either off. Without a scheduler nothing
+is enqueued (the workers' reapers still recover expired leases). An application that runs
+:class:`jobs.Worker` itself adds them with :func:`with_maintenance`.
 """
 
 from __future__ import annotations
@@ -43,11 +49,17 @@ import psycopg
 import jobs
 from jobs import maintenance as queue_maintenance
 from scheduler.definitions import Definition, SyncResult, sync
+from scheduler.errors import ScheduleNotFound
 from scheduler.queries import database_now, query
+from scheduler.schedules import get_schedule
 
 log = logging.getLogger("tockwork.maintenance")
 
 PREFIX = "tockwork."
+# The built-in definitions' own queue: it holds their jobs only, so a worker that serves it with
+# :func:`handlers` never claims a job it has no handler for (definitions as code default to the
+# queue ``maintenance``, which an application's own jobs share).
+QUEUE = "tockwork.maintenance"
 BATCH = 5000
 LEASE_BATCH = 1000
 DEFAULT_AGES = {
@@ -69,13 +81,13 @@ def definitions(
     if unknown:
         raise jobs.InvalidJob("retention", sorted(unknown), "unknown retention settings")
     return [
-        Definition(key=f"{PREFIX}lease_recovery", rule="every:1m", zone=zone,
+        Definition(key=f"{PREFIX}lease_recovery", rule="every:1m", zone=zone, queue=QUEUE,
                    job_type="tockwork.lease_recovery", catch_up="latest"),
-        Definition(key=f"{PREFIX}retention", rule="cron:17 3 * * *", zone=zone,
+        Definition(key=f"{PREFIX}retention", rule="cron:17 3 * * *", zone=zone, queue=QUEUE,
                    job_type="tockwork.retention", payload=ages, catch_up="latest"),
-        Definition(key=f"{PREFIX}tzdb_recompute", rule="cron:7 * * * *", zone=zone,
+        Definition(key=f"{PREFIX}tzdb_recompute", rule="cron:7 * * * *", zone=zone, queue=QUEUE,
                    job_type="tockwork.tzdb_recompute", catch_up="latest"),
-        Definition(key=f"{PREFIX}attempt_rollup", rule="every:1m", zone=zone,
+        Definition(key=f"{PREFIX}attempt_rollup", rule="every:1m", zone=zone, queue=QUEUE,
                    job_type="tockwork.attempt_rollup", catch_up="latest"),
     ]  # fmt: skip
 
@@ -86,7 +98,23 @@ def sync_maintenance(
     retention: Mapping[str, int | None] | None = None,
     now: datetime | None = None,
 ) -> SyncResult:
-    """Create or update the built-in definitions (the ``tockwork.`` keys only)."""
+    """Create or update the built-in definitions (the ``tockwork.`` keys only), in the
+    caller's transaction.
+
+    ``retention`` sets the ages of :data:`DEFAULT_AGES` (and ``dead_days``); without it, the
+    ages the stored ``tockwork.retention`` definition has are kept (so that a scheduler that
+    syncs at start does not undo them), and a new one gets the defaults. Concurrent syncs (two
+    replicas starting) wait for each other on a transaction-level advisory lock.
+    """
+    conn.execute(query("pg_maintenance_sync_lock"))
+    if retention is None:
+        try:
+            stored = get_schedule(conn, key=f"{PREFIX}retention").payload
+        except ScheduleNotFound:
+            stored = None
+        if isinstance(stored, Mapping):
+            known = set(DEFAULT_AGES) | {"dead_days"}
+            retention = {k: v for k, v in stored.items() if k in known}
     return sync(conn, definitions(retention=retention), now=now, scope="builtin")
 
 
@@ -168,13 +196,29 @@ def attempt_rollup(conn: psycopg.Connection[Any], *, now: datetime | None = None
 
 
 def app() -> dict[str, jobs.Handler]:
-    """``tockwork worker --app scheduler.maintenance:app --queue maintenance=1``.
+    """``tockwork worker --app scheduler.maintenance:app --queue tockwork.maintenance=1`` (every
+    ``tockwork worker`` serves these already, unless ``--no-maintenance``).
 
     Reads ``DATABASE_URL`` (``tockwork worker --database-url`` sets it for the app).
     """
     url = os.environ.get("DATABASE_URL")
     if not url:
         raise jobs.InvalidJob("DATABASE_URL", url, "the maintenance app needs DATABASE_URL")
+    return handlers(url)
+
+
+def with_maintenance(
+    app: Mapping[str, jobs.Handler], queues: Mapping[str, int], url: str
+) -> tuple[dict[str, jobs.Handler], dict[str, int]]:
+    """``app`` and ``queues`` with the built-in maintenance added: its handlers (for ``url``)
+    for the job types ``app`` does not handle itself, and :data:`QUEUE` with one thread unless
+    ``queues`` names it already. What ``tockwork worker`` serves unless ``--no-maintenance``."""
+    merged = {**handlers(url), **app}
+    return merged, {**queues, QUEUE: queues.get(QUEUE, 1)}
+
+
+def handlers(url: str) -> dict[str, jobs.Handler]:
+    """The handlers of the built-in definitions' job types, each connecting to ``url``."""
 
     def run_retention(job: jobs.Job) -> None:
         ages = job.payload if isinstance(job.payload, Mapping) else {}

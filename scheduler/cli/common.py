@@ -348,9 +348,32 @@ def connect_kwargs(args: argparse.Namespace, **kwargs: Any) -> dict[str, Any]:
     return jobs_connect_kwargs(pooler(args), **kwargs)
 
 
-def connect(args: argparse.Namespace, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open a connection to the command's database (``--database-url``) in its pooler mode."""
-    return jobs_connect(resolve_url(args.database_url, args), pooler=pooler(args), **kwargs)
+def connect(
+    args: argparse.Namespace, *, schema: bool = True, **kwargs: Any
+) -> psycopg.Connection[Any]:
+    """Open a connection to the command's database (``--database-url``) in its pooler mode.
+
+    ``schema``: first check that the database is migrated as far as this code (else
+    :class:`InputError`: the one line of :func:`unmigrated`, exit code 2), so that no command
+    runs on a database nobody migrated or one behind the code (issue 26); ``migrate`` passes
+    False. The check reads ``tockwork_migrations`` and leaves no transaction open.
+    """
+    url = resolve_url(args.database_url, args)
+    conn = jobs_connect(url, pooler=pooler(args), **kwargs)
+    if schema:
+        from jobs.internal import pending_migrations
+
+        try:
+            missing = pending_migrations(conn, COMPONENTS)
+            if not conn.autocommit:
+                conn.rollback()
+        except BaseException:
+            conn.close()
+            raise
+        if missing:
+            conn.close()
+            raise InputError(unmigrated(url, missing))
+    return conn
 
 
 def log_args(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from scheduler import health
 from scheduler.cli.common import (
     SubParsers,
     database_arg,
+    ensure_schema,
     pooler,
     port,
     positive_float,
@@ -41,6 +42,8 @@ def cmd_healthz(args: argparse.Namespace) -> int:
 
 def cmd_metrics_server(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
+    pooler(args)  # before ensure_schema: exports the pooler mode
+    ensure_schema(url, apply=False)
     stop = threading.Event()
 
     def handle(_signum: int, _frame: FrameType | None) -> None:

@@ -23,6 +23,7 @@ from scheduler.cli.common import (
     connect,
     connect_kwargs,
     database_arg,
+    ensure_schema,
     event_id,
     import_attribute,
     listen_url,
@@ -39,15 +40,23 @@ def load_projections(spec: str) -> Projections:
     """Import ``module:attribute``: a Projections registry, an iterable of Projection, or a
     callable returning either."""
     value = import_attribute(spec)
+    projections: Projections | None = None
     if isinstance(value, Projections):
-        return value
-    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        projections = value
+    elif isinstance(value, Iterable) and not isinstance(value, str | bytes):
         items = list(value)
         if all(isinstance(p, Projection) for p in items):
-            return Projections(items)
-    raise InputError(
-        f"--app {spec!r} must name a jobs.outbox.Projections or a list of jobs.outbox.Projection"
-    )
+            projections = Projections(items)
+    if projections is None:
+        raise InputError(
+            f"--app {spec!r} must name a jobs.outbox.Projections or a list of "
+            "jobs.outbox.Projection"
+        )
+    if not len(projections):  # a relay that projects nothing: refused, as an empty worker is
+        raise InputError(
+            f"--app {spec!r} has no projection: it must register at least one (issue 26)"
+        )
+    return projections
 
 
 def cmd_relay(args: argparse.Namespace) -> int:
@@ -59,12 +68,14 @@ def cmd_relay(args: argparse.Namespace) -> int:
     if args.lease <= args.poll_interval:
         raise InputError("--lease must be longer than --poll")
     projections = load_projections(args.app)
+    kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
+    ensure_schema(url, apply=False)
     relay = Relay(
         url,
         projections,
         config=config_from_args(RelayConfig, args),
         name=args.name,
-        connect_kwargs=connect_kwargs(args),
+        connect_kwargs=kwargs,
         pooler=pooler(args),
         listen_conninfo=listen_url(args),
     )

@@ -31,6 +31,7 @@ from scheduler.cli.common import (
 )
 from scheduler.definitions import load_file, load_limits, sync
 from scheduler.errors import ScheduleNotFound
+from scheduler.maintenance import QUEUE as MAINTENANCE_QUEUE
 from scheduler.maintenance import sync_maintenance
 from scheduler.model import Schedule
 from scheduler.schedules import get_schedule, list_schedules, preview
@@ -48,13 +49,16 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     kwargs = connect_kwargs(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=args.migrate, flag=True)
     with connect(args) as conn:
-        if args.maintenance:
+        if not args.no_maintenance:
+            # The built-in maintenance needs no extra process: every replica syncs it (created
+            # when missing; the ages set before kept), every worker serves its queue.
             with conn.transaction():
                 built_in = sync_maintenance(conn)
-            print(
-                f"maintenance definitions: created {len(built_in.created)}, "
-                f"updated {len(built_in.updated)}"
-            )
+            if built_in.created or built_in.updated:
+                print(
+                    f"maintenance definitions: created {len(built_in.created)}, "
+                    f"updated {len(built_in.updated)}"
+                )
         if definitions is not None:
             with conn.transaction():
                 result = sync(conn, definitions, limits=load_limits(args.definitions))
@@ -215,11 +219,19 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--definitions", metavar="FILE", help="a TOML file of definitions to sync at start-up"
     )
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
-    p.add_argument(
+    switch = p.add_mutually_exclusive_group()
+    switch.add_argument(
+        "--no-maintenance",
+        action="store_true",
+        help="do not sync the built-in maintenance definitions (lease recovery, retention, "
+        "tzdb, attempt rollup) at start; by default every replica does, and every worker "
+        f"serves their queue {MAINTENANCE_QUEUE}",
+    )
+    switch.add_argument(
         "--maintenance",
         action="store_true",
-        help="sync the built-in maintenance definitions (lease recovery, retention, tzdb, "
-        "attempt rollup)",
+        help="sync the built-in maintenance definitions at start: the default, kept for "
+        "command lines written before it was",
     )
     metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
     log_args(p)

@@ -31,6 +31,8 @@ from scheduler.cli.common import (
     resolve_url,
     text,
 )
+from scheduler.maintenance import QUEUE as MAINTENANCE_QUEUE
+from scheduler.maintenance import with_maintenance
 from scheduler.migrations import COMPONENTS, OPTIONAL
 from timezones.errors import shown
 
@@ -78,7 +80,7 @@ def load_app(spec: str) -> Mapping[str, jobs.Handler]:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     components = (*COMPONENTS, *(OPTIONAL[name] for name in args.with_components or ()))
-    with connect(args) as conn:
+    with connect(args, schema=False) as conn:
         applied = migrate(conn, components)
     print("applied: " + ", ".join(applied) if applied else "schema is up to date")
     return 0
@@ -96,9 +98,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Behind a transaction pooler without a direct --listen-url the worker polls only (the
     # worker says so once in its log), and /healthz knows it.
     poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
-    queues = {"queues": _queues(args.queue)} if args.queue else {}
+    queues = _queues(args.queue) if args.queue else dict(jobs.WorkerConfig().queues)
     handlers = load_app(args.app)
-    config = config_from_args(jobs.WorkerConfig, args, **queues)
+    if not args.no_maintenance:
+        # The built-in maintenance needs no extra process (scheduler/maintenance.py): one
+        # thread of every worker serves its queue, which holds nothing else.
+        handlers, queues = with_maintenance(handlers, queues, url)
+    config = config_from_args(jobs.WorkerConfig, args, queues=queues)
     ensure_schema(url, apply=args.migrate, flag=True)
     worker = jobs.Worker(
         url,
@@ -181,6 +187,12 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     config_args(p, jobs.WorkerConfig, "lease", "grace", "poll_interval", "listen")
     listen_url_arg(p)
     p.add_argument("--migrate", action="store_true", help="apply migrations before starting")
+    p.add_argument(
+        "--no-maintenance",
+        action="store_true",
+        help=f"do not serve the built-in maintenance jobs (queue {MAINTENANCE_QUEUE}, one "
+        "thread, added to the queues given); by default every worker does",
+    )
     metrics_args(p, health.DEFAULT_MAX_SCHEDULER_LAG)
     log_args(p)
     p.set_defaults(func=cmd_worker)

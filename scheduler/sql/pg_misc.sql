@@ -36,3 +36,9 @@ SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(
 -- name: pg_database_mark
 -- The placeholders take the database's name (an Identifier) and the marker (a Literal).
 COMMENT ON DATABASE {} IS {}
+
+-- name: pg_maintenance_sync_lock
+-- Serializes the sync of the built-in maintenance definitions for the transaction: every
+-- scheduler replica syncs them when it starts, and two at once would both create a key. The
+-- class is Tockwork's own ('tock', as the migrations' lock, object 1); this is object 2.
+SELECT pg_advisory_xact_lock(1953457003, 2);

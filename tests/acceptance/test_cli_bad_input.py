@@ -210,9 +210,12 @@ def written_cases() -> list[Case]:
     }
     cases = [Case([*w, app], needle) for app, needle in apps.items()]
     cases += [Case([*r, app], needle) for app, needle in apps.items()]
-    # A worker with no handler would serve nothing (issue 26): refused, for the worker only.
+    # A worker with no handler would serve nothing (issue 26): refused.
     for app in ("tests.acceptance.apps_empty:EMPTY", "tests.acceptance.apps_empty:empty"):
         cases.append(Case([*w, app], "has no handler"))
+    # A relay with no projection would project nothing (issue 26): refused the same way.
+    for app in ("NO_PROJECTIONS", "NO_PROJECTION_LIST", "no_projections"):
+        cases.append(Case([*r, f"tests.acceptance.apps_empty:{app}"], "has no projection"))
     sync = ["schedules", "sync", "--database-url", DB]
     for key, needle in {
         "<nonutf8>": "is not UTF-8",

@@ -163,3 +163,34 @@ def test_every_definition_has_a_handler_and_the_rollup_job_runs(
     # Two hours of closed minutes filled in (backfill), the one attempt among them.
     assert status == "succeeded" and rows is not None
     assert rows == (120, 1, True)
+
+
+def test_replicas_starting_at_once_sync_the_definitions_once(db_url: str) -> None:
+    """Every scheduler replica syncs the built-in definitions when it starts (issue 26): two
+    syncs in concurrent transactions do not both create a key (a unique violation would stop
+    the second replica); the second waits on the lock, then finds them unchanged."""
+    import threading
+
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url) as second:
+        first.execute("BEGIN")
+        created = maintenance.sync_maintenance(first, now=NOW)
+        results: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: results.append(maintenance.sync_maintenance(second, now=NOW))
+        )
+        thread.start()
+        # The second sync waits on the advisory lock: an event in the database, not a time.
+        with psycopg.connect(db_url, autocommit=True) as watcher:
+            for _ in range(500):
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                if row == (1,):
+                    break
+                thread.join(0.01)
+            assert row == (1,), "the second sync did not wait on the first"
+        first.commit()
+        thread.join(30)
+        second.commit()
+    assert len(created.created) == 4
+    assert len(results) == 1 and results[0].created == [] and len(results[0].unchanged) == 4
