@@ -17,6 +17,8 @@ from scheduler.cli.common import (
     pooler,
     port,
     positive_float,
+    replication_arg,
+    require_sync,
     resolve_url,
     seconds,
 )
@@ -30,6 +32,7 @@ def _health(args: argparse.Namespace) -> health.Health:
         poll_only=args.poll_only,
         max_scheduler_lag=lag or None,
         timeout=args.timeout,
+        require_sync=require_sync(args),
     )
 
 
@@ -62,6 +65,7 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     database_arg(p)
+    replication_arg(p)
     p.add_argument(
         "--max-scheduler-lag",
         type=seconds("--max-scheduler-lag"),

@@ -158,6 +158,7 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
     context = {
         "base": _base(request),
         "read_only": state.read_only,
+        "replication": state.pool.primary.current,
         "csrf": state.auth.csrf(principal),
         "principal": principal,
         "auth_enabled": state.auth.enabled,
