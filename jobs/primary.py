@@ -78,12 +78,19 @@ class ServerIdentity:
                 f"synchronous (synchronous_standby_names '{self.standby_names}'{attached}, "
                 f"synchronous_commit {self.commit_level})"
             )
-        why = (
-            "synchronous_standby_names is empty"
-            if not self.standby_names.strip()
-            else f"synchronous_commit is {self.commit_level}"
+        return f"asynchronous ({self._why()}): acknowledged work can be lost at failover"
+
+    def _why(self) -> str:
+        if not self.standby_names.strip():
+            return "synchronous_standby_names is empty"
+        return f"synchronous_commit is {self.commit_level}"
+
+    def refusal(self) -> str:
+        """Why a service that requires synchronous replication refuses this server."""
+        return (
+            f"the primary (system {self.system_identifier}, timeline {self.timeline}) does not "
+            f"replicate synchronously ({self._why()}): acknowledged work can be lost at failover"
         )
-        return f"asynchronous ({why}): acknowledged work can be lost at failover"
 
 
 def server_identity(conn: psycopg.Connection[Any]) -> ServerIdentity:
@@ -140,12 +147,7 @@ class PrimaryWatch:
         if last is None:
             if self.require_sync and not found.synchronous:
                 self.current = None
-                raise SyncReplicationRequired(
-                    "require_sync_replication",
-                    True,
-                    f"the primary (system {found.system_identifier}, timeline "
-                    f"{found.timeline}) replicates {found.replication()}",
-                )
+                raise SyncReplicationRequired("require_sync_replication", True, found.refusal())
             level = logging.INFO if found.synchronous else logging.WARNING
             self.log.log(
                 level,
