@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from prometheus_client.core import GaugeMetricFamily, Metric
+from psycopg.pq import TransactionStatus
 
 from jobs.errors import InvalidJob, SyncReplicationRequired
 from jobs.queries import query
