@@ -59,6 +59,7 @@ class ServerIdentity:
     standby_names: str  # synchronous_standby_names
     commit_level: str  # this session's synchronous_commit
     sync_standbys: int | None  # synchronous standbys attached now; None when hidden from us
+    standbys: int = 0  # standbys attached now (WAL senders)
 
     @property
     def synchronous(self) -> bool:
@@ -101,13 +102,14 @@ def server_identity(conn: psycopg.Connection[Any]) -> ServerIdentity:
     if opened:
         conn.rollback()
     assert row is not None
-    system, timeline, names, level, attached = row
+    system, timeline, names, level, attached, standbys = row
     return ServerIdentity(
         int(system),
         None if timeline is None else int(timeline),
         str(names),
         str(level),
         None if attached is None else int(attached),
+        int(standbys),
     )
 
 
@@ -148,7 +150,10 @@ class PrimaryWatch:
             if self.require_sync and not found.synchronous:
                 self.current = None
                 raise SyncReplicationRequired("require_sync_replication", True, found.refusal())
-            level = logging.INFO if found.synchronous else logging.WARNING
+            # A warning where a failover can lose acknowledged work: standbys are attached and
+            # none is synchronous. A server without any standby (development, tests) has no
+            # failover to lose work in: said as information.
+            level = logging.WARNING if found.standbys and not found.synchronous else logging.INFO
             self.log.log(
                 level,
                 "%s: primary system %d timeline %s; replication %s",

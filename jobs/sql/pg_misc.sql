@@ -17,14 +17,16 @@ SELECT set_config('jit', 'off', false);
 -- Which server this is and what its commits wait for (jobs/primary.py): the cluster's system
 -- identifier (shared by a primary and its physical standbys), the timeline of the WAL it writes
 -- (NULL on a standby; a promotion starts a new one), the synchronous standbys it is configured
--- to wait for, this session's commit level, and the synchronous standbys attached now (NULL when
--- pg_stat_replication's sync_state is hidden from this role).
+-- to wait for, this session's commit level, the synchronous standbys attached now (NULL when
+-- pg_stat_replication's sync_state is hidden from this role) and the standbys attached now.
 SELECT s.system_identifier,
        CASE WHEN pg_is_in_recovery() THEN NULL
             ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint END,
        current_setting('synchronous_standby_names'),
        current_setting('synchronous_commit'),
-       (SELECT CASE WHEN count(*) FILTER (WHERE r.sync_state IS NULL) > 0 THEN NULL
-                    ELSE count(*) FILTER (WHERE r.sync_state IN ('sync', 'quorum')) END
-        FROM pg_stat_replication AS r)
-FROM pg_control_system() AS s;
+       r.sync_standbys, r.standbys
+FROM pg_control_system() AS s,
+     (SELECT CASE WHEN count(*) FILTER (WHERE sync_state IS NULL) > 0 THEN NULL
+                  ELSE count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) END,
+             count(*)
+      FROM pg_stat_replication) AS r(sync_standbys, standbys);
