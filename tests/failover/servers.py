@@ -37,14 +37,20 @@ def pg_bindir() -> Path | None:
 
 
 def server_user() -> str | None:
-    """The user the servers run as: ``postgres`` when we are root, else ourselves (None)."""
+    """The user the servers run as when we are root: ``$TOCKWORK_FAILOVER_USER``, else
+    ``postgres`` (Debian's packages create it), else ``tockwork_ci`` (.ci/run creates it);
+    None when we are not root (ourselves) or when none of them exists."""
     if os.geteuid() != 0:
         return None
-    try:
-        pwd.getpwnam("postgres")
-    except KeyError:
-        return None
-    return "postgres"
+    for name in (os.environ.get("TOCKWORK_FAILOVER_USER"), "postgres", "tockwork_ci"):
+        if not name:
+            continue
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    return None
 
 
 def free_port() -> int:

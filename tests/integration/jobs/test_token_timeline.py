@@ -12,6 +12,7 @@ timeline 1, A is fenced, and each service notices the change of primary once.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ import jobs
 from jobs.primary import PrimaryWatch, server_identity
 from jobs.retry import SUCCEEDED
 from jobs.store import Finished, PgJobStore
-from tests.failover.servers import LocalServer, pg_bindir, scratch_dir
+from tests.failover.servers import LocalServer, pg_bindir, scratch_dir, server_user
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -34,6 +35,8 @@ def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
     bindir = pg_bindir()
     if bindir is None:
         pytest.skip("no PostgreSQL server binaries (Debian's postgresql-15 or embedded)")
+    if os.geteuid() == 0 and server_user() is None:
+        pytest.skip("running as root without a user to run PostgreSQL as (postgres)")
     root = scratch_dir()
     primary = LocalServer(bindir, root / "primary").initdb().start()
     standby = LocalServer(bindir, root / "standby")
