@@ -129,31 +129,29 @@ class PatroniCluster:
         own(self.root)
         etcd_dir = self.root / "etcd"
         own(etcd_dir)
-        self.etcd = subprocess.Popen(
-            [
-                "/usr/bin/etcd",
-                "--name",
-                "e0",
-                "--data-dir",
-                str(etcd_dir),
-                "--listen-client-urls",
-                f"http://127.0.0.1:{self.etcd_client}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{self.etcd_client}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{self.etcd_peer}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{self.etcd_peer}",
-                "--initial-cluster",
-                f"e0=http://127.0.0.1:{self.etcd_peer}",
-                "--log-level",
-                "warn",
-            ],
-            stdout=(self.root / "etcd.log").open("ab"),
-            stderr=subprocess.STDOUT,
-            user=server_user(),
-            start_new_session=True,
-        )
+        with (self.root / "etcd.log").open("ab") as log:
+            self.etcd = self._popen(
+                [
+                    "/usr/bin/etcd",
+                    "--name",
+                    "e0",
+                    "--data-dir",
+                    str(etcd_dir),
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{self.etcd_client}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{self.etcd_client}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{self.etcd_peer}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{self.etcd_peer}",
+                    "--initial-cluster",
+                    f"e0=http://127.0.0.1:{self.etcd_peer}",
+                    "--log-level",
+                    "warn",
+                ],
+                log,
+            )
         self._wait(lambda: self._http(f"http://127.0.0.1:{self.etcd_client}/health"), 30, "etcd")
         for node in self.nodes:
             node.config.write_text(self._config(node))
@@ -163,12 +161,15 @@ class PatroniCluster:
         self.wait_replicas(timeout)
 
     def start_node(self, node: Node) -> None:
-        node.process = subprocess.Popen(
-            ["/usr/bin/patroni", str(node.config)],
-            stdout=node.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            user=server_user(),
-            start_new_session=True,
+        with node.log.open("ab") as log:
+            node.process = self._popen(["/usr/bin/patroni", str(node.config)], log)
+
+    @staticmethod
+    def _popen(argv: list[str], log: Any) -> subprocess.Popen[bytes]:
+        """Start a server process as the server user, its output appended to ``log`` (the
+        child keeps the file open; ours is closed by the caller)."""
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, user=server_user(), start_new_session=True
         )
 
     def stop(self) -> None:
@@ -257,8 +258,11 @@ class PatroniCluster:
         request = urllib.request.Request(
             f"http://127.0.0.1:{leader.rest_port}/switchover", data=body, method="POST"
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"switchover refused: {exc.code} {exc.read().decode()}") from None
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -129,25 +129,36 @@ class Failover:
     def fault(self, what: str, *, lag: bool) -> None:
         leader = self.cluster.leader()
         assert leader is not None
-        stopped = self._walreceivers(leader) if lag else []
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        if stopped:
-            time.sleep(self.lag)  # the standbys fall behind by the lag while the load goes on
-        self.kills.append(time.time())
-        if what == "kill":
-            self.cluster.kill(leader)
-        else:
-            self.cluster.switchover(leader)
-        for pid in stopped:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        # Lag only before a kill: a switchover waits for the standbys (it loses nothing).
+        stopped = self._walreceivers(leader) if lag and what == "kill" else []
+        try:
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            if stopped:
+                time.sleep(self.lag)  # the standbys fall behind while the load goes on
+            self.kills.append(time.time())
+            if what == "kill":
+                self.cluster.kill(leader)
+            else:
+                self.cluster.switchover(leader)
+        finally:
+            for pid in stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         self.cluster.wait_leader(leader)
         if what == "kill":
             self.cluster.start_node(leader)
         self.cluster.wait_replicas(180)
 
     def run(self, *, settle: float = 15.0) -> Report:
+        try:
+            return self._run(settle)
+        finally:
+            for p in self.procs:  # after a failure: nothing may outlive the run
+                if p.alive():
+                    p.kill()
+
+    def _run(self, settle: float) -> Report:
         synchronous = self.cluster.synchronous
         report = Report(synchronous)
         self.setup()
