@@ -7,9 +7,9 @@ schedules. The faults, in order, each once the cluster is whole again: the prima
 SIGKILLed (its Patroni too: the node dies) and Patroni promotes a standby, twice; then a
 switchover. The killed node is brought back after each failover (it rejoins as a standby).
 
-Asynchronous variant: before each kill, the standbys' WAL receivers are stopped (SIGSTOP) for
+Asynchronous variant: before each kill, the primary's WAL senders are stopped (SIGSTOP) for
 ``lag`` seconds while the load goes on, so the primary dies ``lag`` seconds ahead of every
-standby, as a replica lagging at the crash; they are continued after the kill.
+standby, as with replicas lagging at the crash; they die with it.
 
 Recorded outside the database (which a failover may roll back): each order the producer saw
 commit, with its time (``acked``), and each lease a handler ran under (``TOCKWORK_TOKEN_LOG``).
@@ -49,6 +49,8 @@ class Report:
     failures: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     to_first_completion: list[float] = field(default_factory=list)  # seconds, per fault
+    after_promotion: list[float] = field(default_factory=list)  # from the new primary's first
+    # accepted write (seen by the harness) to the first job completed after it
     acked: int = 0
     lost: list[int] = field(default_factory=list)
     loss_window: float = 0.0  # seconds between the first lost acknowledgement and the kill
@@ -58,8 +60,10 @@ class Report:
     def summary(self) -> str:
         mode = "synchronous" if self.synchronous else "asynchronous"
         firsts = ", ".join(f"{s:.1f}" for s in self.to_first_completion)
+        promoted = ", ".join(f"{s:.1f}" for s in self.after_promotion)
         return (
-            f"failover ({mode}): kill -> first job completed on the new primary: {firsts} s; "
+            f"failover ({mode}): kill -> first job completed on the new primary: {firsts} s "
+            f"(from the promotion: {promoted} s); "
             f"acknowledged orders {self.acked}, lost {len(self.lost)} "
             f"(window {self.loss_window:.1f} s); (job, token) run twice: "
             f"{len(self.tokens_twice)}; log lines {self.log_lines}; figures {self.figures}"
@@ -77,6 +81,7 @@ class Failover:
         self.acked = log_dir / "acked.txt"
         self.procs: list[LoggedProcess] = []
         self.kills: list[float] = []  # unix times of the faults
+        self.promotions: list[float] = []  # unix times the new primary was seen writable
 
     def _process(self, name: str, argv: list[str]) -> LoggedProcess:
         env = {"TOCKWORK_TEST_DB": self.url, "TOCKWORK_TOKEN_LOG": str(self.tokens)}
@@ -112,25 +117,20 @@ class Failover:
             if p.name != "producer":
                 assert p.wait_started(), p.tail()
 
-    def _walreceivers(self, leader: Node) -> list[int]:
-        pids = []
-        for node in self.cluster.nodes:
-            if node is leader:
-                continue
-            try:
-                with psycopg.connect(self.cluster.node_url(node), autocommit=True) as conn:
-                    row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
-            except psycopg.Error:
-                continue
-            if row and row[0]:
-                pids.append(int(row[0]))
-        return pids
+    def _walsenders(self, leader: Node) -> list[int]:
+        try:
+            with psycopg.connect(self.cluster.node_url(leader), autocommit=True) as conn:
+                return [int(r[0]) for r in conn.execute("SELECT pid FROM pg_stat_replication")]
+        except psycopg.Error:
+            return []
 
     def fault(self, what: str, *, lag: bool) -> None:
         leader = self.cluster.leader()
         assert leader is not None
-        # Lag only before a kill: a switchover waits for the standbys (it loses nothing).
-        stopped = self._walreceivers(leader) if lag and what == "kill" else []
+        # Lag only before a kill: a switchover waits for the standbys (it loses nothing). The
+        # primary's WAL senders are stopped, so the WAL of the lag never leaves it (stopping the
+        # standbys' receivers would not do: what was sent waits in their sockets).
+        stopped = self._walsenders(leader) if lag and what == "kill" else []
         try:
             for pid in stopped:
                 os.kill(pid, signal.SIGSTOP)
@@ -142,10 +142,11 @@ class Failover:
             else:
                 self.cluster.switchover(leader)
         finally:
-            for pid in stopped:
+            for pid in stopped:  # the dead primary's senders: they go with it
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
         self.cluster.wait_leader(leader)
+        self.promotions.append(time.time())
         if what == "kill":
             self.cluster.start_node(leader)
         self.cluster.wait_replicas(180)
@@ -204,13 +205,15 @@ class Failover:
             time.sleep(0.5)
 
     def _measure(self, conn: psycopg.Connection[Any], report: Report) -> None:
-        for at in self.kills:
-            row = conn.execute(
-                "SELECT extract(epoch FROM min(completed_at) - to_timestamp(%s))::float8"
-                " FROM jobs WHERE completed_at > to_timestamp(%s)",
-                (at, at),
-            ).fetchone()
-            report.to_first_completion.append(float(row[0]) if row and row[0] else float("nan"))
+        for times, into in ((self.kills, report.to_first_completion),
+                            (self.promotions, report.after_promotion)):  # fmt: skip
+            for at in times:
+                row = conn.execute(
+                    "SELECT extract(epoch FROM min(completed_at) - to_timestamp(%s))::float8"
+                    " FROM jobs WHERE completed_at > to_timestamp(%s)",
+                    (at, at),
+                ).fetchone()
+                into.append(float(row[0]) if row and row[0] is not None else float("nan"))
         acked: dict[int, float] = {}
         for line in self.acked.read_text().splitlines():
             order_id, when = line.split()
