@@ -223,9 +223,13 @@ def serve(
     host: str = "0.0.0.0",
     registry: CollectorRegistry | None = None,
     health: Health | None = None,
+    read_conninfo: str | None = None,
 ) -> MetricsServer:
-    """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread."""
-    register_metrics(conninfo, registry)
+    """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread.
+
+    ``read_conninfo`` (a streaming replica) serves the database gauges; the health checks stay
+    on ``conninfo`` (the primary)."""
+    register_metrics(read_conninfo or conninfo, registry)
     app = make_wsgi_app(registry, health=health or Health(conninfo))
     server = MetricsServer(app, port, host).start()
     log.info("serving /metrics and /healthz on %s:%d", server.host, server.port)

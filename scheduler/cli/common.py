@@ -330,6 +330,25 @@ def replication_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+READ_URL_ENV = "TOCKWORK_READ_URL"
+
+
+def read_url_arg(parser: argparse.ArgumentParser) -> None:
+    """``--read-url``: what only reads (the dashboard's pages, stats, the metrics' gauges)."""
+    parser.add_argument(
+        "--read-url",
+        metavar="URL",
+        help="a streaming replica's PostgreSQL URL for what only reads (figures, pages); "
+        f"actions always go to --database-url (default: ${READ_URL_ENV}, else --database-url)",
+    )
+
+
+def read_url(args: argparse.Namespace) -> str | None:
+    """``--read-url``, else ``$TOCKWORK_READ_URL``, else None (read from the primary)."""
+    given = getattr(args, "read_url", None) or os.environ.get(READ_URL_ENV) or None
+    return None if given is None else check_url(given, "--read-url")
+
+
 def require_sync(args: argparse.Namespace) -> bool:
     """``--require-sync-replication``, else ``$TOCKWORK_REQUIRE_SYNC_REPLICATION``, else off.
 

@@ -70,3 +70,10 @@ class ConnectionPool:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def replica_lag(conn: psycopg.Connection[Any]) -> float | None:
+    """How far behind its primary the server of ``conn`` replays (seconds; 0 when it has
+    replayed everything it received); None when it is not a replica."""
+    row = conn.execute(query("pg_replica_lag")).fetchone()
+    return None if row is None or row[0] is None else float(row[0])

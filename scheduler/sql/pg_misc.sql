@@ -36,3 +36,11 @@ SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(
 -- name: pg_database_mark
 -- The placeholders take the database's name (an Identifier) and the marker (a Literal).
 COMMENT ON DATABASE {} IS {}
+
+-- name: pg_replica_lag
+-- The dashboard's read replica: seconds since the last transaction it replayed was committed on
+-- the primary, 0 when it has replayed all it received (an idle primary sends nothing new); NULL
+-- on a primary.
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8;
