@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 
-.PHONY: demo demo-queue test test-slow test-install dist chaos lint typecheck bench bench-peers bench-delivery bench-smoke db-url db-stop clean
+.PHONY: demo demo-queue test test-slow test-install dist chaos failover lint typecheck bench bench-peers bench-delivery bench-smoke db-url db-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required, found " + sys.version' 
@@ -62,6 +62,14 @@ test-slow: $(STAMP)
 CHAOS_SECONDS ?= 600
 chaos: $(STAMP)
 	CHAOS_SECONDS=$(CHAOS_SECONDS) $(VENV)/bin/pytest -q -s -m slow tests/chaos
+
+# The failover suite (tests/failover, marked slow; docs/operations.md, "Failover"): a Patroni
+# cluster (etcd + three PostgreSQL 15 on loopback ports from 25400, Debian's patroni,
+# etcd-server and postgresql-15) under the chaos workload while the primary is SIGKILLed twice
+# and switched over once, synchronous then asynchronous: about 8 minutes. It prints its
+# figures; TOCKWORK_FAILOVER_DIR=dir keeps the cluster's data and the processes' logs.
+failover: $(STAMP)
+	$(VENV)/bin/pytest -q -s -m slow tests/failover
 
 # PgQueuer, the peer bench/queue.py compares with, lives in a venv of its own (.venv-bench),
 # never in the project's; when it cannot be installed the bench prints why and skips it.

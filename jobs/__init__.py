@@ -9,7 +9,7 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, tracing
+from jobs import effects, limits, maintenance, metrics, outbox, primary, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -28,7 +28,13 @@ from jobs.admin import (
 from jobs.batch import Batch, BatchHandler, batch_handler, in_completion
 from jobs.connection import connect, connect_kwargs, pooler_mode
 from jobs.enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async
-from jobs.errors import InvalidJob, JobNotFound, JobsError, MigrationError
+from jobs.errors import (
+    InvalidJob,
+    JobNotFound,
+    JobsError,
+    MigrationError,
+    SyncReplicationRequired,
+)
 from jobs.limits import RateLimit
 from jobs.migrate import migrate
 from jobs.model import (
@@ -102,6 +108,7 @@ __all__ = [
     "RetryPolicy",
     "Service",
     "Snooze",
+    "SyncReplicationRequired",
     "TockworkError",
     "TransientError",
     "Worker",
@@ -132,6 +139,7 @@ __all__ = [
     "migrate",
     "outbox",
     "pooler_mode",
+    "primary",
     "queue_policies",
     "queue_stats",
     "queue_stats_async",

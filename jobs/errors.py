@@ -49,3 +49,8 @@ class ServiceAlreadyRunning(JobsError, RuntimeError):
 
 class ProjectionError(JobsError):
     """A relay's projection returned something that is not a job spec."""
+
+
+class SyncReplicationRequired(InvalidJob):
+    """Synchronous replication is required (``require_sync_replication``) and the primary does
+    not replicate synchronously: the service refuses to start (jobs/primary.py)."""

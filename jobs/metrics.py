@@ -47,6 +47,7 @@ from prometheus_client.registry import Collector
 
 from jobs.admin import queue_stats
 from jobs.connection import connect
+from jobs.primary import replication_families
 from jobs.queries import query
 
 log = logging.getLogger("tockwork.metrics")
@@ -261,6 +262,7 @@ class DatabaseCollector(Collector):
                 {"timeout": f"{int(self.timeout * 1000)}ms"},
             )
             families = self._queue_families(conn, now)
+            families.extend(replication_families(conn))
             if conn.execute(query("outbox_event_table_exists")).fetchone() == (True,):
                 families.extend(self._outbox_families(conn, now))
             for probe in self.probes:

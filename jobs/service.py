@@ -19,6 +19,10 @@ and everything around that loop is written once, here:
   clock is the one clock: :meth:`~Service.now_or_none` gives SQL its ``now`` parameter
   (``coalesce(%(now)s, now())``) and is None; :meth:`~Service.now` is for the rare instant
   that must be stamped in Python, and falls back to :class:`timezones.SystemClock`.
+- **One view of the primary** (:mod:`jobs.primary`): each new connection reads which server it
+  reached; the first says the replication mode (and refuses to start without synchronous
+  replication when ``require_sync`` or ``TOCKWORK_REQUIRE_SYNC_REPLICATION`` asks for it), a
+  later one logs a change of primary (a failover) once.
 - **One way to connect** (:mod:`jobs.connection`): ``pooler="transaction"`` (or
   ``TOCKWORK_POOLER=transaction``) for a database URL that goes through a transaction-mode
   pooler: no prepared statements, and LISTEN over ``listen_conninfo`` (a direct URL) or not at
@@ -56,6 +60,7 @@ import psycopg
 from jobs.connection import connect, listen_url, pooler_mode
 from jobs.errors import InvalidJob, ServiceAlreadyRunning
 from jobs.listener import Listener
+from jobs.primary import PrimaryWatch, require_sync_replication
 from jobs.retry import RetryPolicy
 from timezones.clock import Clock, SystemClock
 
@@ -149,6 +154,7 @@ class Service(ABC, Generic[R]):
         reconnect: Reconnect | None = None,
         pooler: str | None = None,
         listen_conninfo: str | None = None,
+        require_sync: bool | None = None,
     ) -> None:
         self.conninfo = conninfo
         # jobs/connection.py: behind a transaction-mode pooler nothing may need a session (no
@@ -172,6 +178,10 @@ class Service(ABC, Generic[R]):
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._outage = 0  # failed attempts in the current outage; 0 while connected
+        # jobs/primary.py: the primary's identity and replication mode at each new connection.
+        self.primary = PrimaryWatch(
+            self.label, log, require_sync=require_sync_replication(require_sync)
+        )
 
     # -- naming and time ----------------------------------------------------------------------
 
@@ -326,13 +336,19 @@ class Service(ABC, Generic[R]):
     def _connection(self) -> psycopg.Connection[Any]:
         """The service's connection, opened on first use and after a loss."""
         if self._conn is None or self._conn.closed:
-            self._conn = connect(
+            conn = connect(
                 self.conninfo,
                 pooler=self.pooler,
                 autocommit=self._autocommit,
                 **self.connect_kwargs,
             )
-            self._connected(self._conn)
+            try:
+                self.primary.observe(conn)
+                self._connected(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     def _connected(self, conn: psycopg.Connection[Any]) -> None:

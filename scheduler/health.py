@@ -9,6 +9,11 @@ body, and the whole is healthy only if every check passes:
 * ``scheduler_lag``: the most overdue active schedule is overdue by less than the threshold (a
   stopped or overwhelmed scheduler shows here first). No ``schedules`` table passes.
 
+and says what a failover may lose: ``replication`` is ``synchronous`` or ``asynchronous:
+acknowledged work can be lost at failover`` (jobs/primary.py; ``value`` 1 or 0). It fails only
+when synchronous replication is required (``require_sync``, ``--require-sync-replication``,
+``TOCKWORK_REQUIRE_SYNC_REPLICATION=1``) and absent.
+
 The lag is read by the scheduler with its own SQL (``schedule_due_lag`` in
 scheduler/sql/schedule.sql): the queue's collector (:class:`jobs.metrics.DatabaseCollector`)
 knows no scheduler table, and :func:`register_metrics` adds ``tockwork_scheduler_lag_seconds``
@@ -40,6 +45,7 @@ from jobs.metrics import (
     make_wsgi_app,
     register_database,
 )
+from jobs.primary import require_sync_replication, server_identity
 from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
 
@@ -107,8 +113,10 @@ class Health:
         max_scheduler_lag: timedelta | None = DEFAULT_MAX_SCHEDULER_LAG,
         timeout: float = 2.0,
         now: Callable[[], datetime] | None = None,
+        require_sync: bool | None = None,
     ) -> None:
         self.conninfo = conninfo
+        self.require_sync = require_sync_replication(require_sync)
         self.listening = listening
         self.poll_only = poll_only
         self.max_scheduler_lag = max_scheduler_lag
@@ -128,6 +136,7 @@ class Health:
                 "schema": skipped,
                 "listen": skipped,
                 "scheduler_lag": skipped,
+                "replication": skipped,
             }
         result: dict[str, Check] = {}
         with conn:
@@ -136,6 +145,7 @@ class Health:
                 ("schema", self._schema),
                 ("listen", self._listen),
                 ("scheduler_lag", self._lag),
+                ("replication", self._replication),
             ]
             timeout = {"timeout": f"{int(self.timeout * 1000)}ms"}
             for name, step in steps:
@@ -190,6 +200,16 @@ class Health:
             return Check(True, f"{lag:.1f}s <= {limit:g}s", lag)
         return Check(False, f"{lag:.1f}s > {limit:g}s: is a scheduler running?", lag)
 
+    def _replication(self, conn: psycopg.Connection[Any]) -> Check:
+        found = server_identity(conn)
+        value = 1.0 if found.synchronous else 0.0
+        detail = found.replication()
+        if found.timeline is not None:
+            detail = f"{detail}; timeline {found.timeline}"
+        if self.require_sync and not found.synchronous:
+            return Check(False, f"{detail} (synchronous replication is required)", value)
+        return Check(True, detail, value)
+
     def __call__(self) -> tuple[bool, dict[str, Any]]:
         checks = self.checks()
         ok = all(c.ok for c in checks.values())
@@ -203,9 +223,13 @@ def serve(
     host: str = "0.0.0.0",
     registry: CollectorRegistry | None = None,
     health: Health | None = None,
+    read_conninfo: str | None = None,
 ) -> MetricsServer:
-    """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread."""
-    register_metrics(conninfo, registry)
+    """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread.
+
+    ``read_conninfo`` (a streaming replica) serves the database gauges; the health checks stay
+    on ``conninfo`` (the primary)."""
+    register_metrics(read_conninfo or conninfo, registry)
     app = make_wsgi_app(registry, health=health or Health(conninfo))
     server = MetricsServer(app, port, host).start()
     log.info("serving /metrics and /healthz on %s:%d", server.host, server.port)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -214,7 +215,8 @@ class SchedulerConfig:
     )
     interval: timedelta = setting(
         timedelta(seconds=1),
-        help="seconds between ticks when idle (above 0)",
+        help="seconds between ticks when idle, on average: each at a random instant of its "
+        "interval, so that replicas share the work (above 0)",
         flag="--interval",
         positive=True,
         metavar="SECONDS",
@@ -238,8 +240,9 @@ class SchedulerConfig:
 class Scheduler(Service[TickResult]):
     """One scheduler replica. Run as many as you like.
 
-    :meth:`run` ticks every ``interval`` (at once again after a tick that filled its batches: a
-    herd) until stopped, and first recomputes the schedules of an older tz database;
+    :meth:`run` ticks about every ``interval`` (:meth:`idle_pause`; at once again after a tick
+    that filled its batches: a herd) until stopped, and first recomputes the schedules of an
+    older tz database;
     :meth:`run_until_idle` does the same until a tick leaves nothing due. Each tick uses one
     instant throughout: ``clock``'s if one is injected, else the database's.
 
@@ -298,6 +301,7 @@ class Scheduler(Service[TickResult]):
         self.metrics = metrics or Metrics.for_registry()
         self.tzdb = tzdb_version()
         self.totals = TickResult()
+        self._random = random.Random()  # the phase of each tick (idle_pause); tests seed it
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -344,7 +348,23 @@ class Scheduler(Service[TickResult]):
         self.totals.add(result)
         if result.batches and result.schedules >= self.batch_size:
             return 0.0  # a herd: keep going
-        return None if until_idle else self.interval.total_seconds()
+        return None if until_idle else self.idle_pause(time.monotonic())
+
+    def idle_pause(self, now: float) -> float:
+        """Seconds from ``now`` (monotonic) to the next tick: a random instant of the next
+        interval, drawn anew for each tick (so one tick every ``interval`` on average).
+
+        Ticking every ``interval`` from wherever a replica happened to (re)connect kept the
+        replicas in one order: the first to tick after schedules fell due took every batch
+        (SKIP LOCKED leaves nothing for the next) and the other replica found nothing, until
+        the phases drifted across each other by the difference in their ticks' durations:
+        after a fault, one replica enqueued nothing for 5 to 100 s (issue 25). A random phase
+        in each interval makes every replica the first with the same chance in every
+        interval, so one idle after a reconnect takes its share again within a tick or two.
+        """
+        period = self.interval.total_seconds()
+        start = (math.floor(now / period) + 1) * period
+        return start + self._random.random() * period - now
 
     # -- the tick ---------------------------------------------------------------------------
 

@@ -184,6 +184,16 @@ JOIN jobs AS j
 id, queue, job_type, payload, attempts, max_attempts, idempotency_key, organization_id,
 priority, run_at, created_at, lease_token, trace_parent, trace_state
 
+-- fragment: job_lease_token_floor
+-- The smallest fencing token a claim may hand out on this server: the timeline of the WAL it
+-- writes (read once per statement, an InitPlan) in the high 32 bits. A promotion starts a new
+-- timeline, so a token issued after a failover is above every token issued before it, also the
+-- ones the new primary never received (asynchronous replication loses the last commits, the
+-- token bumps with them, and a plain "+ 1" would hand the lost (job, token) pair out again to
+-- a second worker). pg_walfile_name names the current insert timeline (PostgreSQL 15 and
+-- later); docs/operations.md, "Failover", states the rule.
+(SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint << 32)
+
 -- fragment: job_ready_levels
 -- levels: the priorities with waiting (pending or retrying) jobs in queue {{queue}} (narrowed by
 -- {{scope}}), highest first, by a loose index scan of the ready index (one probe a priority),
@@ -603,7 +613,7 @@ SET status = 'leased',
     locked_at = coalesce(%(now)s::timestamptz, now()),
     locked_by = %(worker)s,
     locked_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
-    lease_token = j.lease_token + 1,
+    lease_token = greatest(j.lease_token + 1, {{job_lease_token_floor}}),
     claim_id = %(claim)s::uuid
 -- ANY(ARRAY(...)) rather than a join: the planner cannot see the LIMIT inside the lateral
 -- subquery, guesses thousands of rows and would hash-join over a scan of the whole table.

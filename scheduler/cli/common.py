@@ -30,6 +30,7 @@ from jobs import pooler_mode
 from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
 from jobs.internal import config_settings as jobs_settings
 from jobs.internal import listen_url as jobs_listen_url
+from jobs.primary import REQUIRE_SYNC_ENV, require_sync_replication
 from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
@@ -308,12 +309,55 @@ def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -
     )
     parser.set_defaults(production=production, dev_db=False)
     if production:
+        replication_arg(parser)
         parser.add_argument(
             "--dev-db",
             action="store_true",
             help="without a URL, run against the embedded development server in ./.pgdata "
             f"(also {DEV_DB_VARIABLE}=1); never in production",
         )
+
+
+def replication_arg(parser: argparse.ArgumentParser) -> None:
+    """``--require-sync-replication``: the services, the dashboard and the health checks."""
+    parser.add_argument(
+        "--require-sync-replication",
+        action="store_true",
+        default=None,
+        help="refuse to start (exit 2) unless the primary replicates synchronously, so that "
+        "nothing acknowledged is lost at failover; healthz then fails without it "
+        f"(default: ${REQUIRE_SYNC_ENV}, else off)",
+    )
+
+
+READ_URL_ENV = "TOCKWORK_READ_URL"
+
+
+def read_url_arg(parser: argparse.ArgumentParser) -> None:
+    """``--read-url``: what only reads (the dashboard's pages, stats, the metrics' gauges)."""
+    parser.add_argument(
+        "--read-url",
+        metavar="URL",
+        help="a streaming replica's PostgreSQL URL for what only reads (figures, pages); "
+        f"actions always go to --database-url (default: ${READ_URL_ENV}, else --database-url)",
+    )
+
+
+def read_url(args: argparse.Namespace) -> str | None:
+    """``--read-url``, else ``$TOCKWORK_READ_URL``, else None (read from the primary)."""
+    given = getattr(args, "read_url", None) or os.environ.get(READ_URL_ENV) or None
+    return None if given is None else check_url(given, "--read-url")
+
+
+def require_sync(args: argparse.Namespace) -> bool:
+    """``--require-sync-replication``, else ``$TOCKWORK_REQUIRE_SYNC_REPLICATION``, else off.
+
+    Exported as the variable, as the pooler mode is (:func:`pooler`): the services read it when
+    they are built. A bad value of the variable is an input error.
+    """
+    required = require_sync_replication(getattr(args, "require_sync_replication", None))
+    os.environ[REQUIRE_SYNC_ENV] = "1" if required else "0"
+    return required
 
 
 def listen_url_arg(parser: argparse.ArgumentParser) -> None:
@@ -344,7 +388,9 @@ def listen_url(args: argparse.Namespace) -> str | None:
 
 
 def connect_kwargs(args: argparse.Namespace, **kwargs: Any) -> dict[str, Any]:
-    """``psycopg.connect`` keyword arguments for the command's pooler mode (services)."""
+    """``psycopg.connect`` keyword arguments for the command's pooler mode (services); exports
+    the replication requirement (:func:`require_sync`) as well."""
+    require_sync(args)
     return jobs_connect_kwargs(pooler(args), **kwargs)
 
 

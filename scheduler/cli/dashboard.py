@@ -20,6 +20,10 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     pooler,
+    read_url,
+    read_url_arg,
+    replication_arg,
+    require_sync,
     resolve_url,
 )
 from timezones.errors import TockworkError
@@ -41,6 +45,8 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         "on the login form in a browser.",
     )
     database_arg(parser)
+    read_url_arg(parser)
+    replication_arg(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8089, help="port to bind (0: any free port)")
     parser.add_argument("--read-only", action="store_true", help="hide and refuse every action")
@@ -91,8 +97,20 @@ def run_dashboard(args: argparse.Namespace) -> int:
     pooler(args)
     url = resolve_url(args.database_url)
     ensure_schema(url, apply=False)
-    app = create_app(url, token=token, read_only=args.read_only, no_auth=args.no_auth)
+    app = create_app(
+        url,
+        token=token,
+        read_only=args.read_only,
+        no_auth=args.no_auth,
+        read_url=read_url(args),
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The first connection says the replication mode (and refuses to start without synchronous
+    # replication when it is required): before the server listens, as the services do.
+    pool = app.state.dashboard.pool
+    pool.primary.require_sync = require_sync(args)
+    with pool.connection():
+        pass
     return 0 if _serve(app, args.host, args.port) else 1
 
 

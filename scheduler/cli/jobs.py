@@ -24,6 +24,8 @@ from scheduler.cli.common import (
     pooler,
     positive_float,
     positive_int,
+    read_url,
+    read_url_arg,
     resolve_url,
     text,
 )
@@ -251,7 +253,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
     pooler(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=False)
-    with connect(args, autocommit=True) as conn:
+    replica = read_url(args)
+    opened = (
+        jobs.connect(replica, autocommit=True)
+        if replica is not None
+        else connect(args, autocommit=True)
+    )
+    with opened as conn:
         while True:
             stats = jobs.queue_stats(conn)
             if args.json:
@@ -382,6 +390,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "scheduled), the outbox and the most overdue schedule.",
     )
     database_arg(p)
+    read_url_arg(p)
     p.add_argument("--watch", action="store_true", help="refresh until interrupted (Ctrl-C)")
     p.add_argument(
         "--interval",

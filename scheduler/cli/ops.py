@@ -18,6 +18,10 @@ from scheduler.cli.common import (
     pooler,
     port,
     positive_float,
+    read_url,
+    read_url_arg,
+    replication_arg,
+    require_sync,
     resolve_url,
     seconds,
 )
@@ -31,6 +35,7 @@ def _health(args: argparse.Namespace) -> health.Health:
         poll_only=args.poll_only,
         max_scheduler_lag=lag or None,
         timeout=args.timeout,
+        require_sync=require_sync(args),
     )
 
 
@@ -52,7 +57,9 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
     # The handlers are in place before the server says it serves: a SIGTERM right after that
     # line stops it cleanly (exit 0) instead of killing it.
     previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
-    server = health.serve(url, args.port, host=args.host, health=_health(args))
+    server = health.serve(
+        url, args.port, host=args.host, health=_health(args), read_conninfo=read_url(args)
+    )
     print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
     try:
         stop.wait()
@@ -65,6 +72,7 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     database_arg(p)
+    replication_arg(p)
     p.add_argument(
         "--max-scheduler-lag",
         type=seconds("--max-scheduler-lag"),
@@ -108,4 +116,5 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--port", type=port("--port"), required=True, help="port (0: any free port; required)"
     )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    read_url_arg(p)
     p.set_defaults(func=cmd_metrics_server)

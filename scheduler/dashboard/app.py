@@ -47,7 +47,7 @@ from scheduler.dashboard.auth import (
     check_actor,
     check_token,
 )
-from scheduler.dashboard.db import ConnectionPool
+from scheduler.dashboard.db import ConnectionPool, replica_lag
 from scheduler.dashboard.params import Params, id_list
 from scheduler.errors import ScheduleNotFound, SchedulerError, WebhookEndpointNotFound
 from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
@@ -81,8 +81,13 @@ class Dashboard:
         read_only: bool,
         clock: Clock | None,
         pool_size: int,
+        read_url: str | None = None,
     ) -> None:
         self.pool = ConnectionPool(database_url, size=pool_size)
+        # What only reads may go to a replica (read_url); actions always go to the primary.
+        self.read_url = read_url
+        self.read_pool = ConnectionPool(read_url, size=pool_size) if read_url else self.pool
+        self.replica_lag: float | None = None  # seconds behind, read with the last page
         self.auth = Authenticator(token)
         self.read_only = read_only
         self.clock = clock
@@ -95,6 +100,11 @@ class Dashboard:
         env.filters["age"] = _age
         env.filters["ts"] = _ts
         self.templates = Jinja2Templates(env=env)
+
+    def close(self) -> None:
+        self.pool.close()
+        if self.read_pool is not self.pool:
+            self.read_pool.close()
 
     def now(self) -> datetime:
         """The instant of this request: the injected clock, else the wall clock."""
@@ -158,6 +168,9 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
     context = {
         "base": _base(request),
         "read_only": state.read_only,
+        "replication": state.pool.primary.current,
+        "read_replica": state.read_url is not None,
+        "replica_lag": state.replica_lag,
         "csrf": state.auth.csrf(principal),
         "principal": principal,
         "auth_enabled": state.auth.enabled,
@@ -168,7 +181,23 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
 
 
 async def _db(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn(conn, *args)`` on a pooled connection in the thread pool."""
+    """Run ``fn(conn, *args)`` on a pooled connection in the thread pool: of the read replica
+    when the dashboard has one (``read_url``), else of the primary. Actions use :func:`_act`."""
+    state = _state(request)
+
+    def call() -> Any:
+        with state.read_pool.connection() as conn:
+            result = fn(conn, *args, **kwargs)
+            if state.read_url is not None:
+                state.replica_lag = replica_lag(conn)
+            return result
+
+    return await run_in_threadpool(call)
+
+
+async def _act(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(conn, *args)`` on a connection to the primary: every action, and what selects
+    the rows an action applies to, whatever ``read_url`` says."""
     state = _state(request)
 
     def call() -> Any:
@@ -475,7 +504,7 @@ async def dead_confirm(request: Request) -> Response:
     if scope == "filter":
         p = Params(filters, DEAD_FILTERS)
         queue, job_type, error_code = p.queue(), p.text("job_type"), p.text("error_code")
-        ids = await _db(request, views.dead_ids, queue, job_type, error_code)
+        ids = await _act(request, views.dead_ids, queue, job_type, error_code)
         if len(ids) > views.ACTION_CAP:
             raise InvalidInput(
                 "filter",
@@ -515,7 +544,7 @@ async def dead_apply(request: Request) -> Response:
         selection = {}
     selection["ids"] = ids
     state = _state(request)
-    done = await _db(
+    done = await _act(
         request,
         views.act_on_dead,
         action or "",
@@ -574,7 +603,7 @@ async def schedule_pause(request: Request) -> Response:
     schedule_id = _schedule_id(request)
     paused = request.url.path.endswith("/pause")
     state = _state(request)
-    await _db(
+    await _act(
         request,
         views.set_paused,
         schedule_id,
@@ -679,7 +708,7 @@ async def outbox_retry(request: Request) -> Response:
         if not ids:
             raise InvalidInput("id", None, "select at least one event")
     state = _state(request)
-    n = await _db(
+    n = await _act(
         request, views.retry_outbox, ids, actor=_principal(request).actor, now=state.sql_now()
     )
     return RedirectResponse(f"{_base(request)}/outbox?done={n}", status_code=303)
@@ -806,7 +835,7 @@ async def api_dead_action(request: Request) -> Response:
             raise InvalidInput(
                 "filter", None, "give ids or at least one of queue, job_type, error_code"
             )
-        ids = await _db(request, views.dead_ids, queue, job_type, error_code)
+        ids = await _act(request, views.dead_ids, queue, job_type, error_code)
         if len(ids) > views.ACTION_CAP:
             raise InvalidInput(
                 "filter", filters, f"selects more than {views.ACTION_CAP:,} dead jobs: narrow it"
@@ -815,7 +844,7 @@ async def api_dead_action(request: Request) -> Response:
     done: list[int] = []
     if ids:
         selection["ids"] = ids
-        done = await _db(
+        done = await _act(
             request,
             views.act_on_dead,
             action,
@@ -864,7 +893,7 @@ def _lifespan(state: Dashboard) -> Callable[[Starlette], AbstractAsyncContextMan
         try:
             yield
         finally:
-            state.pool.close()
+            state.close()
 
     return lifespan
 
@@ -877,6 +906,7 @@ def create_app(
     no_auth: bool = False,
     clock: Clock | None = None,
     pool_size: int = 4,
+    read_url: str | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``database_url``.
 
@@ -884,9 +914,11 @@ def create_app(
     ``token=None`` is refused unless ``no_auth=True`` (for loopback, or behind the mounting
     application's own authentication). ``read_only`` hides and refuses every action. ``clock``
     pins the time the pages compute with (tests); by default the database's clock answers.
+    ``read_url`` (a streaming replica) serves what the pages and the API read, with its lag on
+    every page; every action, and the selection an action applies to, goes to the primary.
     """
     check_token(token, no_auth=no_auth)
-    state = Dashboard(database_url, token, read_only, clock, pool_size)
+    state = Dashboard(database_url, token, read_only, clock, pool_size, read_url)
     static = resources.files("scheduler.dashboard").joinpath("static")
     routes = [
         Route("/", overview_page),
@@ -945,4 +977,4 @@ def close(app: Starlette) -> None:
     app's lifespan).
     """
     state: Dashboard = app.state.dashboard
-    state.pool.close()
+    state.close()

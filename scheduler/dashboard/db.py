@@ -6,6 +6,7 @@ back. A connection that failed or was left inside a transaction is closed, never
 
 from __future__ import annotations
 
+import logging
 import queue
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +16,10 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from jobs import connect
+from jobs.primary import PrimaryWatch
 from scheduler.queries import query
+
+log = logging.getLogger("tockwork.dashboard")
 
 STATEMENT_TIMEOUT = "5s"
 
@@ -27,10 +31,18 @@ class ConnectionPool:
         self.url = url
         self.timeout = timeout
         self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue(maxsize=size)
+        # Which primary the connections reach and its replication mode (jobs/primary.py): the
+        # pages say when acknowledged work can be lost at failover; a change is logged once.
+        self.primary = PrimaryWatch("dashboard", log)
 
     def _open(self) -> psycopg.Connection[Any]:
         conn = connect(self.url, autocommit=True, connect_timeout=10)
-        conn.execute(query("dashboard_session_setup"), {"timeout": self.timeout})
+        try:
+            self.primary.observe(conn)
+            conn.execute(query("dashboard_session_setup"), {"timeout": self.timeout})
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     @contextmanager
@@ -58,3 +70,10 @@ class ConnectionPool:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def replica_lag(conn: psycopg.Connection[Any]) -> float | None:
+    """How far behind its primary the server of ``conn`` replays (seconds; 0 when it has
+    replayed everything it received); None when it is not a replica."""
+    row = conn.execute(query("pg_replica_lag")).fetchone()
+    return None if row is None or row[0] is None else float(row[0])

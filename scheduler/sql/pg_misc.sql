@@ -42,3 +42,11 @@ COMMENT ON DATABASE {} IS {}
 -- scheduler replica syncs them when it starts, and two at once would both create a key. The
 -- class is Tockwork's own ('tock', as the migrations' lock, object 1); this is object 2.
 SELECT pg_advisory_xact_lock(1953457003, 2);
+
+-- name: pg_replica_lag
+-- The dashboard's read replica: seconds since the last transaction it replayed was committed on
+-- the primary, 0 when it has replayed all it received (an idle primary sends nothing new); NULL
+-- on a primary.
+SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+            WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8;

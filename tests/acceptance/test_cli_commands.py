@@ -194,7 +194,13 @@ def test_the_scheduler_says_when_it_starts(db_url: str) -> None:
     proc = start_tockwork(db_url, "scheduler", "--lookahead", "45", "--name", "replica-7")
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline().decode()  # the first line it logs: wait for it, no sleep
+        # Its first lines: the replication mode of the primary (jobs/primary.py), then the
+        # start; read them as they come (no sleep).
+        line = ""
+        for _ in range(5):
+            line = proc.stderr.readline().decode()
+            if " started: " in line:
+                break
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)

@@ -57,6 +57,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
         {0, 1},
         "p99 wait on/off",
     ),
+    ("claim_token", ["--rounds", "2", "--jobs", "500"], {0}, "ratio"),
     ("unique_enqueue", ["--n", "20", "--batches", "1", "--batch", "50"], {0, 1}, "unique keys"),
     ("enqueue_async", ["--n", "200", "--batch", "50"], {0, 1}, "async/sync"),
     ("validate_cost", ["--n", "200", "--rounds", "1"], {0, 1}, "this tree/s"),

@@ -61,6 +61,12 @@ def _with_connection(fn: Callable[[psycopg.Connection[Any]], T]) -> T:
 
 
 def _started(job: Job) -> None:
+    tokens = os.environ.get("TOCKWORK_TOKEN_LOG")
+    if tokens:
+        # Outside the database (which a failover may roll back): the lease this run holds. The
+        # failover suite checks that no (job, token) is run under two leases.
+        with open(os.path.join(tokens, f"{os.getpid()}.tokens"), "a") as f:
+            f.write(f"{job.id} {job.lease_token}\n")
     _with_connection(
         lambda c: c.execute(
             "INSERT INTO chaos_runs (job_id, attempt, job_type) VALUES (%s, %s, %s)",

@@ -7,7 +7,9 @@ SIGTERM (finishing the transaction it is in) or SIGKILL. Each transaction insert
 three exist together or not at all, whatever kills the
 producer or the server. A lost connection is logged on one line and retried on a new one; the
 order whose commit had no reply is simply not known to the producer (the checks read what
-committed). Prints one JSON line at the end: the orders it saw commit.
+committed). Prints one JSON line at the end: the orders it saw commit. With ``--acked FILE``,
+each acknowledged order is also appended to FILE as ``ID UNIX_TIME`` (the failover suite checks
+that none is lost, and measures the loss window when some are).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", required=True)
     p.add_argument("--rate", type=float, default=10.0, help="orders per second")
     p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--acked", default=None, help="append each acknowledged order id here")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -67,13 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     committed = reconnects = 0
     conn: psycopg.Connection[Any] | None = None
     period = 1.0 / args.rate
+    acked = open(args.acked, "a") if args.acked else None  # noqa: SIM115 (open for the run)
     next_at = time.monotonic()
     while not stopping:
         try:
             if conn is None:
                 conn = psycopg.connect(args.url, application_name="chaos-producer")
-            place_order(conn, args.max_attempts)
+            order = place_order(conn, args.max_attempts)
             committed += 1
+            if acked is not None:
+                acked.write(f"{order} {time.time():.3f}\n")
+                acked.flush()
         except psycopg.OperationalError as exc:
             reconnects += 1
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -87,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, next_at - time.monotonic()))  # the arrival rate, not a wait
     if conn is not None:
         conn.close()
+    if acked is not None:
+        acked.close()
     print(json.dumps({"event": "stopped", "committed": committed, "reconnects": reconnects}))
     return 0
 

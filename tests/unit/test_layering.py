@@ -217,6 +217,8 @@ KNOWN_FOREIGN_TABLES = {
     # A system catalog: the pytest plugin lists the tables of its test database.
     ("scheduler/sql/pg_misc.sql", "pg_tables"),
     ("scheduler/sql/pg_misc.sql", "pg_database"),
+    # A system view: the synchronous standbys attached to the primary (jobs/primary.py).
+    ("jobs/sql/pg_misc.sql", "pg_stat_replication"),
     # The operator dashboard is the composition root's view over every component: it reads the
     # queue's tables (keyset pages, bounded counts, lateness). It writes them only through the
     # jobs API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead).

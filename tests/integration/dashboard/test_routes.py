@@ -525,3 +525,13 @@ def test_lateness_against_the_nominal_occurrence_and_a_schedules_jitter(
     assert spread is not None
     assert 0 <= float(spread.group(1)) == float(spread.group(2)) <= 60
     assert "<code>2026-06-01T08:00</code>" in page
+
+
+def test_every_page_says_when_acknowledged_work_can_be_lost_at_failover(
+    browser: TestClient,
+) -> None:
+    # The test server replicates asynchronously (no synchronous standby): jobs/primary.py.
+    for path in ("/", "/jobs", "/schedules"):
+        page = browser.get(path).text
+        assert 'id="replication"' in page, path
+        assert "acknowledged work can be lost at failover" in page

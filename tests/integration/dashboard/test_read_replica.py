@@ -1,0 +1,81 @@
+"""The dashboard reads from a streaming replica (``read_url``) and acts on the primary (issue 25).
+
+A real primary and a streaming standby (tests/failover/servers.py). The pages are read from the
+standby and say how far behind it is; pausing a schedule goes to the primary (on the standby it
+would fail: a replica is read-only) and reaches the standby's pages once replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+import jobs
+import scheduler
+from scheduler.dashboard import create_app
+from scheduler.errors import ScheduleNotFound
+from scheduler.migrations import COMPONENTS
+from tests.failover.servers import LocalServer, pg_bindir, scratch_dir, server_user
+from tests.integration.dashboard.conftest import TOKEN, csrf_of, sign_in
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
+    bindir = pg_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (Debian's postgresql-15 or embedded)")
+    if os.geteuid() == 0 and server_user() is None:
+        pytest.skip("running as root without a user to run PostgreSQL as (postgres)")
+    root = scratch_dir()
+    primary = LocalServer(bindir, root / "primary").initdb().start()
+    standby = LocalServer(bindir, root / "standby")
+    try:
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            jobs.migrate(conn, COMPONENTS)
+        standby.standby_of(primary).start()
+        yield primary, standby
+    finally:
+        for server in (primary, standby):
+            if server.running():
+                server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _replayed(standby: LocalServer, schedule_id: int, paused: bool) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with psycopg.connect(standby.url) as conn, contextlib.suppress(ScheduleNotFound):
+            if scheduler.get_schedule(conn, schedule_id).paused == paused:
+                return True
+        time.sleep(0.05)  # waiting for the standby's replay, an event of another process
+    return False
+
+
+def test_pages_read_the_replica_and_actions_go_to_the_primary(
+    pair: tuple[LocalServer, LocalServer],
+) -> None:
+    primary, standby = pair
+    with psycopg.connect(primary.url) as conn, conn.transaction():
+        s = scheduler.create_schedule(
+            conn, job_type="reminder", rule="daily@08:00", zone="UTC", subject="user-9"
+        )
+    assert _replayed(standby, s.id, False)
+    app = create_app(primary.url, token=TOKEN, read_url=standby.url)
+    with TestClient(app, follow_redirects=False) as client:
+        sign_in(client)
+        page = client.get(f"/schedules/{s.id}")
+        assert page.status_code == 200
+        assert 'id="replica"' in page.text and "s behind the primary" in page.text
+        done = client.post(f"/schedules/{s.id}/pause", data={"csrf": csrf_of(page.text)})
+        assert done.status_code == 303, done.text
+        with psycopg.connect(primary.url) as conn:
+            assert scheduler.get_schedule(conn, s.id).paused
+        assert _replayed(standby, s.id, True)
+        assert 'id="paused"' in client.get(f"/schedules/{s.id}").text
