@@ -9,7 +9,7 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, tracing
+from jobs import effects, limits, maintenance, metrics, outbox, partitions, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -131,6 +131,7 @@ __all__ = [
     "metrics",
     "migrate",
     "outbox",
+    "partitions",
     "pooler_mode",
     "queue_policies",
     "queue_stats",

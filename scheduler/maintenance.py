@@ -14,12 +14,17 @@ definition key               rule (UTC)            what the job does
 ``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
                                                    per outcome (the dashboard's chart reads
                                                    these rows, not an hour of attempts)
+``tockwork.partitions``      ``cron:47 * * * *``   creates the day partitions of the history
+                                                   tables (attempts, effects, skips) a week
+                                                   ahead (retention drops the expired days)
 ===========================  ===================  =============================================
 
 This module declares and schedules the work; the work on the queue's tables (lease recovery,
 retention of jobs, attempts, effects and outbox events, the rollup of attempts) lives with
 those tables in :mod:`jobs.maintenance`, as procrastinate's ``builtin_tasks`` wrap the manager
-that owns the table. Only the retention of the scheduler's own ``schedule_skips`` is done here.
+that owns the table. Only the partitions and the retention of the scheduler's own
+``schedule_skips`` are done here (through :mod:`jobs.partitions`, which works on any history
+table it is given).
 
 Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
 of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
@@ -48,6 +53,9 @@ log = logging.getLogger("tockwork.maintenance")
 
 PREFIX = "tockwork."
 BATCH = 5000
+AHEAD_DAYS = 7
+SKIPS = jobs.partitions.History("schedule_skips", "recorded_at", "timestamptz")
+"""The scheduler's partitioned history table (by day of ``recorded_at``)."""
 LEASE_BATCH = 1000
 DEFAULT_AGES = {
     "succeeded_days": 7,
@@ -75,6 +83,8 @@ def definitions(
                    job_type="tockwork.tzdb_recompute", catch_up="latest"),
         Definition(key=f"{PREFIX}attempt_rollup", rule="every:1m", zone=zone,
                    job_type="tockwork.attempt_rollup", catch_up="latest"),
+        Definition(key=f"{PREFIX}partitions", rule="cron:47 * * * *", zone=zone,
+                   job_type="tockwork.partitions", catch_up="latest"),
     ]  # fmt: skip
 
 
@@ -95,7 +105,8 @@ def _days(name: str, days: Any) -> timedelta:
 
 
 def _delete_skips(conn: psycopg.Connection[Any], before: datetime) -> int:
-    """The scheduler's own table: bounded deletes until one deletes less than a batch."""
+    """The scheduler's own table's default partition (the days are dropped whole): bounded
+    deletes until one deletes less than a batch."""
     total = 0
     while True:
         with conn.transaction():
@@ -130,13 +141,14 @@ def retention(
         outbox_retention=_days("outbox_days", settings["outbox_days"]),
         batch_size=BATCH,
     )
-    skips_before = at - _days("skips_days", settings["skips_days"])
+    skips_age = _days("skips_days", settings["skips_days"])
     queue = queue_maintenance.clean(conn, config, now=at)
+    skips = jobs.partitions.drop_partitions(conn, SKIPS, keep=skips_age, now=at)
     counts = {
         "jobs": queue["jobs"],
         "attempts": queue["attempts"],
         "effects": queue["effects"],
-        "skips": _delete_skips(conn, skips_before),
+        "skips": skips + _delete_skips(conn, at - skips_age),
         "outbox": queue["outbox"],
     }
     log.info("retention: deleted %s", counts)
@@ -158,6 +170,17 @@ def attempt_rollup(conn: psycopg.Connection[Any], *, now: datetime | None = None
     :class:`jobs.maintenance.RollupConfig`); the minutes written. ``conn`` must not be inside a
     transaction (each batch commits)."""
     return queue_maintenance.rollup_attempts(conn, now=now)
+
+
+def ensure_partitions(
+    conn: psycopg.Connection[Any], *, ahead_days: int = AHEAD_DAYS, now: datetime | None = None
+) -> dict[str, int]:
+    """Create the day partitions of every history table (``job_attempts``, ``job_effects``,
+    ``schedule_skips``) from today (UTC) to ``ahead_days`` ahead; the days created per table.
+    ``conn`` must not be inside a transaction (each day commits)."""
+    created = queue_maintenance.ensure_partitions(conn, ahead_days=ahead_days, now=now)
+    skips = jobs.partitions.ensure_partitions(conn, SKIPS, ahead_days=ahead_days, now=now)
+    return {**created, SKIPS.table: len(skips)}
 
 
 def app() -> dict[str, jobs.Handler]:
@@ -192,8 +215,13 @@ def app() -> dict[str, jobs.Handler]:
         with jobs.connect(url) as conn:
             attempt_rollup(conn)
 
+    def run_partitions(_job: jobs.Job) -> None:
+        with jobs.connect(url) as conn:
+            ensure_partitions(conn)
+
     return {
         "tockwork.attempt_rollup": run_attempt_rollup,
+        "tockwork.partitions": run_partitions,
         "tockwork.retention": run_retention,
         "tockwork.lease_recovery": run_lease_recovery,
         "tockwork.tzdb_recompute": run_tzdb,
