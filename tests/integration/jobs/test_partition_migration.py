@@ -5,7 +5,7 @@ before; with jobs.partitions.prepare() first, the migration builds no index."""
 from __future__ import annotations
 
 import importlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
