@@ -2,7 +2,7 @@
 
 Two throwaway databases (``tockwork_ret_<mode>_<pid>`` on the server of
 ``scheduler.devdb.database_url()``, migrated, dropped at the end), one per mode, run the same
-simulated week at ``--per-day`` reminders a day (default 1,000,000), time compressed with an
+simulated week, day by day in turn (a run cut short still compares the modes), at ``--per-day`` reminders a day (default 1,000,000), time compressed with an
 injected clock (every statement is given the simulated instant), retention ``--retention-days``
 (default 3) for everything (finished jobs, attempts, effect records, skips):
 
@@ -44,6 +44,7 @@ import logging
 import os
 import statistics
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString
@@ -59,6 +60,7 @@ from scheduler.migrations import COMPONENTS
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
 RECORD_BATCH = 1000
+MODES = ("delete", "partitions")
 FILL_CHUNK = 200_000
 
 # Ad-hoc fill statements (a benchmark's fixture, not the library's SQL).
@@ -194,61 +196,73 @@ def cycles(url: str, at: datetime, n: int) -> tuple[list[float], list[float]]:
     return claim_ms, complete_ms
 
 
-def run(mode: str, args: argparse.Namespace) -> list[Day]:
-    name = f"tockwork_ret_{mode}_{os.getpid()}"
+def simulate_day(
+    mode: str, url: str, conn: psycopg.Connection[Any], d: int, args: argparse.Namespace
+) -> Day:
+    """Day ``d`` of ``mode`` on its database: the day's writes, the retention after it, the
+    vacuum, the sizes and the claim cycles."""
     ages = {
         key: args.retention_days
         for key in ("succeeded_days", "attempts_days", "effects_days", "skips_days")
     }
-    days: list[Day] = []
-    with (
-        throwaway_database(database_url(), name, components=COMPONENTS) as url,
-        psycopg.connect(url, autocommit=True) as conn,
-    ):
-        conn.execute("SET synchronous_commit = off")
-        conn.execute(FILL_BACKLOG, {"at": START, "n": args.backlog})
-        has_av = (conn.execute(HAS_AUTOVACUUM_TIME).fetchone() or (0,))[0] == 1
-        for d in range(args.days):
-            day = START + timedelta(days=d)
-            if mode == "partitions":
-                maintenance.ensure_partitions(conn, ahead_days=2, now=day)
-            rate = write_day(conn, day, args.per_day, d * args.per_day)
-            # The retention job's time (tockwork.retention runs at 03:17 UTC).
-            after = day + timedelta(days=1, hours=3, minutes=17)
-            av_before = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
-            t0 = time.perf_counter()
-            maintenance.retention(conn, ages, now=after)
-            retention_s = time.perf_counter() - t0
-            conn.execute("SELECT pg_stat_force_next_flush()")
-            before_vacuum = sizes(conn)
-            dead = sum(before_vacuum[t][1] for t in TABLES[1:])
-            t0 = time.perf_counter()
-            conn.execute(VACUUM)
-            vacuum_s = time.perf_counter() - t0
-            av_after = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
-            found = sizes(conn)
-            claim_ms, complete_ms = cycles(url, after, args.claims)
-            history = [found[t] for t in TABLES[1:]]
-            days.append(
-                Day(
-                    day=d + 1,
-                    jobs_mb=found["jobs"][0] / 2**20,
-                    history_mb=sum(h[0] for h in history) / 2**20,
-                    history_rows=sum(h[2] for h in history),
-                    jobs_dead=before_vacuum["jobs"][1],
-                    dead=dead,
-                    retention_s=retention_s,
-                    vacuum_s=vacuum_s,
-                    autovacuum_s=(av_after - av_before) / 1000 if has_av else None,
-                    records_per_s=rate,
-                    claim_p50=statistics.median(claim_ms),
-                    claim_p99=pct(claim_ms, 0.99),
-                    complete_p50=statistics.median(complete_ms),
-                    complete_p99=pct(complete_ms, 0.99),
-                )
+    has_av = (conn.execute(HAS_AUTOVACUUM_TIME).fetchone() or (0,))[0] == 1
+    day = START + timedelta(days=d)
+    if mode == "partitions":
+        maintenance.ensure_partitions(conn, ahead_days=2, now=day)
+    rate = write_day(conn, day, args.per_day, d * args.per_day)
+    # The retention job's time (tockwork.retention runs at 03:17 UTC).
+    after = day + timedelta(days=1, hours=3, minutes=17)
+    av_before = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
+    t0 = time.perf_counter()
+    maintenance.retention(conn, ages, now=after)
+    retention_s = time.perf_counter() - t0
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    before_vacuum = sizes(conn)
+    dead = sum(before_vacuum[t][1] for t in TABLES[1:])
+    t0 = time.perf_counter()
+    conn.execute(VACUUM)
+    vacuum_s = time.perf_counter() - t0
+    av_after = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
+    found = sizes(conn)
+    claim_ms, complete_ms = cycles(url, after, args.claims)
+    history = [found[t] for t in TABLES[1:]]
+    return Day(
+        day=d + 1,
+        jobs_mb=found["jobs"][0] / 2**20,
+        history_mb=sum(h[0] for h in history) / 2**20,
+        history_rows=sum(h[2] for h in history),
+        jobs_dead=before_vacuum["jobs"][1],
+        dead=dead,
+        retention_s=retention_s,
+        vacuum_s=vacuum_s,
+        autovacuum_s=(av_after - av_before) / 1000 if has_av else None,
+        records_per_s=rate,
+        claim_p50=statistics.median(claim_ms),
+        claim_p99=pct(claim_ms, 0.99),
+        complete_p50=statistics.median(complete_ms),
+        complete_p99=pct(complete_ms, 0.99),
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, list[Day]]:
+    """Both modes, day by day in turn (a run cut short still compares them)."""
+    results: dict[str, list[Day]] = {mode: [] for mode in MODES}
+    with ExitStack() as stack:
+        dbs = {}
+        for mode in MODES:
+            name = f"tockwork_ret_{mode}_{os.getpid()}"
+            url = stack.enter_context(
+                throwaway_database(database_url(), name, components=COMPONENTS)
             )
-            print_day(mode, days[-1])
-    return days
+            conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+            conn.execute("SET synchronous_commit = off")
+            conn.execute(FILL_BACKLOG, {"at": START, "n": args.backlog})
+            dbs[mode] = (url, conn)
+        for d in range(args.days):
+            for mode, (url, conn) in dbs.items():
+                results[mode].append(simulate_day(mode, url, conn, d, args))
+                print_day(mode, results[mode][-1])
+    return results
 
 
 def print_day(mode: str, d: Day) -> None:
@@ -288,7 +302,7 @@ def main() -> int:
         f" {'history rows':>12} {'hist. dead':>11} {'retain s':>8} {'vacuum s':>8} {'av s':>6}"
         f" {'records/s':>9} {'claim':>6} {'p99':>6} {'done':>6} {'p99':>6}"
     )
-    results = {mode: run(mode, args) for mode in ("delete", "partitions")}
+    results = run(args)
     last = {mode: days[-1] for mode, days in results.items()}
     p, d = last["partitions"], last["delete"]
     print()
