@@ -2,9 +2,10 @@
 
 Two throwaway databases (``tockwork_ret_<mode>_<pid>`` on the server of
 ``scheduler.devdb.database_url()``, migrated, dropped at the end), one per mode, run the same
-simulated week, day by day in turn (a run cut short still compares the modes), at ``--per-day`` reminders a day (default 1,000,000), time compressed with an
-injected clock (every statement is given the simulated instant), retention ``--retention-days``
-(default 3) for everything (finished jobs, attempts, effect records, skips):
+simulated week, day by day in turn (a run cut short still compares the modes), at
+``--per-day`` reminders a day (default 1,000,000), time compressed with an injected clock
+(every statement is given the simulated instant), retention ``--retention-days`` (default 3)
+for everything (finished jobs, attempts, effect records, skips):
 
 * ``partitions``: the built-in maintenance as in production: ``tockwork.partitions``
   (:func:`scheduler.maintenance.ensure_partitions`, two days ahead) before each day, and

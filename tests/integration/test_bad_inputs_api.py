@@ -459,7 +459,49 @@ def _update(field: str, value: Any) -> Call:
     return lambda conn: scheduler.update_schedule(conn, _SEED[0], **{field: value})
 
 
-DB_CASES: list[DbCase] = [*_enqueue_cases(), *_admin_cases(), *_schedule_cases()]
+def _partition_cases() -> list[DbCase]:
+    """The history's day partitions (jobs.partitions): refused before any DDL is sent."""
+    from jobs import partitions
+
+    table = partitions.ATTEMPTS
+    cases: list[DbCase] = []
+    for name, value in [
+        ("negative", -1),
+        ("too-far", 367),
+        ("text", "7"),
+        ("bool", True),
+        ("float", 1.5),
+    ]:
+        cases.append(
+            (
+                f"partitions-ahead-{name}",
+                lambda c, v=value: partitions.ensure_partitions(c, table, ahead_days=v, now=NOW),
+                "ahead_days",
+            )
+        )
+    for name, value in [("negative", timedelta(days=-1)), ("int", 3), ("none", None)]:
+        cases.append(
+            (
+                f"partitions-keep-{name}",
+                lambda c, v=value: partitions.drop_partitions(c, table, keep=v, now=NOW),
+                "keep",
+            )
+        )
+    for name, value in [("naive", NOW.replace(tzinfo=None)), ("text", "2026-01-01")]:
+        cases.append(
+            (
+                f"partitions-now-{name}",
+                lambda c, v=value: partitions.ensure_partitions(c, table, now=v),
+                "now",
+            )
+        )
+    cases.append(("partitions-prepare-in-transaction", partitions.prepare, "conn"))
+    return cases
+
+
+DB_CASES: list[DbCase] = [
+    *_enqueue_cases(), *_admin_cases(), *_schedule_cases(), *_partition_cases()
+]  # fmt: skip
 
 
 def test_the_table_is_large(capsys: pytest.CaptureFixture[str]) -> None:
