@@ -4,7 +4,6 @@ partition emptied by batches, and effect-once exact across a partition boundary 
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -16,6 +15,7 @@ from jobs import effects, partitions
 from jobs.maintenance import RetentionConfig, clean
 from jobs.maintenance import ensure_partitions as ensure_queue_partitions
 from scheduler import maintenance
+from tests.locks import wait_for_lock_wait
 
 NOW = datetime(2026, 6, 30, 12, 0, tzinfo=UTC)
 MIDNIGHT = datetime(2026, 7, 1, tzinfo=UTC)
@@ -129,21 +129,6 @@ def test_an_effect_recorded_before_midnight_is_found_after_it(
     assert where(conn, "job_effects") == [
         ("job_effects_p20260630", 2), ("job_effects_p20260701", 1), ("job_effects_p20260702", 1)
     ]  # fmt: skip
-
-
-def wait_for_lock_wait(url: str, app: str) -> None:
-    """Until the session named ``app`` waits on a lock (the database's own wait, polled)."""
-    deadline = time.monotonic() + 30
-    with psycopg.connect(url, autocommit=True) as w:
-        while time.monotonic() < deadline:
-            row = w.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = %s AND wait_event_type = 'Lock'",
-                (app,),
-            ).fetchone()
-            if row == (1,):
-                return
-    raise AssertionError(f"{app} never waited on a lock")
 
 
 @pytest.mark.parametrize(
