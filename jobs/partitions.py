@@ -80,7 +80,8 @@ _DAY = re.compile(r"_p(\d{8})$")
 
 def _today(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
     if now is None:
-        row = conn.execute(query("pg_partition_now")).fetchone()
+        with conn.transaction():
+            row = conn.execute(query("pg_partition_now")).fetchone()
         assert row is not None
         now = row[0]
     if not isinstance(now, datetime) or now.tzinfo is None:
@@ -90,7 +91,8 @@ def _today(conn: psycopg.Connection[Any], now: datetime | None) -> datetime:
 
 def partitions(conn: psycopg.Connection[Any], table: History) -> list[date]:
     """The days of ``table`` that have a partition, oldest first."""
-    rows = conn.execute(query("pg_partition_list"), {"parent": table.table}).fetchall()
+    with conn.transaction():
+        rows = conn.execute(query("pg_partition_list"), {"parent": table.table}).fetchall()
     days = []
     for (name,) in rows:
         found = _DAY.search(name)

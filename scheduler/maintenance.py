@@ -195,7 +195,9 @@ def app() -> dict[str, jobs.Handler]:
     def run_retention(job: jobs.Job) -> None:
         ages = job.payload if isinstance(job.payload, Mapping) else {}
         settings = {k: v for k, v in ages.items() if k in DEFAULT_AGES or k == "dead_days"}
-        with jobs.connect(url) as conn:
+        # Autocommit: each batch and each partition's DDL is its own transaction (an implicit
+        # one left open by a first read would hold a dropped day's lock until the end).
+        with jobs.connect(url, autocommit=True) as conn:
             retention(conn, settings)
 
     def run_lease_recovery(_job: jobs.Job) -> None:
@@ -216,7 +218,7 @@ def app() -> dict[str, jobs.Handler]:
             attempt_rollup(conn)
 
     def run_partitions(_job: jobs.Job) -> None:
-        with jobs.connect(url) as conn:
+        with jobs.connect(url, autocommit=True) as conn:
             ensure_partitions(conn)
 
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -200,3 +200,18 @@ def test_ensure_partitions_of_the_queue(conn: psycopg.Connection[Any]) -> None:
     assert ensure_queue_partitions(conn, ahead_days=0, now=NOW) == {
         "job_attempts": 1, "job_effects": 1
     }  # fmt: skip
+
+
+def test_the_maintenance_job_creates_the_week_ahead(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tockwork.partitions`` as the maintenance worker runs it (the database clock)."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    handler = maintenance.app()["tockwork.partitions"]
+    handler(cast(jobs.Job, None))  # the job's fields are not read
+    with psycopg.connect(db_url) as c:
+        today = c.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()
+        assert today is not None
+        week = [today[0] + timedelta(days=n) for n in range(maintenance.AHEAD_DAYS + 1)]
+        for table in (partitions.ATTEMPTS, partitions.EFFECTS, maintenance.SKIPS):
+            assert partitions.partitions(c, table) == week
