@@ -114,8 +114,9 @@ SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint,
 FROM leaves AS t
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = t.relid
 """
+# Per table, so that a dropped partition's time does not count as negative.
 AUTOVACUUM_TIME: LiteralString = """
-SELECT coalesce(sum(total_autovacuum_time), 0)::float8 FROM pg_stat_user_tables
+SELECT relid, total_autovacuum_time::float8 FROM pg_stat_user_tables
 """
 HAS_AUTOVACUUM_TIME: LiteralString = """
 SELECT count(*) FROM pg_attribute
@@ -213,7 +214,7 @@ def simulate_day(
     rate = write_day(conn, day, args.per_day, d * args.per_day)
     # The retention job's time (tockwork.retention runs at 03:17 UTC).
     after = day + timedelta(days=1, hours=3, minutes=17)
-    av_before = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
+    av_before = dict(conn.execute(AUTOVACUUM_TIME).fetchall()) if has_av else {}
     t0 = time.perf_counter()
     maintenance.retention(conn, ages, now=after)
     retention_s = time.perf_counter() - t0
@@ -223,7 +224,8 @@ def simulate_day(
     t0 = time.perf_counter()
     conn.execute(VACUUM)
     vacuum_s = time.perf_counter() - t0
-    av_after = (conn.execute(AUTOVACUUM_TIME).fetchone() or (0.0,))[0]
+    av_after = dict(conn.execute(AUTOVACUUM_TIME).fetchall()) if has_av else {}
+    av_ms = sum(ms - av_before[relid] for relid, ms in av_after.items() if relid in av_before)
     found = sizes(conn)
     claim_ms, complete_ms = cycles(url, after, args.claims)
     history = [found[t] for t in TABLES[1:]]
@@ -236,7 +238,7 @@ def simulate_day(
         dead=dead,
         retention_s=retention_s,
         vacuum_s=vacuum_s,
-        autovacuum_s=(av_after - av_before) / 1000 if has_av else None,
+        autovacuum_s=av_ms / 1000 if has_av else None,
         records_per_s=rate,
         claim_p50=statistics.median(claim_ms),
         claim_p99=pct(claim_ms, 0.99),
