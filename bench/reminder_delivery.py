@@ -181,7 +181,8 @@ RAW_SCHEDULES: LiteralString = """
 SELECT id, paused, version, quiet_start, quiet_end, quiet_action, zone
 FROM schedules WHERE id = ANY(%(ids)b::bigint[])
 """
-# Effect-once records, then the push rows for the keys that were new, in one statement.
+# Effect-once records, then the push rows for the keys that were new, in one statement (the
+# raw baseline checks the key within its day only: job_effects is partitioned by day).
 RAW_EFFECTS_AND_PUSHES: LiteralString = """
 WITH input AS (
     SELECT * FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[], %(schedule_ids)b::bigint[],
@@ -193,7 +194,7 @@ WITH input AS (
 recorded AS (
     INSERT INTO job_effects (effect_key, job_id)
     SELECT effect_key, job_id FROM input
-    ON CONFLICT (effect_key) DO NOTHING
+    ON CONFLICT (effect_key, recorded_on) DO NOTHING
     RETURNING effect_key
 )
 INSERT INTO simulated_pushes (effect_key, job_id, schedule_id, occurrence_key, occurrence_at,

@@ -9,7 +9,7 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, primary, tracing
+from jobs import effects, limits, maintenance, metrics, outbox, partitions, primary, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -138,6 +138,7 @@ __all__ = [
     "metrics",
     "migrate",
     "outbox",
+    "partitions",
     "pooler_mode",
     "primary",
     "queue_policies",

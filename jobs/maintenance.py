@@ -13,7 +13,10 @@ left to do.
   a fleet with no worker running.
 * :func:`clean` deletes what is finished and old: succeeded and cancelled jobs, attempt
   history, effect records and processed outbox events. Dead jobs and dead events wait for a
-  person unless ``dead_retention`` is set.
+  person unless ``dead_retention`` is set. The history tables are partitioned by day
+  (:mod:`jobs.partitions`): their expired days are dropped whole, and only their default
+  partition (days that had no partition, history from before the partitioning) is deleted by
+  batches. :func:`ensure_partitions` creates the days ahead.
 * :func:`rollup_attempts` counts the attempts of each closed minute per outcome into
   ``job_attempt_minutes`` (the dashboard's chart of the last hour reads 60 rows instead of an
   hour of attempts). It runs beside the completions, never inside them: a counter row updated by
@@ -39,6 +42,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
+from jobs import partitions
 from jobs.errors import InvalidJob
 from jobs.queries import query
 from jobs.store import JobStore, PgJobStore
@@ -244,7 +248,9 @@ def clean(
 
     Kinds: ``jobs``, ``attempts``, ``effects``, ``outbox``. Ages count back from ``now``
     (default: the database clock of each batch). ``conn`` must not be inside a transaction
-    (each batch commits).
+    (each batch commits). Attempts and effects: the day partitions that ended before their
+    retention are dropped (their rows counted), then the default partition is deleted from in
+    batches (:mod:`jobs.partitions`).
     """
     config = config or RetentionConfig()
     dead = config.dead_retention
@@ -269,12 +275,41 @@ def clean(
             {"age": config.outbox_retention.total_seconds()},
         ),
     ]
+    dropped = {
+        "attempts": partitions.drop_partitions(
+            conn, partitions.ATTEMPTS, keep=config.attempt_retention, now=now, on_batch=on_batch
+        ),
+        "effects": partitions.drop_partitions(
+            conn, partitions.EFFECTS, keep=config.effect_retention, now=now, on_batch=on_batch
+        ),
+    }
     counts = {
-        kind: _delete(conn, kind, name, {**params, "now": now}, config.batch_size, on_batch)
+        kind: dropped.get(kind, 0)
+        + _delete(conn, kind, name, {**params, "now": now}, config.batch_size, on_batch)
         for kind, name, params in tasks
     }
     log.debug("queue retention: deleted %s", counts)
     return counts
+
+
+def ensure_partitions(
+    conn: psycopg.Connection[Any],
+    *,
+    ahead_days: int = 7,
+    now: datetime | None = None,
+    on_batch: BatchSignal | None = None,
+) -> dict[str, int]:
+    """Create the day partitions of ``job_attempts`` and ``job_effects`` from today (UTC) to
+    ``ahead_days`` ahead (:func:`jobs.partitions.ensure_partitions`); the days created per
+    table. ``conn`` must not be inside a transaction (each day commits)."""
+    return {
+        table.table: len(
+            partitions.ensure_partitions(
+                conn, table, ahead_days=ahead_days, now=now, on_batch=on_batch
+            )
+        )
+        for table in partitions.TABLES
+    }
 
 
 def _runs(minutes: list[datetime], most: int) -> list[tuple[datetime, datetime]]:

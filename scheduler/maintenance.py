@@ -15,12 +15,17 @@ definition key               rule (UTC)            what the job does
 ``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
                                                    per outcome (the dashboard's chart reads
                                                    these rows, not an hour of attempts)
+``tockwork.partitions``      ``cron:47 * * * *``   creates the day partitions of the history
+                                                   tables (attempts, effects, skips) a week
+                                                   ahead (retention drops the expired days)
 ===========================  ===================  =============================================
 
 This module declares and schedules the work; the work on the queue's tables (lease recovery,
 retention of jobs, attempts, effects and outbox events, the rollup of attempts) lives with
 those tables in :mod:`jobs.maintenance`, as procrastinate's ``builtin_tasks`` wrap the manager
-that owns the table. Only the retention of the scheduler's own ``schedule_skips`` is done here.
+that owns the table. Only the partitions and the retention of the scheduler's own
+``schedule_skips`` are done here (through :mod:`jobs.partitions`, which works on any history
+table it is given).
 
 Every job is idempotent (a duplicate run finds nothing left to do) and works in bounded batches
 of short transactions, so it never holds long locks. Dead jobs are kept until a person acts,
@@ -61,6 +66,9 @@ PREFIX = "tockwork."
 # queue ``maintenance``, which an application's own jobs share).
 QUEUE = "tockwork.maintenance"
 BATCH = 5000
+AHEAD_DAYS = 7
+SKIPS = jobs.partitions.History("schedule_skips", "recorded_at", "timestamptz")
+"""The scheduler's partitioned history table (by day of ``recorded_at``)."""
 LEASE_BATCH = 1000
 DEFAULT_AGES = {
     "succeeded_days": 7,
@@ -89,6 +97,8 @@ def definitions(
                    job_type="tockwork.tzdb_recompute", catch_up="latest"),
         Definition(key=f"{PREFIX}attempt_rollup", rule="every:1m", zone=zone, queue=QUEUE,
                    job_type="tockwork.attempt_rollup", catch_up="latest"),
+        Definition(key=f"{PREFIX}partitions", rule="cron:47 * * * *", zone=zone, queue=QUEUE,
+                   job_type="tockwork.partitions", catch_up="latest"),
     ]  # fmt: skip
 
 
@@ -125,8 +135,9 @@ def _days(name: str, days: Any) -> timedelta:
 
 
 def _delete_before(conn: psycopg.Connection[Any], name: str, before: datetime) -> int:
-    """One of the scheduler's own tables (``name`` deletes one batch): bounded deletes until
-    one deletes less than a batch."""
+    """One of the scheduler's own tables (``name`` deletes one batch; for ``schedule_skips``
+    its default partition, the days being dropped whole): bounded deletes until one deletes
+    less than a batch."""
     total = 0
     while True:
         with conn.transaction():
@@ -160,13 +171,14 @@ def retention(
         outbox_retention=_days("outbox_days", settings["outbox_days"]),
         batch_size=BATCH,
     )
-    skips_before = at - _days("skips_days", settings["skips_days"])
+    skips_age = _days("skips_days", settings["skips_days"])
     queue = queue_maintenance.clean(conn, config, now=at)
+    skips = jobs.partitions.drop_partitions(conn, SKIPS, keep=skips_age, now=at)
     counts = {
         "jobs": queue["jobs"],
         "attempts": queue["attempts"],
         "effects": queue["effects"],
-        "skips": _delete_before(conn, "schedule_skip_delete_before", skips_before),
+        "skips": skips + _delete_before(conn, "schedule_skip_delete_before", at - skips_age),
         "outbox": queue["outbox"],
         "webhook_attempts": _delete_before(
             conn,
@@ -193,6 +205,17 @@ def attempt_rollup(conn: psycopg.Connection[Any], *, now: datetime | None = None
     :class:`jobs.maintenance.RollupConfig`); the minutes written. ``conn`` must not be inside a
     transaction (each batch commits)."""
     return queue_maintenance.rollup_attempts(conn, now=now)
+
+
+def ensure_partitions(
+    conn: psycopg.Connection[Any], *, ahead_days: int = AHEAD_DAYS, now: datetime | None = None
+) -> dict[str, int]:
+    """Create the day partitions of every history table (``job_attempts``, ``job_effects``,
+    ``schedule_skips``) from today (UTC) to ``ahead_days`` ahead; the days created per table.
+    ``conn`` must not be inside a transaction (each day commits)."""
+    created = queue_maintenance.ensure_partitions(conn, ahead_days=ahead_days, now=now)
+    skips = jobs.partitions.ensure_partitions(conn, SKIPS, ahead_days=ahead_days, now=now)
+    return {**created, SKIPS.table: len(skips)}
 
 
 def app() -> dict[str, jobs.Handler]:
@@ -223,7 +246,9 @@ def handlers(url: str) -> dict[str, jobs.Handler]:
     def run_retention(job: jobs.Job) -> None:
         ages = job.payload if isinstance(job.payload, Mapping) else {}
         settings = {k: v for k, v in ages.items() if k in DEFAULT_AGES or k == "dead_days"}
-        with jobs.connect(url) as conn:
+        # Autocommit: each batch and each partition's DDL is its own transaction (an implicit
+        # one left open by a first read would hold a dropped day's lock until the end).
+        with jobs.connect(url, autocommit=True) as conn:
             retention(conn, settings)
 
     def run_lease_recovery(_job: jobs.Job) -> None:
@@ -243,8 +268,13 @@ def handlers(url: str) -> dict[str, jobs.Handler]:
         with jobs.connect(url) as conn:
             attempt_rollup(conn)
 
+    def run_partitions(_job: jobs.Job) -> None:
+        with jobs.connect(url, autocommit=True) as conn:
+            ensure_partitions(conn)
+
     return {
         "tockwork.attempt_rollup": run_attempt_rollup,
+        "tockwork.partitions": run_partitions,
         "tockwork.retention": run_retention,
         "tockwork.lease_recovery": run_lease_recovery,
         "tockwork.tzdb_recompute": run_tzdb,

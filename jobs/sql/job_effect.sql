@@ -1,31 +1,82 @@
 -- Named queries on the job_effects table (side effects recorded once, jobs/effects.py).
 
+-- fragment: job_effect_days
+-- The days (UTC) under which a record made at the instant t.at writes its key: its own day, and
+-- within an hour of midnight the next day too (a guard row). The table is partitioned by day, so
+-- its primary key is (effect_key, recorded_on): unique per day only. Two records of one key on
+-- either side of midnight would each find nothing in the other's day (neither committed yet):
+-- the guard row makes the earlier one write under the later one's day, where the primary key
+-- makes the later one wait for it and then skip. A key recorded before (committed) is found by
+-- the NOT EXISTS over every day. A record is new when all its rows went in.
+SELECT (t.at AT TIME ZONE 'UTC')::date AS day FROM t
+UNION
+SELECT ((t.at + interval '1 hour') AT TIME ZONE 'UTC')::date FROM t
+
 -- name: job_effect_record
-INSERT INTO job_effects (effect_key, job_id, detail, recorded_at)
-VALUES (%(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, coalesce(%(now)s::timestamptz, now()))
-ON CONFLICT (effect_key) DO NOTHING
-RETURNING effect_key;
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
+days AS ({{job_effect_days}}),
+written AS (
+    INSERT INTO job_effects (effect_key, job_id, detail, recorded_at, recorded_on)
+    SELECT %(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, t.at, d.day
+    FROM t CROSS JOIN days AS d
+    WHERE NOT EXISTS (SELECT FROM job_effects AS e WHERE e.effect_key = %(effect_key)s)
+    ORDER BY d.day
+    ON CONFLICT (effect_key, recorded_on) DO NOTHING
+    RETURNING effect_key
+)
+SELECT effect_key FROM written
+GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM days);
 
 -- name: job_effect_delete_before
--- Retention: one bounded batch of effect records older than %(age)s seconds.
+-- Retention of the default partition (the days are dropped whole, jobs/partitions.py): one
+-- bounded batch of effect records older than %(age)s seconds.
 WITH doomed AS (
-    SELECT effect_key FROM job_effects
+    SELECT effect_key, recorded_on FROM job_effects_default
     WHERE recorded_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s::float8)
     LIMIT %(limit)s
 )
-DELETE FROM job_effects WHERE effect_key IN (SELECT effect_key FROM doomed);
+DELETE FROM job_effects_default
+WHERE (effect_key, recorded_on) IN (SELECT effect_key, recorded_on FROM doomed);
 
 -- name: job_effect_recorded
--- Check-before-send: which of these keys are already recorded (one round trip for a batch).
+-- Check-before-send: which of these keys are already recorded (one round trip for a batch; a
+-- key written with its guard row comes back twice).
 SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[]);
 
 -- name: job_effect_record_many
 -- Record-after-send (or in-transaction dedupe) for a batch: the keys inserted now come back.
 -- The caller passes distinct keys in sorted order, so two transactions recording overlapping
--- batches wait for each other in one order instead of deadlocking.
-INSERT INTO job_effects (effect_key, job_id, recorded_at)
-SELECT k.effect_key, k.job_id, coalesce(%(now)s::timestamptz, now())
-FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY AS k(effect_key, job_id, ord)
-ORDER BY k.ord
-ON CONFLICT (effect_key) DO NOTHING
-RETURNING effect_key;
+-- batches wait for each other in one order instead of deadlocking (a key's days in order too).
+-- The days and the guard row: job_effect_days. The keys already recorded on any day are looked up
+-- once, by the array (one scan of each day's primary key): a NOT EXISTS probe per key and day
+-- took 190 ms per 1,000 keys with 38 days of partitions, this 44 ms (32 ms in one table).
+WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
+days AS ({{job_effect_days}}),
+known AS MATERIALIZED (
+    SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[])
+),
+written AS (
+    INSERT INTO job_effects (effect_key, job_id, recorded_at, recorded_on)
+    SELECT k.effect_key, k.job_id, t.at, d.day
+    FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY
+         AS k(effect_key, job_id, ord)
+    CROSS JOIN t CROSS JOIN days AS d
+    WHERE NOT EXISTS (SELECT FROM known AS e WHERE e.effect_key = k.effect_key)
+    ORDER BY k.ord, d.day
+    ON CONFLICT (effect_key, recorded_on) DO NOTHING
+    RETURNING effect_key
+)
+SELECT effect_key FROM written
+GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM days);
+
+-- name: job_effect_prepare_day
+-- Before migration 0020 (jobs.partitions.prepare): the partition key. A constant default for the
+-- rows already there (no rewrite); new rows get the day they are recorded.
+ALTER TABLE job_effects
+    ADD COLUMN IF NOT EXISTS recorded_on date NOT NULL DEFAULT ((now() AT TIME ZONE 'UTC')::date);
+
+-- name: job_effect_prepare_day_index
+-- Before migration 0020: the unique index of each partition, built without blocking writers;
+-- the migration makes it the default partition's primary key.
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS job_effects_default_pkey
+    ON job_effects (effect_key, recorded_on);

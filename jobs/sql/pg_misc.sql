@@ -30,3 +30,43 @@ FROM pg_control_system() AS s,
                   ELSE count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) END,
              count(*)
       FROM pg_stat_replication) AS r(sync_standbys, standbys);
+
+-- Time partitions of the history tables (jobs/partitions.py). The DDL names its tables through
+-- psycopg.sql: {parent} and {partition} are identifiers, {start} and {stop} literals.
+
+-- name: pg_partition_list
+-- The day partitions of a partitioned table (named parent_pYYYYMMDD), the default one aside.
+SELECT c.relname
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = %(parent)s::regclass
+  AND c.relname ~ '_p[0-9]{8}$'
+ORDER BY c.relname;
+
+-- name: pg_partition_create
+-- A day's table, standalone first: ATTACH then takes a SHARE UPDATE EXCLUSIVE lock on the
+-- parent (inserts go on), where CREATE TABLE ... PARTITION OF would take an ACCESS EXCLUSIVE one.
+CREATE TABLE {partition} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+
+-- name: pg_partition_attach
+-- Reads the default partition for rows of the new day (none normally: the day is ahead).
+ALTER TABLE {parent} ATTACH PARTITION {partition} FOR VALUES FROM ({start}) TO ({stop});
+
+-- name: pg_partition_count
+SELECT count(*) FROM {partition};
+
+-- name: pg_partition_drop
+DROP TABLE {partition};
+
+-- name: pg_set_local_lock_timeout
+-- For the current transaction only: partition DDL gives up rather than queue every writer of
+-- the table behind its lock while a long transaction holds the table.
+SELECT set_config('lock_timeout', %(timeout)s, true);
+
+-- name: pg_partition_now
+-- The database clock, when the partition maintenance is given no instant.
+SELECT now();
+
+-- name: pg_relation_kind
+-- 'r' for a plain table, 'p' for a partitioned one (jobs.partitions.prepare).
+SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%(name)s);

@@ -132,9 +132,17 @@ CREATE UNIQUE INDEX jobs_unique_active_uq ON jobs (job_type, unique_key, organiz
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'retrying', 'leased');
 
 -- Execution history: one row per attempt, read after an incident. No foreign key to jobs, so
--- that history outlives the retention of finished jobs and inserts stay cheap.
+-- that history outlives the retention of finished jobs and inserts stay cheap. Partitioned by
+-- day (UTC) of finished_at (migration 0020): the built-in maintenance creates the days ahead
+-- (job_attempts_pYYYYMMDD, jobs.partitions) and retention drops whole days; a row of a day
+-- without a partition lands in the default partition, which retention empties by bounded
+-- deletes. No primary key (it would have to include finished_at; nothing refers to an attempt
+-- by id); the id comes from a sequence, as identity columns of partitioned tables need
+-- PostgreSQL 17.
+CREATE SEQUENCE job_attempts_id_seq AS bigint;
+
 CREATE TABLE job_attempts (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id bigint NOT NULL DEFAULT nextval('job_attempts_id_seq'),
     job_id bigint NOT NULL,
     attempt integer NOT NULL,
     queue text NOT NULL,
@@ -146,16 +154,23 @@ CREATE TABLE job_attempts (
     error_code text,
     error_summary text,
     duration_ms double precision,
+    CONSTRAINT job_attempts_error_summary_check CHECK (octet_length(error_summary) <= 1024),
     CONSTRAINT job_attempts_outcome_check CHECK (
         outcome IN ('succeeded', 'retry', 'rate_limited', 'snoozed', 'dead', 'cancelled',
                     'lease_expired', 'interrupted', 'fenced')
-    ),
-    CONSTRAINT job_attempts_error_summary_check CHECK (octet_length(error_summary) <= 1024)
-) WITH (autovacuum_vacuum_insert_scale_factor = 0.05);
+    )
+) PARTITION BY RANGE (finished_at);
+
+ALTER SEQUENCE job_attempts_id_seq OWNED BY job_attempts.id;
 
 CREATE INDEX job_attempts_job_idx ON job_attempts (job_id, attempt);
--- Retention of history: append-only, so a BRIN index is enough and nearly free to maintain.
+-- The rollup and the dashboard read minutes of one day: a BRIN index is enough within a day.
 CREATE INDEX job_attempts_finished_idx ON job_attempts USING brin (finished_at);
+-- The dashboard's newest-first scan (dashboard_lateness) reads the ids in descending order.
+CREATE INDEX job_attempts_id_idx ON job_attempts (id);
+
+CREATE TABLE job_attempts_default PARTITION OF job_attempts DEFAULT
+    WITH (autovacuum_vacuum_insert_scale_factor = 0.05);
 
 -- Attempts per closed minute (UTC) and outcome (migration 0012), rolled up from job_attempts by
 -- the built-in maintenance (jobs.maintenance.rollup_attempts), never by a completion: no counter
@@ -170,18 +185,27 @@ CREATE TABLE job_attempt_minutes (
 );
 
 -- Effect-side deduplication: a handler records "push sent for job 42" here in the same
--- transaction as its check, so a re-run after a crash does not repeat the effect.
+-- transaction as its check, so a re-run after a crash does not repeat the effect. Partitioned by
+-- recorded_on, the UTC day of recorded_at (migration 0020; a partition key cannot be a generated
+-- column, so the record statements write it). A key is unique per day by the primary key, and
+-- across days by the record statements (jobs/sql/job_effect.sql): they insert only a key that no
+-- partition holds, and a record within an hour of midnight also writes a guard row under the
+-- next day, on which a concurrent record of the same key past midnight conflicts.
 CREATE TABLE job_effects (
-    effect_key text PRIMARY KEY,
+    effect_key text NOT NULL,
     job_id bigint,
     recorded_at timestamptz NOT NULL DEFAULT now(),
     detail jsonb,
+    recorded_on date NOT NULL DEFAULT ((now() AT TIME ZONE 'UTC')::date),
+    CONSTRAINT job_effects_pkey PRIMARY KEY (effect_key, recorded_on),
     CONSTRAINT job_effects_key_check CHECK (length(effect_key) BETWEEN 1 AND 600)
-);
+) PARTITION BY RANGE (recorded_on);
 
--- Retention of effect records (migration 0014): inserted in recorded_at order, so a BRIN
--- index is enough; a B-tree took an entry (about 65 bytes of WAL) per record.
+-- Retention of the default partition's records (migration 0014): inserted in recorded_at order,
+-- so a BRIN index is enough; a B-tree took an entry (about 65 bytes of WAL) per record.
 CREATE INDEX job_effects_recorded_idx ON job_effects USING brin (recorded_at);
+
+CREATE TABLE job_effects_default PARTITION OF job_effects DEFAULT;
 
 -- Transactional outbox (migrations 0002 and 0003).
 

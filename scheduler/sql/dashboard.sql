@@ -293,7 +293,7 @@ LIMIT 200;
 -- "start" is started_at - run_at (the queue's own delay), "nominal" is started_at - the
 -- schedule's nominal occurrence (jitter and queue delay together; only jobs a schedule enqueued
 -- carry it). Bucket i counts values below bounds[i] (past the last: above). Bounded twice,
--- whatever the window: the attempts are read newest first through the primary key (an
+-- whatever the window: the attempts are read newest first through the index of ids (an
 -- attempt's id is drawn in the transaction that sets its finished_at, so the ids follow the
 -- finishes to within a transaction's length), at most %(scan)s of them, and at most
 -- %(sample)s first attempts among them are counted, one probe of the jobs' primary key each.

@@ -33,8 +33,9 @@ FROM counts AS c
 WHERE s.id = c.id AND s.id IN (SELECT id FROM locked);
 
 -- name: schedule_skip_delete_before
--- Retention (scheduler/maintenance.py): one bounded batch of skips recorded before %(before)s.
+-- Retention of the default partition (scheduler/maintenance.py; the days are dropped whole):
+-- one bounded batch of skips recorded before %(before)s.
 WITH doomed AS (
-    SELECT id FROM schedule_skips WHERE recorded_at < %(before)s LIMIT %(limit)s
+    SELECT ctid FROM schedule_skips_default WHERE recorded_at < %(before)s LIMIT %(limit)s
 )
-DELETE FROM schedule_skips WHERE id IN (SELECT id FROM doomed);
+DELETE FROM schedule_skips_default WHERE ctid = ANY(ARRAY(SELECT ctid FROM doomed));

@@ -66,8 +66,14 @@ CREATE INDEX schedules_subject_idx ON schedules (organization_id, subject)
 
 -- Occurrences that were not delivered, kept visible: missed (downtime beyond the catch-up
 -- grace), skipped (quiet hours, pause) and superseded (the schedule changed before they ran).
+-- Partitioned by day (UTC) of recorded_at (migration 0009): the built-in maintenance creates the
+-- days ahead (schedule_skips_pYYYYMMDD) and retention drops whole days; a row of a day without a
+-- partition lands in the default partition, which retention empties by bounded deletes. No
+-- primary key (it would have to include recorded_at); the id comes from a sequence.
+CREATE SEQUENCE schedule_skips_id_seq AS bigint;
+
 CREATE TABLE schedule_skips (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id bigint NOT NULL DEFAULT nextval('schedule_skips_id_seq'),
     schedule_id bigint NOT NULL,
     occurrence_key text NOT NULL,
     occurrence_at timestamptz NOT NULL,
@@ -75,10 +81,14 @@ CREATE TABLE schedule_skips (
     reason text,
     recorded_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT schedule_skips_kind_check CHECK (kind IN ('missed', 'skipped', 'superseded'))
-);
+) PARTITION BY RANGE (recorded_at);
+
+ALTER SEQUENCE schedule_skips_id_seq OWNED BY schedule_skips.id;
 
 CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurrence_at);
 CREATE INDEX schedule_skips_recorded_idx ON schedule_skips (recorded_at);
+
+CREATE TABLE schedule_skips_default PARTITION OF schedule_skips DEFAULT;
 
 -- The operator dashboard's audit trail (migration 0003): who did what from the dashboard, when,
 -- with which filter (the ids or the queue / job type / error code it selected), and how many rows

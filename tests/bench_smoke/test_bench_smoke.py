@@ -64,6 +64,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("enqueue_one", ["--n", "50", "--rounds", "1"], {0, 1}, "statements = round trips per job"),
     ("push_channel", ["--n", "200", "--rounds", "1"], {0, 1}, "(b) FcmChannel"),
     ("push_delivery", ["--quick"], {0, 1}, "ours / min(a, b)"),
+    ("retention", ["--quick"], {0, 1}, "partitions / delete"),
     (
         "webhooks",
         ["--facts", "200", "--paced", "50", "--rate", "100", "--slow-latency", "0.05"],

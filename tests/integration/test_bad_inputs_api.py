@@ -459,7 +459,39 @@ def _update(field: str, value: Any) -> Call:
     return lambda conn: scheduler.update_schedule(conn, _SEED[0], **{field: value})
 
 
-DB_CASES: list[DbCase] = [*_enqueue_cases(), *_admin_cases(), *_schedule_cases()]
+def _ensure(**kwargs: Any) -> Call:
+    from jobs import partitions
+
+    return lambda conn: partitions.ensure_partitions(conn, partitions.ATTEMPTS, **kwargs)
+
+
+def _drop(keep: Any) -> Call:
+    from jobs import partitions
+
+    return lambda conn: partitions.drop_partitions(conn, partitions.ATTEMPTS, keep=keep, now=NOW)
+
+
+def _partition_cases() -> list[DbCase]:
+    """The history's day partitions (jobs.partitions): refused before any DDL is sent."""
+    from jobs import partitions
+
+    aheads = [("negative", -1), ("too-far", 367), ("text", "7"), ("bool", True), ("float", 1.5)]
+    keeps = [("negative", timedelta(days=-1)), ("int", 3), ("none", None)]
+    nows = [("naive", NOW.replace(tzinfo=None)), ("text", "2026-01-01")]
+    return [
+        *[
+            (f"partitions-ahead-{n}", _ensure(ahead_days=v, now=NOW), "ahead_days")
+            for n, v in aheads
+        ],
+        *[(f"partitions-keep-{n}", _drop(v), "keep") for n, v in keeps],
+        *[(f"partitions-now-{n}", _ensure(now=v), "now") for n, v in nows],
+        ("partitions-prepare-in-transaction", partitions.prepare, "conn"),
+    ]
+
+
+DB_CASES: list[DbCase] = [
+    *_enqueue_cases(), *_admin_cases(), *_schedule_cases(), *_partition_cases()
+]  # fmt: skip
 
 
 def test_the_table_is_large(capsys: pytest.CaptureFixture[str]) -> None:

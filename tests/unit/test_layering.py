@@ -184,8 +184,10 @@ OWNERS: dict[str, frozenset[str]] = {
         {
             "jobs",
             "job_attempts",
+            "job_attempts_default",
             "job_attempt_minutes",
             "job_effects",
+            "job_effects_default",
             "job_rate_limits",
             "job_queue_policies",
             "outbox_events",
@@ -196,6 +198,7 @@ OWNERS: dict[str, frozenset[str]] = {
         {
             "schedules",
             "schedule_skips",
+            "schedule_skips_default",
             "dashboard_audit",
             "devices",
             "webhook_endpoints",
@@ -227,6 +230,18 @@ KNOWN_FOREIGN_TABLES = {
     # The chart of the last hour reads the jobs component's per-minute rollup of attempts.
     ("scheduler/sql/dashboard.sql", "job_attempt_minutes"),
     ("scheduler/sql/dashboard.sql", "outbox_events"),
+    # Partitioning the history (jobs 0020, scheduler 0009, jobs/partitions.py): the migrations
+    # copy the tables' CHECK constraints from the catalog through a temporary table and look up
+    # the indexes jobs.partitions.prepare() may have built; the maintenance lists the day
+    # partitions from the catalog.
+    ("jobs/sql/migrations/0020_history_partitions.sql", "pg_constraint"),
+    ("jobs/sql/migrations/0020_history_partitions.sql", "tockwork_checks"),
+    ("jobs/sql/migrations/0020_history_partitions.sql", "job_attempts_default_id_idx"),
+    ("jobs/sql/migrations/0020_history_partitions.sql", "job_effects_default_pkey"),
+    ("scheduler/sql/migrations/0009_schedule_skip_partitions.sql", "pg_constraint"),
+    ("scheduler/sql/migrations/0009_schedule_skip_partitions.sql", "tockwork_checks"),
+    ("jobs/sql/pg_misc.sql", "pg_class"),
+    ("jobs/sql/pg_misc.sql", "pg_inherits"),
 }
 
 _COMMENT = re.compile(r"--[^\n]*")

@@ -14,7 +14,9 @@ from jobs.migrate import Migration, available, migrate, pending, schema_sql
 from scheduler.migrations import ALL_COMPONENTS, COMPONENTS
 from scheduler.simulated import COMPONENT as SIMULATED
 
-# Everything about a table that matters: columns, constraints, indexes and storage options.
+# Everything about a table that matters: columns, constraints, indexes, storage options, and for
+# a partitioned table its partition key and the bounds of its partitions (a migrated database
+# has only the default partitions: the days are created by the maintenance).
 CATALOG = """
 SELECT 'column', c.relname || '.' || a.attname,
        format_type(a.atttypid, a.atttypmod) || ' notnull=' || a.attnotnull
@@ -24,7 +26,7 @@ FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE n.nspname = 'public' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
   AND c.relname <> 'tockwork_migrations'
 UNION ALL
 SELECT 'constraint', c.relname || '.' || con.conname, pg_get_constraintdef(con.oid)
@@ -37,7 +39,22 @@ WHERE schemaname = 'public' AND tablename <> 'tockwork_migrations'
 UNION ALL
 SELECT 'options', c.relname, coalesce(array_to_string(c.reloptions, ','), '')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND c.relname NOT LIKE 'tockwork_migrations%'
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i', 'p', 'I')
+  AND c.relname NOT LIKE 'tockwork_migrations%'
+UNION ALL
+SELECT 'partitioning', c.relname, pg_get_partkeydef(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'public' AND c.relkind = 'p'
+UNION ALL
+SELECT 'partition', c.relname,
+       i.inhparent::regclass::text || ' ' || pg_get_expr(c.relpartbound, c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_inherits i ON i.inhrelid = c.oid
+WHERE n.nspname = 'public' AND c.relispartition AND c.relkind IN ('r', 'p')
+UNION ALL
+SELECT 'sequence', c.relname, format_type(s.seqtypid, NULL)
+FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
 UNION ALL
 SELECT 'function', p.proname, pg_get_functiondef(p.oid)
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'

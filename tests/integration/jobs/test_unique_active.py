@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ import jobs
 from jobs import JobSpec
 from scheduler.cli import main
 from scheduler.dashboard import views
+from tests.locks import wait_for_lock_wait
 from timezones.clock import FrozenClock
 
 T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
@@ -44,21 +44,6 @@ def set_status(conn: psycopg.Connection[Any], job_id: int, status: str) -> None:
         " WHERE id = %s",
         (status, status, T0, status, T0, job_id),
     )
-
-
-def wait_for_lock_wait(url: str, app: str) -> None:
-    """Until the session named ``app`` waits on a lock (the database's own wait, polled)."""
-    deadline = time.monotonic() + 30
-    with psycopg.connect(url, autocommit=True) as w:
-        while time.monotonic() < deadline:
-            row = w.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = %s AND wait_event_type = 'Lock'",
-                (app,),
-            ).fetchone()
-            if row == (1,):
-                return
-    raise AssertionError(f"{app} never waited on a lock")
 
 
 # -- keep and replace ---------------------------------------------------------------------------

@@ -72,8 +72,8 @@ def test_builtin_and_user_definitions_never_remove_each_other(
 ) -> None:
     created = maintenance.sync_maintenance(conn, now=NOW)
     assert sorted(created.created) == [
-        "tockwork.attempt_rollup", "tockwork.lease_recovery", "tockwork.retention",
-        "tockwork.tzdb_recompute",
+        "tockwork.attempt_rollup", "tockwork.lease_recovery", "tockwork.partitions",
+        "tockwork.retention", "tockwork.tzdb_recompute",
     ]  # fmt: skip
     user_file = tmp_path / "defs.toml"
     user_file.write_text('[[schedule]]\nkey = "report"\nrule = "daily@06:00"\njob_type = "r"\n')
