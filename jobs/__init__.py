@@ -9,7 +9,7 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, tracing
+from jobs import effects, limits, maintenance, metrics, outbox, processes, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -132,6 +132,7 @@ __all__ = [
     "migrate",
     "outbox",
     "pooler_mode",
+    "processes",
     "queue_policies",
     "queue_stats",
     "queue_stats_async",

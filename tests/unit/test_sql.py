@@ -127,7 +127,7 @@ def test_query_names_start_with_their_table_and_never_collide_across_packages() 
         for b in PACKAGES:
             assert a == b or names[a] & names[b] == set(), (a, b)
     prefixes = {
-        "jobs": ("job_", "outbox_event_", "tockwork_migration_", "pg_"),
+        "jobs": ("job_", "outbox_event_", "process_", "tockwork_migration_", "pg_"),
         "scheduler": ("schedule_", "pg_", "dashboard_", "device_"),  # dashboard_: views, audit
         "scheduler.simulated": ("simulated_push_",),
     }
