@@ -8,6 +8,7 @@
 - ``limits.py``: ``limits set|list|clear`` (global rate limits)
 - ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
 - ``ops.py``: ``healthz``, ``metrics-server``
+- ``processes.py``: ``processes`` (the registry of running processes)
 - ``preview.py``: ``preview``, ``zones`` (no database)
 - ``dev.py``: ``dev-db url|status|stop`` (the embedded development server), ``dev fake-push``
   (local FCM and APNs fakes)
@@ -40,7 +41,18 @@ from importlib import metadata
 import psycopg
 
 from scheduler.cli import dashboard as dashboard_command
-from scheduler.cli import dev, devices, limits, ops, outbox, policies, preview, schedules, worker
+from scheduler.cli import (
+    dev,
+    devices,
+    limits,
+    ops,
+    outbox,
+    policies,
+    preview,
+    processes,
+    schedules,
+    worker,
+)
 from scheduler.cli import jobs as jobs_commands
 from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
 from timezones.errors import InvalidInput, TockworkError
@@ -55,6 +67,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     limits.register,
     policies.register,
     ops.register,
+    processes.register,
     preview.register,
     dev.register,
     dashboard_command.register,
