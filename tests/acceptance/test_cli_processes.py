@@ -34,9 +34,8 @@ def test_lists_live_processes_then_stale_ones_with_all(db_url: str) -> None:
     assert "live workers per queue: mail 1 (concurrency 4)" in done.out
     stale = run(["processes", "--all", *url])
     assert "(2 live process(es), 1 stale)" in stale.out
-    assert [line for line in stale.out.splitlines() if line.endswith("stale")][0].startswith(
-        "relay"
-    )
+    [stale_line] = [line for line in stale.out.splitlines() if line.endswith("stale")]
+    assert stale_line.startswith("relay")
     as_json = json.loads(run(["processes", "--json", "--kind", "worker", *url]).out)
     assert [(p["name"], p["queues"], p["jobs_in_hand"], p["live"]) for p in as_json] == [
         ("w1", {"mail": 4}, 2, True)
