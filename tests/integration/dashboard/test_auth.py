@@ -16,8 +16,26 @@ from scheduler.dashboard import create_app
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, dead_jobs, sign_in
 from timezones.errors import InvalidInput
 
-API_ROUTES = ["/api/queues", "/api/jobs", "/api/jobs/1", "/api/schedules"]
-PAGES = ["/", "/jobs", "/jobs/1", "/dead", "/schedules", "/preview", "/lateness", "/outbox"]
+API_ROUTES = [
+    "/api/queues",
+    "/api/jobs",
+    "/api/jobs/1",
+    "/api/schedules",
+    "/api/overview",
+    "/api/processes",
+]
+PAGES = [
+    "/",
+    "/jobs",
+    "/jobs/1",
+    "/dead",
+    "/schedules",
+    "/preview",
+    "/lateness",
+    "/outbox",
+    "/processes",
+    "/search",
+]
 
 
 @pytest.mark.parametrize("path", API_ROUTES)
@@ -212,7 +230,7 @@ def _seeded(db_url: str) -> tuple[list[int], int]:
 
 def test_the_route_list_is_the_apps() -> None:
     assert ("GET", "/api/queues") in ROUTES and "/dead/apply" in POSTS
-    assert len(POSTS) == 9 and len(ROUTES) == 23
+    assert len(POSTS) == 11 and len(ROUTES) == 29
 
 
 def test_no_route_serves_anything_without_credentials(db_url: str, anon: TestClient) -> None:
