@@ -50,7 +50,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
@@ -359,7 +359,7 @@ class Service(ABC, Generic[R]):
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._next_beat = 0.0  # a pass left a transaction open: beat at the next one
                 return
-            with conn.transaction():
+            with self._one_statement(conn):
                 process_beat(conn, facts, beat_every=self.beat_every, now=self.now_or_none())
             self._registered = True
 
@@ -375,6 +375,12 @@ class Service(ABC, Generic[R]):
                 type(exc).__name__,
             )
 
+    @staticmethod
+    def _one_statement(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+        """One registry statement: alone in autocommit (one round trip, no COMMIT), else in a
+        transaction of its own (the scheduler's connection)."""
+        return nullcontext() if conn.autocommit else conn.transaction()
+
     def _forget(self) -> None:
         """Delete this run's row from the registry: best effort, on the open connection (a
         row left behind goes stale and is pruned)."""
@@ -385,7 +391,7 @@ class Service(ABC, Generic[R]):
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return
         try:
-            with conn.transaction():
+            with self._one_statement(conn):
                 process_forget(conn, kind=self.kind, name=self.name)
         except psycopg.Error as exc:
             self.log.info("%s: registry row left to go stale (%s)", self.label, exc)
