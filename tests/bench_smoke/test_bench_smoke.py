@@ -63,6 +63,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("enqueue_one", ["--n", "50", "--rounds", "1"], {0, 1}, "statements = round trips per job"),
     ("push_channel", ["--n", "200", "--rounds", "1"], {0, 1}, "(b) FcmChannel"),
     ("push_delivery", ["--quick"], {0, 1}, "ours / min(a, b)"),
+    ("process_registry", ["--jobs", "200", "--rounds", "1"], {0, 1}, "registered / unregistered"),
     (
         "dashboard",
         ["--jobs", "2000", "--attempts", "2000", "--schedules", "200", "--requests", "2"],
