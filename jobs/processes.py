@@ -19,6 +19,7 @@ and none).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import socket
@@ -41,6 +42,7 @@ STALE_BEATS = 3
 KINDS = ("worker", "scheduler", "relay", "dashboard")
 
 
+@functools.cache  # read once: a distribution lookup costs more than the upsert it labels
 def version() -> str | None:
     """The installed tockwork's version, None when run from a source tree not installed."""
     try:
