@@ -365,15 +365,17 @@ class Service(ABC, Generic[R]):
 
         try:
             self._retrying(write)
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             self._registry_off = True
             self.log.warning(
                 "%s: not in the registry of processes (%s); run `tockwork migrate`",
                 self.label,
                 type(exc).__name__,
             )
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:  # a statement timeout, a lock timeout...: the next beat
+            self.log.warning("%s: registry heartbeat failed (%s)", self.label, exc)
 
     @staticmethod
     def _one_statement(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:

@@ -113,15 +113,15 @@ class Dashboard:
         try:
             with self.pool.connection() as conn:
                 processes.beat(conn, self.facts, now=self.sql_now())
-        except psycopg.OperationalError as exc:
-            log.info("dashboard: registry heartbeat failed (%s); trying again", type(exc).__name__)
-        except psycopg.Error as exc:
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             log.warning(
                 "dashboard %s: not in the registry of processes (%s); run `tockwork migrate`",
                 self.facts.name,
                 type(exc).__name__,
             )
             return False
+        except psycopg.Error as exc:  # a lost connection, a timeout: the next beat
+            log.info("dashboard: registry heartbeat failed (%s); trying again", type(exc).__name__)
         return True
 
     def forget(self) -> None:

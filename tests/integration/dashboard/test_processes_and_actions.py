@@ -4,6 +4,7 @@ across a requeue, the refresh setting."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -225,3 +226,18 @@ def test_the_lateness_bars_carry_their_numbers_and_percentiles(
     assert re.search(r'id="mail-start-p50">p50 [^<]+<', page)
     assert re.search(r'id="mail-start-p99">p99 [^<]+<', page)
     assert re.search(r'<text class="count"[^>]*>3</text>', page)
+
+
+def test_a_database_without_the_registry_serves_the_dashboard_with_a_warning(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE processes")
+    with (
+        caplog.at_level(logging.WARNING, logger="tockwork"),
+        TestClient(create_app(db_url, token=TOKEN)) as client,
+    ):
+        client.headers["Authorization"] = f"Bearer {TOKEN}"
+        assert client.get("/api/jobs").status_code == 200
+    warned = [r.getMessage() for r in caplog.records if "registry of processes" in r.getMessage()]
+    assert len(warned) == 1 and "tockwork migrate" in warned[0]
