@@ -50,7 +50,7 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         type=seconds("--refresh", maximum=3600),
         default=None,
         metavar="SECONDS",
-        help="how often the pages' counts, charts and tables refresh in the browser "
+        help="seconds between refreshes of the pages' counts, charts and tables in the browser "
         "(default 5; 0: never)",
     )
     parser.add_argument(
