@@ -225,7 +225,7 @@ def test_the_lateness_bars_carry_their_numbers_and_percentiles(
     page = browser.get("/lateness?window=1h").text
     assert re.search(r'id="mail-start-p50">p50 [^<]+<', page)
     assert re.search(r'id="mail-start-p99">p99 [^<]+<', page)
-    assert re.search(r'<text class="count"[^>]*>3</text>', page)
+    assert re.search(r'<text class="count wide"[^>]*>3</text>', page)
 
 
 def test_a_database_without_the_registry_serves_the_dashboard_with_a_warning(
