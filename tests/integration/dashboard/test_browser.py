@@ -3,8 +3,10 @@ driven by selenium against the app served by uvicorn on a loopback port.
 
 Signs in, sees the overview, filters the dead jobs, requeues one by clicking and confirming,
 watches it succeed after a worker runs it, sees an XSS payload render as text, and is refused
-without the token. A screenshot of each page stays in the test's temporary folder (and in
-``$TOCKWORK_DASHBOARD_SCREENSHOTS`` when set: docs/dashboard-overview.png comes from there).
+without the token. Then every page is loaded and checked (no JavaScript error, not an error
+page, laid out: see ``_check_page``), and the overview's live refresh is watched changing a
+count without a reload. A screenshot of each page stays in the test's temporary folder (and in
+``$TOCKWORK_DASHBOARD_SCREENSHOTS`` when set: docs/dashboard-overview.png is ``overview.png``).
 Skipped, with the reason, when Chromium or its driver is not installed (``.ci/run`` installs
 them).
 """
