@@ -8,7 +8,8 @@
  * period) and says so in #live-status; a session that expired says "sign in again".
  *
  * Times: every <time datetime="..."> is shown in the zone of its closest `data-zone` ancestor
- * (a schedule's zone), else in the viewer's own zone; hovering shows the instant in UTC.
+ * (a schedule's zone), else in the viewer's own zone; hovering shows the instant in UTC and how
+ * far it is from now ("in 3 h", "5 min ago").
  */
 (function () {
   "use strict";
@@ -20,6 +21,14 @@
   function utcText(d) {
     return d.getUTCFullYear() + "-" + pad(d.getUTCMonth() + 1) + "-" + pad(d.getUTCDate()) + " " +
       pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds()) + " UTC";
+  }
+
+  function relative(d) {
+    var s = (d.getTime() - Date.now()) / 1000;
+    var a = Math.abs(s);
+    var text = a < 90 ? Math.round(a) + " s" : a < 5400 ? Math.round(a / 60) + " min" :
+      a < 172800 ? Math.round(a / 3600) + " h" : Math.round(a / 86400) + " days";
+    return s >= 0 ? "in " + text : text + " ago";
   }
 
   function zonedText(d, zone) {
@@ -53,7 +62,8 @@
       var text = zonedText(d, zone);
       if (text) {
         t.textContent = text;
-        t.title = utcText(d) + (zone ? " (shown in " + zone + ")" : " (shown in your zone)");
+        t.title = utcText(d) + ", " + relative(d) +
+          (zone ? " (shown in " + zone + ")" : " (shown in your zone)");
         t.classList.add("local");
       }
     });
