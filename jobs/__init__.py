@@ -9,7 +9,7 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, partitions, primary, tracing
+from jobs import effects, limits, maintenance, metrics, outbox, partitions, primary, processes, tracing
 from jobs.admin import (
     cancel,
     cancel_async,
@@ -141,6 +141,7 @@ __all__ = [
     "partitions",
     "pooler_mode",
     "primary",
+    "processes",
     "queue_policies",
     "queue_stats",
     "queue_stats_async",

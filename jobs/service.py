@@ -37,6 +37,11 @@ and everything around that loop is written once, here:
   Each service decides what one retried operation is: a relay batch, a scheduler tick, a worker
   store call. An operation that is not safe to repeat (a worker's claim) first finds out what
   its lost attempt committed: see "Lost replies" in :mod:`jobs.worker`.
+- **One registry** (:mod:`jobs.processes`). The loop beats every :attr:`~Service.beat_every`
+  (between passes too, so a long pause does not make a live service look dead): one upsert of
+  the service's row (:meth:`~Service._process_facts`: the queues and jobs in hand of a worker),
+  deleted when the run ends. A database without the registry's table (migrations behind) logs
+  one warning and the service runs on unregistered.
 """
 
 from __future__ import annotations
@@ -49,11 +54,11 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import psycopg
 
@@ -61,6 +66,9 @@ from jobs.connection import connect, listen_url, pooler_mode
 from jobs.errors import InvalidJob, ServiceAlreadyRunning
 from jobs.listener import Listener
 from jobs.primary import PrimaryWatch, require_sync_replication
+from jobs.processes import DEFAULT_BEAT, ProcessFacts
+from jobs.processes import beat as process_beat
+from jobs.processes import forget as process_forget
 from jobs.retry import RetryPolicy
 from timezones.clock import Clock, SystemClock
 
@@ -141,6 +149,9 @@ class Service(ABC, Generic[R]):
     again after a loss: :meth:`_connection`.
     """
 
+    #: Whether runs keep a row in the registry of processes (:mod:`jobs.processes`).
+    registered: ClassVar[bool] = True
+
     def __init__(
         self,
         conninfo: str,
@@ -182,6 +193,9 @@ class Service(ABC, Generic[R]):
         self.primary = PrimaryWatch(
             self.label, log, require_sync=require_sync_replication(require_sync)
         )
+        self._next_beat = 0.0  # time.monotonic() of the next registry heartbeat
+        self._registered = False  # this run's row is in the registry
+        self._registry_off = not self.registered  # True also when the registry's table is missing
 
     # -- naming and time ----------------------------------------------------------------------
 
@@ -289,27 +303,110 @@ class Service(ABC, Generic[R]):
         try:
             with self._session(until_idle=until_idle):
                 self._started.set()
-                while not self._stopping.is_set():
-                    # Cleared before the pass: a wake-up that arrives during it is kept.
-                    self._wake.clear()
-                    try:
-                        pause = self._step(until_idle=until_idle)
-                    except psycopg.OperationalError as exc:
-                        if not self._stopping.is_set():
-                            raise
-                        self.log.warning(
-                            "%s: stopping with the database unreachable (%s)", self.label, exc
-                        )
-                        break
-                    if pause is None:
-                        break
-                    if pause > 0:
-                        self._wake.wait(pause)
+                self._next_beat = 0.0
+                try:
+                    self._passes(until_idle=until_idle)
+                finally:
+                    self._forget()
         finally:
             with self._lock:
                 self._running = False
                 self._started.set()
         return self._result()
+
+    def _passes(self, *, until_idle: bool) -> None:
+        while not self._stopping.is_set():
+            # Cleared before the pass: a wake-up that arrives during it is kept.
+            self._wake.clear()
+            try:
+                self._maybe_beat()
+                pause = self._step(until_idle=until_idle)
+                if pause is None:
+                    break
+                if pause > 0:
+                    self._idle(pause)
+            except psycopg.OperationalError as exc:
+                if not self._stopping.is_set():
+                    raise
+                self.log.warning("%s: stopping with the database unreachable (%s)", self.label, exc)
+                break
+
+    def _idle(self, pause: float) -> None:
+        """Sleep ``pause`` seconds, cut short by a wake-up, beating when a heartbeat falls due."""
+        deadline = time.monotonic() + pause
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            beat_in = deadline - now if self._registry_off else self._next_beat - now
+            if beat_in <= 0:
+                self._maybe_beat()
+                continue
+            if self._wake.wait(min(deadline - now, beat_in)):
+                return
+
+    # -- the registry of processes ------------------------------------------------------------
+
+    @property
+    def beat_every(self) -> timedelta:
+        """How often the service's row in the registry is refreshed (a worker: its lease
+        heartbeat interval)."""
+        return DEFAULT_BEAT
+
+    def _process_facts(self) -> ProcessFacts:
+        """What the registry records of this service at a heartbeat (a worker adds its queues
+        and the jobs it holds)."""
+        return ProcessFacts(kind=self.kind, name=self.name)
+
+    def _maybe_beat(self) -> None:
+        if self._registry_off or time.monotonic() < self._next_beat:
+            return
+        self._next_beat = time.monotonic() + self.beat_every.total_seconds()
+        facts = self._process_facts()
+
+        def write() -> None:
+            conn = self._connection()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self._next_beat = 0.0  # a pass left a transaction open: beat at the next one
+                return
+            with self._one_statement(conn):
+                process_beat(conn, facts, beat_every=self.beat_every, now=self.now_or_none())
+            self._registered = True
+
+        try:
+            self._retrying(write)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            self._registry_off = True
+            self.log.warning(
+                "%s: not in the registry of processes (%s); run `tockwork migrate`",
+                self.label,
+                type(exc).__name__,
+            )
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:  # a statement timeout, a lock timeout...: the next beat
+            self.log.warning("%s: registry heartbeat failed (%s)", self.label, exc)
+
+    @staticmethod
+    def _one_statement(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+        """One registry statement: alone in autocommit (one round trip, no COMMIT), else in a
+        transaction of its own (the scheduler's connection)."""
+        return nullcontext() if conn.autocommit else conn.transaction()
+
+    def _forget(self) -> None:
+        """Delete this run's row from the registry: best effort, on the open connection (a
+        row left behind goes stale and is pruned)."""
+        conn = self._conn
+        if not self._registered or conn is None or conn.closed:
+            return
+        self._registered = False
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return
+        try:
+            with self._one_statement(conn):
+                process_forget(conn, kind=self.kind, name=self.name)
+        except psycopg.Error as exc:
+            self.log.info("%s: registry row left to go stale (%s)", self.label, exc)
 
     def _session(self, *, until_idle: bool) -> AbstractContextManager[None]:
         """Set up for one run and tear down after it; by default the connection is closed."""

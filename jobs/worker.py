@@ -101,6 +101,7 @@ from jobs.maintenance import RescueConfig, rescue_leases
 from jobs.metrics import UNREGISTERED, Metrics
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
+from jobs.processes import ProcessFacts
 from jobs.queries import query
 from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide, summarize
 from jobs.service import Reconnect, Service, default_name
@@ -1084,6 +1085,16 @@ class Worker(Service[WorkerStats]):
         return (
             m.execution_duration.labels(queue, job_type),
             m.outcomes.labels(queue, job_type, outcome),
+        )
+
+    @property
+    def beat_every(self) -> timedelta:
+        # The registry of processes is refreshed at the pace of the lease heartbeats.
+        return self.heartbeat_every
+
+    def _process_facts(self) -> ProcessFacts:
+        return ProcessFacts(
+            kind=self.kind, name=self.name, queues=self.queues, jobs_in_hand=len(self._inflight)
         )
 
     def _maybe_heartbeat(self) -> None:

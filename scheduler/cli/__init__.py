@@ -9,6 +9,7 @@
 - ``policies.py``: ``policies set|list|clear`` (fairness and per-key concurrency per queue)
 - ``webhooks.py``: ``webhooks add|list|show|disable|enable|rotate-secret|remove|redeliver``
 - ``ops.py``: ``healthz``, ``metrics-server``
+- ``processes.py``: ``processes`` (the registry of running processes)
 - ``preview.py``: ``preview``, ``zones`` (no database)
 - ``dev.py``: ``dev-db url|status|stop`` (the embedded development server), ``dev fake-push``
   (local FCM and APNs fakes)
@@ -49,6 +50,7 @@ from scheduler.cli import (
     outbox,
     policies,
     preview,
+    processes,
     schedules,
     webhooks,
     worker,
@@ -68,6 +70,7 @@ _MODULES: list[Callable[[SubParsers[argparse.ArgumentParser]], None]] = [
     limits.register,
     policies.register,
     ops.register,
+    processes.register,
     preview.register,
     dev.register,
     dashboard_command.register,

@@ -25,6 +25,7 @@ from scheduler.cli.common import (
     replication_arg,
     require_sync,
     resolve_url,
+    seconds,
 )
 from timezones.errors import TockworkError
 
@@ -50,6 +51,14 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8089, help="port to bind (0: any free port)")
     parser.add_argument("--read-only", action="store_true", help="hide and refuse every action")
+    parser.add_argument(
+        "--refresh",
+        type=seconds("--refresh", maximum=3600),
+        default=None,
+        metavar="SECONDS",
+        help="seconds between refreshes of the pages' counts, charts and tables in the browser "
+        "(default 5; 0: never)",
+    )
     parser.add_argument(
         "--token", help=f"the access token (default: ${TOKEN_ENV}; a flag is visible in ps)"
     )
@@ -97,12 +106,14 @@ def run_dashboard(args: argparse.Namespace) -> int:
     pooler(args)
     url = resolve_url(args.database_url)
     ensure_schema(url, apply=False)
+    refresh = {} if args.refresh is None else {"refresh": args.refresh.total_seconds()}
     app = create_app(
         url,
         token=token,
         read_only=args.read_only,
         no_auth=args.no_auth,
         read_url=read_url(args),
+        **refresh,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # The first connection says the replication mode (and refuses to start without synchronous

@@ -13,6 +13,8 @@ a 400 naming it. The dashboard's log lines hold the method, the path without its
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -25,6 +27,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+import psycopg
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -37,7 +41,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from jobs import JobNotFound
+from jobs import JobNotFound, processes
+from jobs.internal import default_name
+from jobs.processes import ProcessFacts
 from scheduler.dashboard import views
 from scheduler.dashboard.auth import (
     SESSION_COOKIE,
@@ -54,6 +60,8 @@ from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
 from timezones.errors import InvalidInput
 
 log = logging.getLogger("tockwork.dashboard")
+
+DEFAULT_REFRESH = 5.0  # seconds between refreshes of a page's live regions (live.js)
 
 JOB_FILTERS = (
     "status",
@@ -82,12 +90,14 @@ class Dashboard:
         clock: Clock | None,
         pool_size: int,
         read_url: str | None = None,
+        refresh: float = 0.0,
     ) -> None:
         self.pool = ConnectionPool(database_url, size=pool_size)
         # What only reads may go to a replica (read_url); actions always go to the primary.
         self.read_url = read_url
         self.read_pool = ConnectionPool(read_url, size=pool_size) if read_url else self.pool
         self.replica_lag: float | None = None  # seconds behind, read with the last page
+        self.refresh = refresh
         self.auth = Authenticator(token)
         self.read_only = read_only
         self.clock = clock
@@ -100,6 +110,32 @@ class Dashboard:
         env.filters["age"] = _age
         env.filters["ts"] = _ts
         self.templates = Jinja2Templates(env=env)
+        self.facts = ProcessFacts(kind="dashboard", name=default_name("dashboard:"))
+
+    def beat(self) -> bool:
+        """One heartbeat of this dashboard in the registry of processes; False when the
+        registry's table is missing (said once in the log: the dashboard runs unregistered)."""
+        try:
+            with self.pool.connection() as conn:
+                processes.beat(conn, self.facts, now=self.sql_now())
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            log.warning(
+                "dashboard %s: not in the registry of processes (%s); run `tockwork migrate`",
+                self.facts.name,
+                type(exc).__name__,
+            )
+            return False
+        except psycopg.Error as exc:  # a lost connection, a timeout: the next beat
+            log.info("dashboard: registry heartbeat failed (%s); trying again", type(exc).__name__)
+        return True
+
+    def forget(self) -> None:
+        """Delete this dashboard's row from the registry (best effort)."""
+        try:
+            with self.pool.connection() as conn:
+                processes.forget(conn, kind="dashboard", name=self.facts.name)
+        except psycopg.Error as exc:
+            log.info("dashboard: registry row left to go stale (%s)", type(exc).__name__)
 
     def close(self) -> None:
         self.pool.close()
@@ -126,8 +162,17 @@ def _age(seconds: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def _ts(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+def _ts(value: datetime | str | None) -> Markup | str:
+    """An instant as ``<time>``: UTC in the page, shown by live.js in the schedule's zone
+    (a ``data-zone`` ancestor) or the viewer's, with UTC on hover."""
+    if isinstance(value, str):  # an ISO instant from a JSON-ready row
+        value = datetime.fromisoformat(value)
+    if value is None:
+        return "-"
+    utc = value.astimezone(UTC)
+    return Markup('<time datetime="{}" title="{} UTC">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S"), utc.strftime("%Y-%m-%d %H:%M:%SZ")
+    )
 
 
 def _state(request: Request) -> Dashboard:
@@ -174,6 +219,7 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
         "csrf": state.auth.csrf(principal),
         "principal": principal,
         "auth_enabled": state.auth.enabled,
+        "refresh": f"{state.refresh:g}",
         "path": request.url.path,
         **context,
     }
@@ -386,6 +432,12 @@ async def overview_page(request: Request) -> Response:
     return _page(request, "overview.html", {"data": data, "chart": chart})
 
 
+async def processes_page(request: Request) -> Response:
+    Params(request.query_params, [])
+    found = await _db(request, views.process_list, _state(request).sql_now())
+    return _page(request, "processes.html", {"processes": found})
+
+
 def _job_filter(p: Params) -> views.JobFilter:
     return views.JobFilter(
         statuses=p.statuses("status"),
@@ -448,9 +500,52 @@ def _job_id(request: Request) -> int:
 
 
 async def job_page(request: Request) -> Response:
-    Params(request.query_params, [])
+    p = Params(request.query_params, ["done", "action"])
+    done = p.choice("done", ["requeue", "cancel", "nothing"])
     detail = await _db(request, views.job_detail, _job_id(request))
-    return _page(request, "job.html", {"job": detail})
+    return _page(request, "job.html", {"job": detail, "done": done})
+
+
+async def job_action(request: Request) -> Response:
+    """``POST /jobs/{id}/requeue`` or ``/cancel`` from the job's page (CSRF, audited)."""
+    await _action_form(request)
+    job_id = _job_id(request)
+    action = "requeue" if request.url.path.endswith("/requeue") else "cancel"
+    state = _state(request)
+    changed = await _db(
+        request,
+        views.act_on_job,
+        action,
+        job_id,
+        actor=_principal(request).actor,
+        now=state.sql_now(),
+    )
+    done = action if changed else "nothing"
+    return RedirectResponse(f"{_base(request)}/jobs/{job_id}?done={done}", status_code=303)
+
+
+async def search_page(request: Request) -> Response:
+    """``/search?q=``: a job id, an idempotency key or a subject. One match goes straight to
+    its page; otherwise the matches are listed."""
+    p = Params(request.query_params, ["q"])
+    text = (p.text("q") or "").strip()
+    if not text:
+        return _page(request, "search.html", {"q": "", "found": None})
+    found = await _db(request, views.search, text)
+    base = _base(request)
+    schedules = found["schedules"]
+    targets = []
+    if found["job"] is not None:
+        targets.append(f"{base}/jobs/{found['job']['id']}")
+    if found["key_jobs"]:
+        targets.append(f"{base}/jobs?{urlencode({'idempotency_key': text})}")
+    if len(schedules) == 1:
+        targets.append(f"{base}/schedules/{schedules[0]['id']}")
+    elif schedules:
+        targets.append(f"{base}/schedules?{urlencode({'subject': text})}")
+    if len(targets) == 1:
+        return RedirectResponse(targets[0], status_code=303)
+    return _page(request, "search.html", {"q": text, "found": found})
 
 
 DEAD_FILTERS = ("queue", "job_type", "error_code")
@@ -592,10 +687,21 @@ def _schedule_id(request: Request) -> int:
 
 
 async def schedule_page(request: Request) -> Response:
-    Params(request.query_params, [])
+    p = Params(request.query_params, ["after", "count", "marked"])
     state = _state(request)
-    detail = await _db(request, views.schedule_detail, _schedule_id(request), state.now())
-    return _page(request, "schedule.html", detail)
+    after = p.instant("after")
+    count = p.integer("count", high=views.OCCURRENCES_MAX) or 10
+    marked = p.choice("marked", ["1", "0"]) == "1"
+    detail = await _db(
+        request,
+        views.schedule_detail,
+        _schedule_id(request),
+        after or state.now(),
+        count=count,
+        marked_only=marked,
+    )
+    form = {n: request.query_params.get(n, "") for n in ("after", "count")}
+    return _page(request, "schedule.html", {**detail, "form": form, "marked": marked})
 
 
 async def schedule_pause(request: Request) -> Response:
@@ -619,29 +725,49 @@ async def preview_page(request: Request) -> Response:
     rule, zone = p.text("rule"), p.text("zone")
     gap = p.choice("gap", [g.value for g in GapPolicy])
     fold = p.choice("fold", [f.value for f in FoldPolicy])
-    count = p.integer("count", high=100) or 10
-    after = p.instant("after") or _state(request).now()
-    rows = None
-    if rule is not None or zone is not None:
-        if rule is None:
-            raise InvalidInput("rule", None, "give a rule, for example daily@08:00")
-        if zone is None:
-            raise InvalidInput("zone", None, "give an IANA zone, for example Europe/Berlin")
-        rows = await run_in_threadpool(views.preview, rule, zone, after, count, gap, fold)
     form = {
         n: request.query_params.get(n, "")
         for n in ("rule", "zone", "after", "count", "gap", "fold")
     }
-    return _page(
-        request,
-        "preview.html",
-        {
-            "rows": rows,
-            "form": form,
-            "gaps": [g.value for g in GapPolicy],
-            "folds": [f.value for f in FoldPolicy],
-        },
-    )
+    context: dict[str, Any] = {
+        "rows": None,
+        "form": form,
+        "error": None,
+        "gaps": [g.value for g in GapPolicy],
+        "folds": [f.value for f in FoldPolicy],
+        "max_count": views.OCCURRENCES_MAX,
+    }
+    try:
+        # As many rows as `tockwork preview --count` allows.
+        count = p.integer("count", high=views.OCCURRENCES_MAX) or 10
+        after = p.instant("after") or _state(request).now()
+        if rule is not None or zone is not None:
+            if rule is None:
+                raise InvalidInput("rule", None, "give a rule, for example daily@08:00")
+            if zone is None:
+                raise InvalidInput("zone", None, "give an IANA zone, for example Europe/Berlin")
+            context["rows"] = await run_in_threadpool(
+                views.preview, rule, zone, after, count, gap, fold
+            )
+    except InvalidInput as exc:
+        # The form keeps what was typed, with the error above it.
+        context["error"] = str(exc)
+        return _page(request, "preview.html", context, status=400)
+    return _page(request, "preview.html", context)
+
+
+def _bucket_percentiles(counts: list[int], labels: list[str]) -> list[tuple[str, str]]:
+    """p50, p90, p99 of a histogram: the bucket each falls in (its label, an upper bound but
+    for the last bucket), as the counts are bucketed in SQL."""
+    total, result = sum(counts), []
+    for pct in (50, 90, 99):
+        rank, seen = total * pct / 100, 0
+        for label, n in zip(labels, counts, strict=True):
+            seen += n
+            if seen >= rank:
+                result.append((f"p{pct}", label))
+                break
+    return result
 
 
 async def lateness_page(request: Request) -> Response:
@@ -664,6 +790,7 @@ async def lateness_page(request: Request) -> Response:
                     "queue": q,
                     "kind": kind,
                     "total": total,
+                    "percentiles": _bucket_percentiles(counts, labels),
                     "bars": [
                         {"label": label, "n": n, "h": round(100 * n / peak, 1), "x": i * 60}
                         for i, (label, n) in enumerate(zip(labels, counts, strict=True))
@@ -758,7 +885,19 @@ async def webhook_action(request: Request) -> Response:
 
 async def api_queues(request: Request) -> Response:
     Params(request.query_params, [])
-    return _json(await _db(request, views.queues, _state(request).sql_now()))
+    return _json(await _db(request, views.served_queues, _state(request).sql_now()))
+
+
+async def api_processes(request: Request) -> Response:
+    Params(request.query_params, [])
+    return _json(await _db(request, views.process_list, _state(request).sql_now()))
+
+
+async def api_overview(request: Request) -> Response:
+    """The overview's figures as JSON: queues (with live workers), the last hour per minute,
+    lags, processes, leases, maintenance."""
+    Params(request.query_params, [])
+    return _json(await _db(request, views.overview, _state(request).sql_now()))
 
 
 async def api_jobs(request: Request) -> Response:
@@ -887,12 +1026,27 @@ async def _http(request: Request, exc: Exception) -> Response:
     return _error(request, exc.status_code, str(exc.detail))
 
 
+async def _heartbeats(state: Dashboard, stop: asyncio.Event) -> None:
+    """Keep this dashboard's row in the registry of processes until ``stop`` (a beat under way
+    finishes first: its connection goes back to the pool before the pool closes)."""
+    while await run_in_threadpool(state.beat):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), processes.DEFAULT_BEAT.total_seconds())
+        if stop.is_set():
+            return
+
+
 def _lifespan(state: Dashboard) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        beats = asyncio.create_task(_heartbeats(state, stop))
         try:
             yield
         finally:
+            stop.set()
+            await beats
+            await run_in_threadpool(state.forget)
             state.close()
 
     return lifespan
@@ -907,6 +1061,7 @@ def create_app(
     clock: Clock | None = None,
     pool_size: int = 4,
     read_url: str | None = None,
+    refresh: float = DEFAULT_REFRESH,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``database_url``.
 
@@ -916,9 +1071,19 @@ def create_app(
     pins the time the pages compute with (tests); by default the database's clock answers.
     ``read_url`` (a streaming replica) serves what the pages and the API read, with its lag on
     every page; every action, and the selection an action applies to, goes to the primary.
+    ``refresh`` is how often, in seconds, a page's live regions refresh in the browser (0:
+    never, up to 3600).
     """
     check_token(token, no_auth=no_auth)
-    state = Dashboard(database_url, token, read_only, clock, pool_size, read_url)
+    if (
+        isinstance(refresh, bool)
+        or not isinstance(refresh, int | float)
+        or not 0 <= refresh <= 3600
+    ):
+        raise InvalidInput("refresh", refresh, "must be a number of seconds from 0 to 3600")
+    state = Dashboard(
+        database_url, token, read_only, clock, pool_size, read_url, float(refresh)
+    )
     static = resources.files("scheduler.dashboard").joinpath("static")
     routes = [
         Route("/", overview_page),
@@ -927,6 +1092,9 @@ def create_app(
         Route("/logout", logout, methods=["POST"]),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id}", job_page),
+        Route("/jobs/{job_id}/requeue", job_action, methods=["POST"]),
+        Route("/jobs/{job_id}/cancel", job_action, methods=["POST"]),
+        Route("/search", search_page),
         Route("/dead", dead_page),
         Route("/webhooks", webhooks_page),
         Route("/webhooks/{endpoint_id}", webhook_page),
@@ -943,6 +1111,9 @@ def create_app(
         Route("/lateness", lateness_page),
         Route("/outbox", outbox_page),
         Route("/outbox/retry", outbox_retry, methods=["POST"]),
+        Route("/processes", processes_page),
+        Route("/api/overview", api_overview),
+        Route("/api/processes", api_processes),
         Route("/api/queues", api_queues),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/requeue", api_dead_action, methods=["POST"]),

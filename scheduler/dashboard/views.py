@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 import jobs
 import timezones
-from jobs import outbox
+from jobs import outbox, processes
 from scheduler import schedules as schedule_api
 from scheduler.errors import WebhookEndpointNotFound
 from scheduler.health import scheduler_lag
@@ -189,13 +189,42 @@ def _live_minutes(
     return [(m, ok, bad) for m, ok, bad in rows]
 
 
+def served_queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str, Any]]:
+    """:func:`queues`, with the live workers of each (the registry of processes), and the
+    queues a live worker serves that hold no unfinished job (all zeros). ``unserved``: ready
+    jobs and no live worker to run them."""
+    served = {w.queue: w for w in processes.queue_workers(conn, now=now)}
+    rows = {q["queue"]: q for q in queues(conn, now)}
+    for name in served.keys() - rows.keys():
+        rows[name] = {
+            "queue": name,
+            **dict.fromkeys(QUEUE_COUNTS, 0),
+            "oldest_ready_age_s": 0.0,
+            "capped": [],
+        }
+    result = []
+    for name in sorted(rows):
+        row, w = rows[name], served.get(name)
+        row["workers"] = w.workers if w else 0
+        row["concurrency"] = w.concurrency if w else 0
+        row["unserved"] = row["ready"] > 0 and w is None
+        result.append(row)
+    return result
+
+
+def process_list(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str, Any]]:
+    """The registry of processes, live ones first, stale ones (not yet pruned) after."""
+    return [p.as_json() for p in processes.list_processes(conn, include_stale=True, now=now)]
+
+
 def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, Any]:
     chart = attempt_minutes(conn, now)
     workers = conn.execute(query("dashboard_workers"), {"now": now}).fetchall()
     maintenance = conn.execute(query("dashboard_maintenance_runs")).fetchall()
     box = outbox.stats(conn, now=now)
     return {
-        "queues": queues(conn, now),
+        "queues": served_queues(conn, now),
+        "processes": process_list(conn, now),
         "minutes": chart["minutes"],
         "chart_lacking": chart["lacking"],
         "chart_not_counted": chart["not_counted"],
@@ -364,8 +393,68 @@ def job_detail(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     detail = asdict(record)
     detail["status"] = str(record.status)
     detail["payload_text"] = json.dumps(record.payload, indent=2, ensure_ascii=False)
-    detail["attempt_history"] = [asdict(a) for a in jobs.job_attempts(conn, job_id)]
+    history = [asdict(a) for a in jobs.job_attempts(conn, job_id)]
+    # A requeue starts the job's attempt counter again: number the rows in order, keep the
+    # counter beside it, and mark where a requeue started a new run.
+    previous = 0
+    for number, a in enumerate(history, 1):
+        a["number"] = number
+        a["after_requeue"] = a["attempt"] <= previous
+        previous = a["attempt"]
+    detail["attempt_history"] = history
+    detail["actions"] = job_actions(record.status)
     return detail
+
+
+def job_actions(status: jobs.JobStatus) -> list[str]:
+    """What the job's own page offers: requeue a dead or cancelled job, cancel a waiting or
+    dead one (a leased job is running: it finishes or its lease expires first)."""
+    actions = []
+    if status in (jobs.JobStatus.DEAD, jobs.JobStatus.CANCELLED):
+        actions.append("requeue")
+    if status in (jobs.JobStatus.PENDING, jobs.JobStatus.RETRYING, jobs.JobStatus.DEAD):
+        actions.append("cancel")
+    return actions
+
+
+def act_on_job(
+    conn: psycopg.Connection[Any], action: str, job_id: int, *, actor: str, now: datetime | None
+) -> bool:
+    """Requeue or cancel one job from its page and record it, in one transaction; False when
+    its status no longer allows it (it changed since the page was shown)."""
+    with conn.transaction():
+        if action == "requeue":
+            done = list(jobs.requeue(conn, ids=[job_id], statuses=("dead", "cancelled"), now=now))
+        elif action == "cancel":
+            done = jobs.cancel(
+                conn,
+                ids=[job_id],
+                statuses=("pending", "retrying", "dead"),
+                reason="cancelled from the dashboard",
+                now=now,
+            )
+        else:
+            raise InvalidInput("action", action, "must be requeue or cancel")
+        audit(conn, actor, action, {"ids": [job_id], "from": "job page"}, len(done), now)
+    return bool(done)
+
+
+def search(conn: psycopg.Connection[Any], text: str) -> dict[str, Any]:
+    """What ``text`` names: a job by id (digits), the jobs holding it as idempotency key, the
+    schedules of that subject (each bounded)."""
+    found: dict[str, Any] = {"job": None, "key_jobs": None, "schedules": []}
+    if text.isascii() and text.isdigit() and 1 <= int(text) <= 2**63 - 1:
+        try:
+            record = jobs.get_job(conn, int(text))
+            found["job"] = {"id": record.id, "status": str(record.status), "type": record.job_type}
+        except jobs.JobNotFound:
+            pass
+    if len(text) <= 255:
+        flt = JobFilter(idempotency_key=text)
+        found["key_jobs"] = job_count(conn, flt, "index").value
+        filters = {"key": None, "subject": text, "zone": None, "job_type": None}
+        found["schedules"], _ = schedule_page(conn, filters, None, 20)
+    return found
 
 
 def dead_ids(
@@ -514,9 +603,19 @@ def occurrence_rows(found: Sequence[timezones.Occurrence]) -> list[dict[str, Any
     ]
 
 
+OCCURRENCES_MAX = 1000  # occurrences the schedule and preview pages compute at most
+
+
 def schedule_detail(
-    conn: psycopg.Connection[Any], schedule_id: int, now: datetime
+    conn: psycopg.Connection[Any],
+    schedule_id: int,
+    now: datetime,
+    *,
+    count: int = 10,
+    marked_only: bool = False,
 ) -> dict[str, Any]:
+    """A schedule, its next ``count`` occurrences after ``now`` (or only those a DST policy
+    adjusted or that fall in a repeated hour, among the next ``count``), its recent jobs."""
     s = schedule_api.get_schedule(conn, schedule_id)
     prefix = occurrence_idempotency_key(s.id, "")
     recent = conn.execute(
@@ -532,7 +631,11 @@ def schedule_detail(
     return {
         "schedule": s,
         "rule_text": rule_text(s.rule_raw),
-        "occurrences": occurrence_rows(schedule_api.preview(s, now, 10)),
+        "occurrences": [
+            o
+            for o in occurrence_rows(schedule_api.preview(s, now, count))
+            if not marked_only or o["mark"] or o["repeated"]
+        ],
         "recent": [
             {
                 "job_id": i,

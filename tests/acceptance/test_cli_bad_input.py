@@ -47,6 +47,7 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork jobs requeue": ["--id", "1"],
     "tockwork jobs cancel": ["--id", "1"],
     "tockwork stats": [],
+    "tockwork processes": [],
     "tockwork scheduler": [],
     "tockwork schedules sync": ["<defs>"],
     "tockwork schedules list": [],

@@ -71,6 +71,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
         {0, 1},
         "ours / raw loop",
     ),
+    ("process_registry", ["--jobs", "200", "--rounds", "1"], {0, 1}, "registered / unregistered"),
     (
         "dashboard",
         ["--jobs", "2000", "--attempts", "2000", "--schedules", "200", "--requests", "2"],

@@ -191,6 +191,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "job_rate_limits",
             "job_queue_policies",
             "outbox_events",
+            "processes",
             "tockwork_migrations",
         }
     ),

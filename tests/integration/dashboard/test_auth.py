@@ -16,9 +16,28 @@ from scheduler.dashboard import create_app
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, dead_jobs, sign_in
 from timezones.errors import InvalidInput
 
-API_ROUTES = ["/api/queues", "/api/jobs", "/api/jobs/1", "/api/schedules"]
-PAGES = ["/", "/jobs", "/jobs/1", "/dead", "/schedules", "/preview", "/lateness", "/outbox",
-         "/webhooks", "/webhooks/1"]  # fmt: skip
+API_ROUTES = [
+    "/api/queues",
+    "/api/jobs",
+    "/api/jobs/1",
+    "/api/schedules",
+    "/api/overview",
+    "/api/processes",
+]
+PAGES = [
+    "/",
+    "/jobs",
+    "/jobs/1",
+    "/dead",
+    "/schedules",
+    "/preview",
+    "/lateness",
+    "/outbox",
+    "/processes",
+    "/search",
+    "/webhooks",
+    "/webhooks/1",
+]
 
 
 @pytest.mark.parametrize("path", API_ROUTES)
@@ -213,7 +232,7 @@ def _seeded(db_url: str) -> tuple[list[int], int]:
 
 def test_the_route_list_is_the_apps() -> None:
     assert ("GET", "/api/queues") in ROUTES and "/dead/apply" in POSTS
-    assert len(POSTS) == 12 and len(ROUTES) == 28
+    assert len(POSTS) == 14 and len(ROUTES) == 34
 
 
 def test_no_route_serves_anything_without_credentials(db_url: str, anon: TestClient) -> None:

@@ -40,6 +40,8 @@ class FakeConnection:
 class Fake(Service[list[datetime]]):
     """Passes run ``script``: True succeeds, False raises OperationalError; then idle."""
 
+    registered = False  # no database: no row in the registry of processes
+
     def __init__(
         self,
         script: list[bool] | None = None,
