@@ -72,8 +72,8 @@ from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
-from scheduler.queries import database_now_steps
-from scheduler.reminders import Due, ReminderBatch, check_steps, record_skipped
+from scheduler.queries import database_now_steps, query
+from scheduler.reminders import Due, ReminderBatch, check_steps, decide_steps, record_skipped
 from timezones import Clock, get_zone
 
 log = logging.getLogger("tockwork.delivery")
@@ -269,9 +269,22 @@ def render(text: str, *, subject: str, at: datetime, zone: str | None) -> str:
 
 def device_key(job: Job, target: Target) -> str:
     """The effect-once key of ``job``'s notification of one device: stable across the job's
-    attempts, different per device (a digest of the token, never the token itself)."""
-    digest = hashlib.blake2b(target.token.encode(), digest_size=8).hexdigest()
-    return effects.effect_key(job, f"push.{target.channel}.{digest}")
+    attempts, different per device (a digest of the token, never the token itself).
+
+    ``push.<channel>.<digest>`` then the job's part of :func:`jobs.effects.effect_key`; the
+    digest is the first 16 hex digits of the token's SHA-256, which the delivery's one read
+    (``device_delivery_read`` in scheduler/sql/device.sql) computes in the database too."""
+    digest = hashlib.sha256(target.token.encode()).hexdigest()[:16]
+    return f"push.{target.channel}.{digest}{_key_suffix(job)}"
+
+
+def _key_suffix(job: Job) -> str:
+    """What follows the effect name in the job's effect keys (``:reminder:<org>:<key>``)."""
+    return effects.effect_key(job, "push")[len("push") :]
+
+
+# A due job's devices, as the read found them: (device, its effect-once key, recorded already).
+Found = list[tuple[Target, str, bool]]
 
 
 @dataclass(slots=True)
@@ -294,8 +307,10 @@ class _AsyncConnections:
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed or conn.broken:
+            # Autocommit: the delivery's one read and its record are single statements (one
+            # round trip each); what needs more runs in an explicit transaction.
             conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, **jobs.connect_kwargs(jobs.pooler_mode())
+                self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
             )
         try:
             yield conn
@@ -362,8 +377,11 @@ class DeliveryHandler(jobs.BatchHandler):
     async def _deliver(self, conn: psycopg.AsyncConnection[Any], batch: ReminderBatch) -> None:
         todo = list(batch.jobs)
         now_hint = self.clock.now() if self.clock is not None else None
-        async with conn.transaction():
-            now, dues, zones, targets, before = await self._read(conn, todo, now_hint)
+        if type(self.resolver) in _FOLDED:
+            now, dues, zones, found = await self._read_folded(conn, todo, now_hint)
+        else:
+            async with conn.transaction():
+                now, dues, zones, found = await self._read(conn, todo, now_hint)
         plans: list[_Plan] = []
         skips: dict[int, Due] = {}
         for job in todo:
@@ -376,7 +394,7 @@ class DeliveryHandler(jobs.BatchHandler):
                 if due.skipped:
                     skips[job.id] = due
                 continue
-            plan = self._plan(job, now, zones, targets, before, batch, skips)
+            plan = self._plan(job, now, zones, found.get(job.id, ()), batch, skips)
             if plan is not None:
                 plans.append(plan)
         if skips:
@@ -389,15 +407,50 @@ class DeliveryHandler(jobs.BatchHandler):
         for plan in plans:
             _outcome(batch, plan, results, self.backoff)
 
+    async def _read_folded(
+        self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
+    ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
+        """The read of :meth:`_read` in one statement (``device_delivery_read``), for the
+        registry and :class:`SubjectAsToken`: one round trip, no transaction."""
+        metas = {job.id: OccurrenceMeta.of(job) for job in todo}
+        recipients = [_recipient(job) for job in todo]
+        subject_tokens = isinstance(self.resolver, SubjectAsToken)
+        params = {
+            "job_ids": [job.id for job in todo],
+            "schedule_ids": [m.schedule_id if m is not None else None for m in metas.values()],
+            "organization_ids": [job.organization_id for job in todo],
+            "subjects": [r[1] if r is not None else None for r in recipients],
+            "suffixes": [_key_suffix(job) for job in todo],
+            "now": now,
+        }
+        if subject_tokens:
+            assert isinstance(self.resolver, SubjectAsToken)
+            params["channel"] = self.resolver.channel
+            name = "device_delivery_read_subject_tokens"
+        else:
+            name = "device_delivery_read"
+        async with conn.cursor() as cur:
+            await cur.execute(query(name), params)
+            rows = await cur.fetchall()
+        at: datetime = rows[0][1]
+        states: dict[int, tuple[Any, ...]] = {}
+        found: dict[int, Found] = {}
+        for job_id, _, sid, *state, device_id, channel, token, key, recorded in rows:
+            if sid is not None and sid not in states:
+                states[sid] = (sid, *state)
+            if token is not None:
+                target = Device(channel, token, device_id)
+                found.setdefault(job_id, []).append((target, key, recorded))
+        dues, zones = await steps.on_async(
+            conn, decide_steps(todo, list(states.values()), at, metas)
+        )
+        return at, dues, zones, found
+
     async def _read(
         self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
-    ) -> tuple[
-        datetime,
-        dict[int, Due],
-        dict[int, str],
-        Mapping[Recipient, Sequence[Target]],
-        set[str],
-    ]:
+    ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
+        """The still-due check, the devices (through the resolver) and check-before-send,
+        in the caller's transaction (an application's resolver reads in it)."""
         at: datetime = await steps.on_async(conn, database_now_steps(now))
         dues, zones = await steps.on_async(conn, check_steps(todo, at))
         recipients = sorted(
@@ -405,29 +458,31 @@ class DeliveryHandler(jobs.BatchHandler):
             key=lambda r: (str(r[0]), r[1]),
         )
         targets = await self.resolver.resolve(conn, recipients) if recipients else {}
-        keys = [
-            device_key(job, t)
-            for job in todo
-            if dues[job.id] and (r := _recipient(job)) is not None
-            for t in targets.get(r, ())
-        ]
+        found: dict[int, Found] = {}
+        for job in todo:
+            recipient = _recipient(job)
+            if dues[job.id] and recipient is not None:
+                found[job.id] = [(t, device_key(job, t), False) for t in targets.get(recipient, ())]
+        keys = [key for devices in found.values() for _, key, _ in devices]
         before = await effects.recorded_async(conn, keys) if keys else set()
-        return at, dues, zones, targets, before
+        if before:
+            for devices in found.values():
+                devices[:] = [(t, key, key in before) for t, key, _ in devices]
+        return at, dues, zones, found
 
     def _plan(
         self,
         job: Job,
         now: datetime,
         zones: Mapping[int, str],
-        targets: Mapping[Recipient, Sequence[Target]],
-        before: set[str],
+        devices: Sequence[tuple[Target, str, bool]],
         batch: ReminderBatch,
         skips: dict[int, Due],
     ) -> _Plan | None:
-        """The messages of one due job, or None when its outcome is set already (a bad
-        payload, nothing to send, expired)."""
+        """The messages of one due job to ``devices`` (each with its key and whether it is
+        recorded), or None when its outcome is set already (a bad payload, nothing to send,
+        expired)."""
         recipient = _recipient(job)
-        devices = targets.get(recipient, ()) if recipient is not None else ()
         if not devices:
             batch.succeed(job)
             skips[job.id] = Due(False, "no_device")
@@ -446,12 +501,11 @@ class DeliveryHandler(jobs.BatchHandler):
         title = render(c.title, subject=subject, at=at, zone=zone)
         body = render(c.body, subject=subject, at=at, zone=zone)
         planned: set[str] = set()
-        for target in devices:
-            key = device_key(job, target)
+        for target, key, recorded in devices:
             if key in planned:  # a resolver listed one device twice: one message
                 continue
             planned.add(key)
-            if key in before:
+            if recorded:
                 plan.done += 1
                 continue
             data = dict(c.data)
@@ -542,11 +596,22 @@ class DeliveryHandler(jobs.BatchHandler):
         job_ids: Mapping[str, int],
         now: datetime,
     ) -> None:
-        """Record-after-send, in one short transaction: the delivered keys, the dead tokens,
-        the devices' last success."""
+        """Record-after-send, right after the answers: the delivered keys and the devices'
+        last success (one statement, ``device_delivery_record``, for the registry and
+        :class:`SubjectAsToken`), the dead tokens in a transaction with their outbox facts."""
         delivered = [r for r in results.values() if r.status is PushStatus.DELIVERED]
         dead = [r for r in results.values() if r.status is PushStatus.REJECTED]
         if not delivered and not dead:
+            return
+        if not dead and type(self.resolver) in _FOLDED:
+            keys = [r.key for r in delivered]
+            ids = [r.message.device_id for r in delivered if r.message.device_id is not None]
+            params = {
+                **effects.record_many_params(keys, job_ids=[job_ids[k] for k in keys], now=now),
+                **registry.mark_succeeded_params(ids, now=now),
+            }
+            async with conn.cursor() as cur:
+                await cur.execute(query("device_delivery_record"), params)
             return
         async with conn.transaction():
             if delivered:
@@ -584,6 +649,10 @@ class _Sent:
     @property
     def id(self) -> int | None:
         return self.message.device_id
+
+
+# The resolvers whose read and record the handler folds into one statement each.
+_FOLDED: frozenset[type] = frozenset({RegistryResolver, SubjectAsToken})
 
 
 def _recipient(job: Job) -> Recipient | None:

@@ -215,6 +215,11 @@ KNOWN_FOREIGN_TABLES = {
     # The chart of the last hour reads the jobs component's per-minute rollup of attempts.
     ("scheduler/sql/dashboard.sql", "job_attempt_minutes"),
     ("scheduler/sql/dashboard.sql", "outbox_events"),
+    # The delivery's one read and one record of a batch (scheduler/delivery.py) fold the
+    # effect-once check and record into the scheduler's statements, one round trip each:
+    # through jobs' fragments (job_effect_is_recorded, job_effect_insert_many), so the SQL on
+    # job_effects is still written in jobs/sql/job_effect.sql.
+    ("scheduler/sql/device.sql", "job_effects"),
 }
 
 _COMMENT = re.compile(r"--[^\n]*")
