@@ -797,6 +797,7 @@ def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel
                     topic=env["TOCKWORK_APNS_TOPIC"].strip(),
                     url=env.get("TOCKWORK_APNS_URL", "").strip() or "production",
                     ssl_context=context,
+                    conninfo=conninfo,
                 )
             )
     simulated = env.get("TOCKWORK_PUSH_SIMULATED", "").strip()

@@ -133,3 +133,15 @@ CREATE TABLE devices (
 -- (no organization is a value), which is no index operator, so it is checked on the index entry.
 CREATE INDEX devices_subject_idx ON devices (subject, organization_id)
     WHERE invalidated_at IS NULL;
+
+-- The APNs provider token of each (team, signing key), shared by every worker process
+-- (migration 0008): Apple refuses a second token of one key within 20 minutes
+-- (TooManyProviderTokenUpdates). Only the token's issue time (its iat, epoch seconds) is kept,
+-- not the token: each process signs the same claims with deterministic ECDSA (RFC 6979), so
+-- every process sends the identical token, and no credential is stored in the database.
+CREATE TABLE apns_provider_tokens (
+    team_id text NOT NULL,
+    key_id text NOT NULL,
+    issued_at bigint NOT NULL,
+    PRIMARY KEY (team_id, key_id)
+);
