@@ -213,8 +213,14 @@ def _text(payload: Mapping[str, Any], name: str, default: str) -> str:
     return value
 
 
-def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
-    """The message a reminder job's payload describes (raises :class:`BadPayload`)."""
+_UNREAD: Any = object()
+
+
+def content(
+    job: Job, *, default_ttl: timedelta = DEFAULT_TTL, meta: OccurrenceMeta | None = _UNREAD
+) -> Content:
+    """The message a reminder job's payload describes (raises :class:`BadPayload`); ``meta``:
+    the job's :class:`OccurrenceMeta` when the caller has read it already."""
     payload: Mapping[str, Any] = job.payload if isinstance(job.payload, Mapping) else {}
     title = _text(payload, "title", "Reminder")
     body = _text(payload, "body", _text(payload, "message", "reminder"))
@@ -240,7 +246,8 @@ def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
                 f"got {seconds!r}",
                 code="bad_payload",
             )
-    meta = OccurrenceMeta.of(job)
+    if meta is _UNREAD:
+        meta = OccurrenceMeta.of(job)
     default_collapse = f"tockwork-{meta.schedule_id}" if meta is not None else None
     collapse = _text(payload, "collapse_key", default_collapse or "") or None
     priority = _text(payload, "priority", "high")
@@ -377,8 +384,9 @@ class DeliveryHandler(jobs.BatchHandler):
     async def _deliver(self, conn: psycopg.AsyncConnection[Any], batch: ReminderBatch) -> None:
         todo = list(batch.jobs)
         now_hint = self.clock.now() if self.clock is not None else None
+        metas = {job.id: OccurrenceMeta.of(job) for job in todo}  # read once a batch
         if type(self.resolver) in _FOLDED:
-            now, dues, zones, found = await self._read_folded(conn, todo, now_hint)
+            now, dues, zones, found = await self._read_folded(conn, todo, now_hint, metas)
         else:
             async with conn.transaction():
                 now, dues, zones, found = await self._read(conn, todo, now_hint)
@@ -394,7 +402,7 @@ class DeliveryHandler(jobs.BatchHandler):
                 if due.skipped:
                     skips[job.id] = due
                 continue
-            plan = self._plan(job, now, zones, found.get(job.id, ()), batch, skips)
+            plan = self._plan(job, metas[job.id], now, zones, found.get(job.id, ()), batch, skips)
             if plan is not None:
                 plans.append(plan)
         if skips:
@@ -408,11 +416,14 @@ class DeliveryHandler(jobs.BatchHandler):
             _outcome(batch, plan, results, self.backoff)
 
     async def _read_folded(
-        self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        todo: Sequence[Job],
+        now: datetime | None,
+        metas: Mapping[int, OccurrenceMeta | None],
     ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
         """The read of :meth:`_read` in one statement (``device_delivery_read``), for the
         registry and :class:`SubjectAsToken`: one round trip, no transaction."""
-        metas = {job.id: OccurrenceMeta.of(job) for job in todo}
         recipients = [_recipient(job) for job in todo]
         subject_tokens = isinstance(self.resolver, SubjectAsToken)
         params = {
@@ -473,6 +484,7 @@ class DeliveryHandler(jobs.BatchHandler):
     def _plan(
         self,
         job: Job,
+        meta: OccurrenceMeta | None,
         now: datetime,
         zones: Mapping[int, str],
         devices: Sequence[tuple[Target, str, bool]],
@@ -488,11 +500,10 @@ class DeliveryHandler(jobs.BatchHandler):
             skips[job.id] = Due(False, "no_device")
             return None
         try:
-            c = content(job, default_ttl=self.ttl)
+            c = content(job, default_ttl=self.ttl, meta=meta)
         except BadPayload as exc:
             batch.fail(job, str(exc), code="bad_payload")
             return None
-        meta = OccurrenceMeta.of(job)
         at = meta.at if meta is not None else job.run_at
         expires_at = at + c.ttl
         plan = _Plan(job)
