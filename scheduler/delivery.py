@@ -4,17 +4,20 @@
 worker's event loop, and its channels keep many HTTP/2 streams in flight there). For a batch of
 up to :data:`MAX_BATCH` reminder jobs:
 
-1. one short read transaction: the still-due check of the whole batch
-   (:func:`scheduler.reminders.check_steps`), the devices of the due jobs' subjects (one
-   statement: :class:`RegistryResolver`, or the application's own :class:`DeviceResolver`), and
-   check-before-send (``jobs.effects.recorded``) of the effect-once keys, one per
-   (job, device);
+1. one read: the still-due check of the whole batch, the devices of its subjects, and
+   check-before-send of the effect-once keys, one per (job, device). With
+   :class:`RegistryResolver` or :class:`SubjectAsToken` that is one statement
+   (``device_delivery_read``: one round trip, no transaction; the keys are computed in the
+   database as :func:`device_key` computes them); with an application's own
+   :class:`DeviceResolver`, one short transaction of the steps
+   (:func:`scheduler.reminders.check_steps`, the resolver, ``jobs.effects.recorded``);
 2. no transaction open: one :class:`~scheduler.push.PushMessage` per device not yet notified,
    sent through the channel the device belongs to (``fcm``, ``apns``, ``simulated``, ...), all
    channels at once;
-3. one short write transaction right after the answers (record-after-send): the effect-once
-   keys of the delivered messages, the dead tokens invalidated (``device.invalidated`` outbox
-   facts), the devices' last success;
+3. right after the answers (record-after-send): the effect-once keys of the delivered
+   messages and the devices' last success, one statement (``device_delivery_record``) for the
+   built-in resolvers; a batch with dead tokens (invalidated, with ``device.invalidated``
+   outbox facts) or an application's resolver records in one short transaction;
 4. the job outcomes (below); the skip records (paused, superseded, quiet ``skip``, no device,
    expired) are written in the worker's completion transaction, so they commit exactly when
    the outcome does.
