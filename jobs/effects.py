@@ -117,21 +117,33 @@ def record_many_steps(
     now: datetime | None = None,
 ) -> Steps[set[str]]:
     """:func:`record_many` as steps (:mod:`jobs.steps`), for the sync and the async form."""
+    params = record_many_params(keys, job_ids=job_ids, now=now)
+    if not params["keys"]:
+        return set()
+    return {row[0] for row in (yield query("job_effect_record_many"), params)}
+
+
+def record_many_params(
+    keys: Sequence[str],
+    *,
+    job_ids: Sequence[int | None] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The checked parameters of :func:`record_many`'s insert (``keys``, ``job_ids``, ``now``:
+    distinct keys in sorted order, each with its first job id), for a statement that includes
+    jobs' ``job_effect_insert_many`` fragment (the scheduler's delivery record)."""
     if job_ids is not None and len(job_ids) != len(keys):
         raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
     ids = list(job_ids) if job_ids is not None else [None] * len(keys)
     first: dict[str, int | None] = {}
     for key, job_id in zip(keys, ids, strict=True):
         first.setdefault(_checked(key), job_id)
-    if not first:
-        return set()
     ordered = sorted(first)
-    params = {
+    return {
         "keys": ordered,
         "job_ids": [first[k] for k in ordered],
         "now": validate.aware(now, "now"),
     }
-    return {row[0] for row in (yield query("job_effect_record_many"), params)}
 
 
 def record_once(

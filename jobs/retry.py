@@ -32,6 +32,11 @@ class RetryPolicy:
     max_unknown_attempts: int = 3
     # A provider's Retry-After hint is honoured up to this delay.
     rate_limit_cap: timedelta = timedelta(hours=1)
+    # A rate-limited answer uses no attempt while the job is younger than this (from its
+    # creation to the run_at of the attempt): a long run of 429s is the provider's pace, not a
+    # failure, and must not kill the job. Past it, each one uses an attempt like any transient
+    # failure, so a job rate-limited for ever still ends dead, with its error (zero: always).
+    rate_limited_for: timedelta = timedelta(hours=24)
     random: Callable[[], float] = field(default=_random.random, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -41,6 +46,8 @@ class RetryPolicy:
             raise InvalidJob("jitter", self.jitter, "must be from 0 to 1")
         if self.max_unknown_attempts < 1:
             raise InvalidJob("max_unknown_attempts", self.max_unknown_attempts, "must be >= 1")
+        if self.rate_limited_for < timedelta(0):
+            raise InvalidJob("rate_limited_for", self.rate_limited_for, "must not be negative")
 
     def backoff(self, attempt: int) -> timedelta:
         """The delay after failed attempt number ``attempt`` (1-based)."""
@@ -109,11 +116,15 @@ def decide(job: Job, exc: BaseException | None, policy: RetryPolicy) -> Decision
     if isinstance(exc, PermanentError):
         return Decision(JobStatus.DEAD, "dead", code=_code(exc.code), summary=summary)
     if isinstance(exc, RateLimited):
-        if exhausted:
+        # Within rate_limited_for of its creation the answer takes its attempt back (as a
+        # snooze does); the attempt's run_at, not a clock: the decision stays pure.
+        free = job.run_at - job.created_at < policy.rate_limited_for
+        if exhausted and not free:
             return Decision(JobStatus.DEAD, "dead", code=_code(exc.code), summary=summary)
         hint = exc.retry_after if exc.retry_after is not None else policy.backoff(job.attempt)
         delay = min(hint, policy.rate_limit_cap)
-        return Decision(JobStatus.RETRYING, "rate_limited", delay, 0, _code(exc.code), summary)
+        back = -1 if free else 0
+        return Decision(JobStatus.RETRYING, "rate_limited", delay, back, _code(exc.code), summary)
     if isinstance(exc, TransientError):
         if exhausted:
             return Decision(JobStatus.DEAD, "dead", code=_code(exc.code), summary=summary)

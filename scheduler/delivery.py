@@ -4,17 +4,20 @@
 worker's event loop, and its channels keep many HTTP/2 streams in flight there). For a batch of
 up to :data:`MAX_BATCH` reminder jobs:
 
-1. one short read transaction: the still-due check of the whole batch
-   (:func:`scheduler.reminders.check_steps`), the devices of the due jobs' subjects (one
-   statement: :class:`RegistryResolver`, or the application's own :class:`DeviceResolver`), and
-   check-before-send (``jobs.effects.recorded``) of the effect-once keys, one per
-   (job, device);
+1. one read: the still-due check of the whole batch, the devices of its subjects, and
+   check-before-send of the effect-once keys, one per (job, device). With
+   :class:`RegistryResolver` or :class:`SubjectAsToken` that is one statement
+   (``device_delivery_read``: one round trip, no transaction; the keys are computed in the
+   database as :func:`device_key` computes them); with an application's own
+   :class:`DeviceResolver`, one short transaction of the steps
+   (:func:`scheduler.reminders.check_steps`, the resolver, ``jobs.effects.recorded``);
 2. no transaction open: one :class:`~scheduler.push.PushMessage` per device not yet notified,
    sent through the channel the device belongs to (``fcm``, ``apns``, ``simulated``, ...), all
    channels at once;
-3. one short write transaction right after the answers (record-after-send): the effect-once
-   keys of the delivered messages, the dead tokens invalidated (``device.invalidated`` outbox
-   facts), the devices' last success;
+3. right after the answers (record-after-send): the effect-once keys of the delivered
+   messages and the devices' last success, one statement (``device_delivery_record``) for the
+   built-in resolvers; a batch with dead tokens (invalidated, with ``device.invalidated``
+   outbox facts) or an application's resolver records in one short transaction;
 4. the job outcomes (below); the skip records (paused, superseded, quiet ``skip``, no device,
    expired) are written in the worker's completion transaction, so they commit exactly when
    the outcome does.
@@ -72,8 +75,8 @@ from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
-from scheduler.queries import database_now_steps
-from scheduler.reminders import Due, ReminderBatch, check_steps, record_skipped
+from scheduler.queries import database_now_steps, query
+from scheduler.reminders import Due, ReminderBatch, check_steps, decide_steps, record_skipped
 from timezones import Clock, get_zone
 
 log = logging.getLogger("tockwork.delivery")
@@ -213,8 +216,14 @@ def _text(payload: Mapping[str, Any], name: str, default: str) -> str:
     return value
 
 
-def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
-    """The message a reminder job's payload describes (raises :class:`BadPayload`)."""
+_UNREAD: Any = object()
+
+
+def content(
+    job: Job, *, default_ttl: timedelta = DEFAULT_TTL, meta: OccurrenceMeta | None = _UNREAD
+) -> Content:
+    """The message a reminder job's payload describes (raises :class:`BadPayload`); ``meta``:
+    the job's :class:`OccurrenceMeta` when the caller has read it already."""
     payload: Mapping[str, Any] = job.payload if isinstance(job.payload, Mapping) else {}
     title = _text(payload, "title", "Reminder")
     body = _text(payload, "body", _text(payload, "message", "reminder"))
@@ -240,7 +249,8 @@ def content(job: Job, *, default_ttl: timedelta = DEFAULT_TTL) -> Content:
                 f"got {seconds!r}",
                 code="bad_payload",
             )
-    meta = OccurrenceMeta.of(job)
+    if meta is _UNREAD:
+        meta = OccurrenceMeta.of(job)
     default_collapse = f"tockwork-{meta.schedule_id}" if meta is not None else None
     collapse = _text(payload, "collapse_key", default_collapse or "") or None
     priority = _text(payload, "priority", "high")
@@ -269,9 +279,22 @@ def render(text: str, *, subject: str, at: datetime, zone: str | None) -> str:
 
 def device_key(job: Job, target: Target) -> str:
     """The effect-once key of ``job``'s notification of one device: stable across the job's
-    attempts, different per device (a digest of the token, never the token itself)."""
-    digest = hashlib.blake2b(target.token.encode(), digest_size=8).hexdigest()
-    return effects.effect_key(job, f"push.{target.channel}.{digest}")
+    attempts, different per device (a digest of the token, never the token itself).
+
+    ``push.<channel>.<digest>`` then the job's part of :func:`jobs.effects.effect_key`; the
+    digest is the first 16 hex digits of the token's SHA-256, which the delivery's one read
+    (``device_delivery_read`` in scheduler/sql/device.sql) computes in the database too."""
+    digest = hashlib.sha256(target.token.encode()).hexdigest()[:16]
+    return f"push.{target.channel}.{digest}{_key_suffix(job)}"
+
+
+def _key_suffix(job: Job) -> str:
+    """What follows the effect name in the job's effect keys (``:reminder:<org>:<key>``)."""
+    return effects.effect_key(job, "push")[len("push") :]
+
+
+# A due job's devices, as the read found them: (device, its effect-once key, recorded already).
+Found = list[tuple[Target, str, bool]]
 
 
 @dataclass(slots=True)
@@ -294,8 +317,10 @@ class _AsyncConnections:
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         conn = self._idle.pop() if self._idle else None
         if conn is None or conn.closed or conn.broken:
+            # Autocommit: the delivery's one read and its record are single statements (one
+            # round trip each); what needs more runs in an explicit transaction.
             conn = await psycopg.AsyncConnection.connect(
-                self.conninfo, **jobs.connect_kwargs(jobs.pooler_mode())
+                self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
             )
         try:
             yield conn
@@ -362,8 +387,12 @@ class DeliveryHandler(jobs.BatchHandler):
     async def _deliver(self, conn: psycopg.AsyncConnection[Any], batch: ReminderBatch) -> None:
         todo = list(batch.jobs)
         now_hint = self.clock.now() if self.clock is not None else None
-        async with conn.transaction():
-            now, dues, zones, targets, before = await self._read(conn, todo, now_hint)
+        metas = {job.id: OccurrenceMeta.of(job) for job in todo}  # read once a batch
+        if type(self.resolver) in _FOLDED:
+            now, dues, zones, found = await self._read_folded(conn, todo, now_hint, metas)
+        else:
+            async with conn.transaction():
+                now, dues, zones, found = await self._read(conn, todo, now_hint)
         plans: list[_Plan] = []
         skips: dict[int, Due] = {}
         for job in todo:
@@ -376,7 +405,7 @@ class DeliveryHandler(jobs.BatchHandler):
                 if due.skipped:
                     skips[job.id] = due
                 continue
-            plan = self._plan(job, now, zones, targets, before, batch, skips)
+            plan = self._plan(job, metas[job.id], now, zones, found.get(job.id, ()), batch, skips)
             if plan is not None:
                 plans.append(plan)
         if skips:
@@ -389,15 +418,53 @@ class DeliveryHandler(jobs.BatchHandler):
         for plan in plans:
             _outcome(batch, plan, results, self.backoff)
 
+    async def _read_folded(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        todo: Sequence[Job],
+        now: datetime | None,
+        metas: Mapping[int, OccurrenceMeta | None],
+    ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
+        """The read of :meth:`_read` in one statement (``device_delivery_read``), for the
+        registry and :class:`SubjectAsToken`: one round trip, no transaction."""
+        recipients = [_recipient(job) for job in todo]
+        subject_tokens = isinstance(self.resolver, SubjectAsToken)
+        params = {
+            "job_ids": [job.id for job in todo],
+            "schedule_ids": [m.schedule_id if m is not None else None for m in metas.values()],
+            "organization_ids": [job.organization_id for job in todo],
+            "subjects": [r[1] if r is not None else None for r in recipients],
+            "suffixes": [_key_suffix(job) for job in todo],
+            "now": now,
+        }
+        if subject_tokens:
+            assert isinstance(self.resolver, SubjectAsToken)
+            params["channel"] = self.resolver.channel
+            name = "device_delivery_read_subject_tokens"
+        else:
+            name = "device_delivery_read"
+        async with conn.cursor() as cur:
+            await cur.execute(query(name), params)
+            rows = await cur.fetchall()
+        at: datetime = rows[0][1]
+        states: dict[int, tuple[Any, ...]] = {}
+        found: dict[int, Found] = {}
+        for job_id, _, sid, *state, device_id, channel, token, key, recorded in rows:
+            if sid is not None and sid not in states:
+                states[sid] = (sid, *state)
+            if token is not None:
+                target = Device(channel, token, device_id)
+                found.setdefault(job_id, []).append((target, key, recorded))
+        dues, zones = await steps.on_async(
+            conn, decide_steps(todo, list(states.values()), at, metas)
+        )
+        return at, dues, zones, found
+
     async def _read(
         self, conn: psycopg.AsyncConnection[Any], todo: Sequence[Job], now: datetime | None
-    ) -> tuple[
-        datetime,
-        dict[int, Due],
-        dict[int, str],
-        Mapping[Recipient, Sequence[Target]],
-        set[str],
-    ]:
+    ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
+        """The still-due check, the devices (through the resolver) and check-before-send,
+        in the caller's transaction (an application's resolver reads in it)."""
         at: datetime = await steps.on_async(conn, database_now_steps(now))
         dues, zones = await steps.on_async(conn, check_steps(todo, at))
         recipients = sorted(
@@ -405,39 +472,41 @@ class DeliveryHandler(jobs.BatchHandler):
             key=lambda r: (str(r[0]), r[1]),
         )
         targets = await self.resolver.resolve(conn, recipients) if recipients else {}
-        keys = [
-            device_key(job, t)
-            for job in todo
-            if dues[job.id] and (r := _recipient(job)) is not None
-            for t in targets.get(r, ())
-        ]
+        found: dict[int, Found] = {}
+        for job in todo:
+            recipient = _recipient(job)
+            if dues[job.id] and recipient is not None:
+                found[job.id] = [(t, device_key(job, t), False) for t in targets.get(recipient, ())]
+        keys = [key for devices in found.values() for _, key, _ in devices]
         before = await effects.recorded_async(conn, keys) if keys else set()
-        return at, dues, zones, targets, before
+        if before:
+            for devices in found.values():
+                devices[:] = [(t, key, key in before) for t, key, _ in devices]
+        return at, dues, zones, found
 
     def _plan(
         self,
         job: Job,
+        meta: OccurrenceMeta | None,
         now: datetime,
         zones: Mapping[int, str],
-        targets: Mapping[Recipient, Sequence[Target]],
-        before: set[str],
+        devices: Sequence[tuple[Target, str, bool]],
         batch: ReminderBatch,
         skips: dict[int, Due],
     ) -> _Plan | None:
-        """The messages of one due job, or None when its outcome is set already (a bad
-        payload, nothing to send, expired)."""
+        """The messages of one due job to ``devices`` (each with its key and whether it is
+        recorded), or None when its outcome is set already (a bad payload, nothing to send,
+        expired)."""
         recipient = _recipient(job)
-        devices = targets.get(recipient, ()) if recipient is not None else ()
         if not devices:
             batch.succeed(job)
             skips[job.id] = Due(False, "no_device")
             return None
         try:
-            c = content(job, default_ttl=self.ttl)
+            c = content(job, default_ttl=self.ttl, meta=meta)
         except BadPayload as exc:
             batch.fail(job, str(exc), code="bad_payload")
             return None
-        meta = OccurrenceMeta.of(job)
         at = meta.at if meta is not None else job.run_at
         expires_at = at + c.ttl
         plan = _Plan(job)
@@ -446,12 +515,11 @@ class DeliveryHandler(jobs.BatchHandler):
         title = render(c.title, subject=subject, at=at, zone=zone)
         body = render(c.body, subject=subject, at=at, zone=zone)
         planned: set[str] = set()
-        for target in devices:
-            key = device_key(job, target)
+        for target, key, recorded in devices:
             if key in planned:  # a resolver listed one device twice: one message
                 continue
             planned.add(key)
-            if key in before:
+            if recorded:
                 plan.done += 1
                 continue
             data = dict(c.data)
@@ -542,11 +610,22 @@ class DeliveryHandler(jobs.BatchHandler):
         job_ids: Mapping[str, int],
         now: datetime,
     ) -> None:
-        """Record-after-send, in one short transaction: the delivered keys, the dead tokens,
-        the devices' last success."""
+        """Record-after-send, right after the answers: the delivered keys and the devices'
+        last success (one statement, ``device_delivery_record``, for the registry and
+        :class:`SubjectAsToken`), the dead tokens in a transaction with their outbox facts."""
         delivered = [r for r in results.values() if r.status is PushStatus.DELIVERED]
         dead = [r for r in results.values() if r.status is PushStatus.REJECTED]
         if not delivered and not dead:
+            return
+        if not dead and type(self.resolver) in _FOLDED:
+            keys = [r.key for r in delivered]
+            ids = [r.message.device_id for r in delivered if r.message.device_id is not None]
+            params = {
+                **effects.record_many_params(keys, job_ids=[job_ids[k] for k in keys], now=now),
+                **registry.mark_succeeded_params(ids, now=now),
+            }
+            async with conn.cursor() as cur:
+                await cur.execute(query("device_delivery_record"), params)
             return
         async with conn.transaction():
             if delivered:
@@ -584,6 +663,10 @@ class _Sent:
     @property
     def id(self) -> int | None:
         return self.message.device_id
+
+
+# The resolvers whose read and record the handler folds into one statement each.
+_FOLDED: frozenset[type] = frozenset({RegistryResolver, SubjectAsToken})
 
 
 def _recipient(job: Job) -> Recipient | None:
@@ -728,6 +811,7 @@ def channels_from_env(conninfo: str, env: Mapping[str, str]) -> list[PushChannel
                     topic=env["TOCKWORK_APNS_TOPIC"].strip(),
                     url=env.get("TOCKWORK_APNS_URL", "").strip() or "production",
                     ssl_context=context,
+                    conninfo=conninfo,
                 )
             )
     simulated = env.get("TOCKWORK_PUSH_SIMULATED", "").strip()

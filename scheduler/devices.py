@@ -391,6 +391,14 @@ def mark_succeeded_steps(device_ids: Sequence[int], *, now: datetime) -> Steps[N
     """Record that a delivery to each device succeeded at ``now``: ``last_success_at`` moves
     only when it is unset or at least an hour older, so a delivery costs no write in the common
     case; a row another transaction holds is skipped."""
+    params = mark_succeeded_params(device_ids, now=now)
+    if params["ids"]:
+        yield query("device_mark_succeeded"), params
+
+
+def mark_succeeded_params(device_ids: Sequence[int], *, now: datetime) -> dict[str, Any]:
+    """The checked parameters of :func:`mark_succeeded`'s statement (``ids`` sorted and
+    distinct, ``now``, ``every``), for the delivery's record (``device_delivery_record``)."""
     at = _aware("now", now)
     ids = sorted(
         {
@@ -398,8 +406,7 @@ def mark_succeeded_steps(device_ids: Sequence[int], *, now: datetime) -> Steps[N
             for index, value in enumerate(_batch("device_ids", device_ids))
         }
     )
-    if ids:
-        yield query("device_mark_succeeded"), {"ids": ids, "now": at, "every": SUCCESS_EVERY}
+    return {"ids": ids, "now": at, "every": SUCCESS_EVERY}
 
 
 # Each operation above is written once, as steps (jobs/steps.py); its forms on a psycopg

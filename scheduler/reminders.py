@@ -173,7 +173,23 @@ def check_steps(jobs_: Sequence[Job], at: datetime) -> Steps[tuple[dict[int, Due
     metas, ids = _metas(jobs_)
     if not ids:
         return {job.id: _DUE for job in jobs_}, {}
-    states = _states((yield query("schedule_still_due_many"), {"ids": ids}))
+    rows = yield query("schedule_still_due_many"), {"ids": ids}
+    return (yield from decide_steps(jobs_, rows, at, metas))
+
+
+def decide_steps(
+    jobs_: Sequence[Job],
+    rows: Sequence[Any],
+    at: datetime,
+    metas: Mapping[int, OccurrenceMeta | None] | None = None,
+) -> Steps[tuple[dict[int, Due], dict[int, str]]]:
+    """:func:`check_steps` after its read: ``rows`` are the schedules' states as
+    ``schedule_still_due_many`` returns them (a statement that reads more, such as the
+    delivery's one read of a batch, returns them too); reads the whole rows of the schedules
+    changed since their jobs were enqueued (rare), then decides."""
+    if metas is None:
+        metas = _metas(jobs_)[0]
+    states = _states(rows)
     stale = _stale(metas, states)
     full = (yield query("schedule_get_many"), {"ids": stale}) if stale else []
     dues = _decide_all(jobs_, metas, states, full, at)

@@ -1,31 +1,31 @@
 -- Named queries on the job_effects table (side effects recorded once, jobs/effects.py).
 
 -- fragment: job_effect_days
--- The days (UTC) under which a record made at the instant t.at writes its key: its own day, and
+-- The days (UTC) under which a record made at the instant effect_at.at writes its key: its own day, and
 -- within an hour of midnight the next day too (a guard row). The table is partitioned by day, so
 -- its primary key is (effect_key, recorded_on): unique per day only. Two records of one key on
 -- either side of midnight would each find nothing in the other's day (neither committed yet):
 -- the guard row makes the earlier one write under the later one's day, where the primary key
 -- makes the later one wait for it and then skip. A key recorded before (committed) is found by
 -- the NOT EXISTS over every day. A record is new when all its rows went in.
-SELECT (t.at AT TIME ZONE 'UTC')::date AS day FROM t
+SELECT (t.at AT TIME ZONE 'UTC')::date AS day FROM effect_at AS t
 UNION
-SELECT ((t.at + interval '1 hour') AT TIME ZONE 'UTC')::date FROM t
+SELECT ((t.at + interval '1 hour') AT TIME ZONE 'UTC')::date FROM effect_at AS t
 
 -- name: job_effect_record
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
-days AS ({{job_effect_days}}),
+WITH effect_at AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
+effect_days AS ({{job_effect_days}}),
 written AS (
     INSERT INTO job_effects (effect_key, job_id, detail, recorded_at, recorded_on)
     SELECT %(effect_key)s, %(job_id)s::bigint, %(detail)s::jsonb, t.at, d.day
-    FROM t CROSS JOIN days AS d
+    FROM effect_at AS t CROSS JOIN effect_days AS d
     WHERE NOT EXISTS (SELECT FROM job_effects AS e WHERE e.effect_key = %(effect_key)s)
     ORDER BY d.day
     ON CONFLICT (effect_key, recorded_on) DO NOTHING
     RETURNING effect_key
 )
 SELECT effect_key FROM written
-GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM days);
+GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM effect_days);
 
 -- name: job_effect_delete_before
 -- Retention of the default partition (the days are dropped whole, jobs/partitions.py): one
@@ -47,27 +47,43 @@ SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[]);
 -- Record-after-send (or in-transaction dedupe) for a batch: the keys inserted now come back.
 -- The caller passes distinct keys in sorted order, so two transactions recording overlapping
 -- batches wait for each other in one order instead of deadlocking (a key's days in order too).
--- The days and the guard row: job_effect_days. The keys already recorded on any day are looked up
--- once, by the array (one scan of each day's primary key): a NOT EXISTS probe per key and day
--- took 190 ms per 1,000 keys with 38 days of partitions, this 44 ms (32 ms in one table).
-WITH t AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
-days AS ({{job_effect_days}}),
-known AS MATERIALIZED (
+WITH {{job_effect_insert_many}}
+SELECT effect_key FROM effect_recorded;
+
+-- fragment: job_effect_insert_many
+-- The CTEs of a batch's record, ending in effect_recorded (the keys new now): also written
+-- into the scheduler's delivery record (device_delivery_record), one round trip. The days and
+-- the guard row: job_effect_days. The keys already recorded on any day are looked up once, by
+-- the array (one scan of each day's primary key): a NOT EXISTS probe per key and day took
+-- 190 ms per 1,000 keys with 38 days of partitions, this 44 ms (32 ms in one table).
+effect_at AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
+effect_days AS ({{job_effect_days}}),
+effect_known AS MATERIALIZED (
     SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[])
 ),
-written AS (
+effect_written AS (
     INSERT INTO job_effects (effect_key, job_id, recorded_at, recorded_on)
     SELECT k.effect_key, k.job_id, t.at, d.day
     FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY
          AS k(effect_key, job_id, ord)
-    CROSS JOIN t CROSS JOIN days AS d
-    WHERE NOT EXISTS (SELECT FROM known AS e WHERE e.effect_key = k.effect_key)
+    CROSS JOIN effect_at AS t CROSS JOIN effect_days AS d
+    WHERE NOT EXISTS (SELECT FROM effect_known AS e WHERE e.effect_key = k.effect_key)
     ORDER BY k.ord, d.day
     ON CONFLICT (effect_key, recorded_on) DO NOTHING
     RETURNING effect_key
+),
+effect_recorded AS (
+    SELECT effect_key FROM effect_written
+    GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM effect_days)
 )
-SELECT effect_key FROM written
-GROUP BY effect_key HAVING count(*) = (SELECT count(*) FROM days);
+
+-- fragment: job_effect_is_recorded
+-- Check-before-send inside another statement (the scheduler's delivery read): whether the
+-- effect key the argument names is recorded. A scalar subquery, a probe of each day's primary
+-- key per row (LIMIT 1: a key may have its guard row): an EXISTS may be planned as a hashed
+-- subplan, which reads the whole table (measured: a 50,000-row job_effects read for each batch
+-- of 500).
+(SELECT true FROM job_effects WHERE effect_key = {{key}} LIMIT 1) IS NOT NULL
 
 -- name: job_effect_prepare_day
 -- Before migration 0020 (jobs.partitions.prepare): the partition key. A constant default for the

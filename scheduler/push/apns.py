@@ -10,9 +10,14 @@ older than an hour (403 ``ExpiredProviderToken``) and one renewed less than 20 m
 previous one (429 ``TooManyProviderTokenUpdates``), so :class:`ProviderToken` signs one token for
 the whole channel and renews it after 50 minutes, never within 20 minutes of the last one, even
 when a thousand requests want one at once: signing never awaits, so on the event loop the check
-and the renewal are one step. A 403 ``ExpiredProviderToken`` (a clock that jumped, a host that
-slept) renews the token once, if it is at least 20 minutes old, and resends the message once;
-younger, the answer is ``transient``.
+and the renewal are one step. Across processes (replicas, a restart) the token is shared
+through the database: the processes of one key agree on its issue time
+(``apns_provider_tokens``, one row per team and key, renewed by exactly one of them) and sign
+with deterministic ECDSA, so all of them send the same token; the token itself is not stored.
+That renewal is a short blocking statement (every 50 minutes, not awaited: still one step). A
+403 ``ExpiredProviderToken`` (a clock that jumped, a host that slept) renews the token once, if
+it is at least 20 minutes old, and resends the message once; younger, the answer is
+``transient``.
 
 The request (:func:`request_headers`, :func:`payload`): ``apns-topic`` (the bundle id),
 ``apns-push-type: alert``, ``apns-priority`` 10 (``high``) or 5 (``normal``),
@@ -62,6 +67,7 @@ an exception text: errors name the reason and the status; logs show :func:`redac
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import re
@@ -76,11 +82,11 @@ from time import time
 from typing import Final
 from urllib.parse import urlsplit
 
-import jwt
 import orjson
 from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from scheduler.errors import InvalidPushConfig
 from scheduler.push.http2 import (
@@ -154,10 +160,58 @@ def load_key(key_file: str | os.PathLike[str]) -> ec.EllipticCurvePrivateKey:
     return key
 
 
+SharedIssue = Callable[[int, int], int]
+"""Where the processes of one key agree on their token: ``(now, refresh_after) -> iat``, the
+stored issue time unless it is at least ``refresh_after`` seconds older than ``now``, else
+``now``, stored (:func:`database_issue`)."""
+
+
+def sign_provider_token(
+    key: ec.EllipticCurvePrivateKey, *, key_id: str, team_id: str, issued_at: int
+) -> str:
+    """The provider token of ``issued_at``: an ES256 JWT (header ``alg``, ``kid``, ``typ``; claims
+    ``iss``, ``iat``) signed with deterministic ECDSA (RFC 6979), so every process that signs
+    the same claims with the same key makes the same token."""
+    header = _b64url(orjson.dumps({"alg": "ES256", "kid": key_id, "typ": "JWT"}))
+    claims = _b64url(orjson.dumps({"iss": team_id, "iat": issued_at}))
+    signing_input = header + b"." + claims
+    der = key.sign(signing_input, ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
+    r, s = decode_dss_signature(der)
+    return (signing_input + b"." + _b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))).decode()
+
+
+def _b64url(data: bytes) -> bytes:
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def database_issue(conninfo: str, *, team_id: str, key_id: str) -> SharedIssue:
+    """The :data:`SharedIssue` of the processes sharing a database: the issue time of each
+    (team, key) in ``apns_provider_tokens`` (no token is stored: :func:`sign_provider_token`
+    makes the same one in every process). A short connection per renewal (every 50 minutes);
+    the statement is ``apns_provider_token_claim``."""
+    import jobs
+    from scheduler.queries import query
+
+    def claim(now: int, refresh_after: int) -> int:
+        with jobs.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            params = {"team_id": team_id, "key_id": key_id, "now": now,
+                      "refresh_after": refresh_after}  # fmt: skip
+            row = conn.execute(query("apns_provider_token_claim"), params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    return claim
+
+
 class ProviderToken:
     """The channel's provider authentication token (module docstring).
 
     ``clock`` returns the wall-clock time in epoch seconds: it gives ``iat`` and the token's age.
+    ``shared``, when given, is where the processes of this key agree on the token's issue time
+    (:func:`database_issue`): a renewal takes the stored one unless it is due, so a second
+    process (a replica, a restart) sends the same token instead of a new one that Apple would
+    answer ``TooManyProviderTokenUpdates`` within 20 minutes of the last. If ``shared`` fails
+    (the database is down), the process signs a token of its own and says so in the log.
     ``signed`` counts the tokens signed (a test reads it).
     """
 
@@ -168,11 +222,13 @@ class ProviderToken:
         key_id: str,
         team_id: str,
         clock: Callable[[], float] = time,
+        shared: SharedIssue | None = None,
     ) -> None:
         self._key = key
         self._key_id = key_id
         self._team_id = team_id
         self._clock = clock
+        self._shared = shared
         self._token: str | None = None
         self._issued_at = 0.0
         self.signed = 0
@@ -189,7 +245,7 @@ class ProviderToken:
         """The token to send now: the cached one, renewed once it is 50 minutes old."""
         now = self._clock()
         if self._token is None or now - self._issued_at >= TOKEN_REFRESH_AFTER:
-            return self._sign(now)
+            return self._renew(now, TOKEN_REFRESH_AFTER)
         return self._token
 
     def expired(self, token: str) -> bool:
@@ -203,17 +259,26 @@ class ProviderToken:
         now = self._clock()
         if now - self._issued_at < TOKEN_MIN_AGE:
             return False
-        self._sign(now)
-        return True
+        return self._renew(now, TOKEN_MIN_AGE) != token
 
-    def _sign(self, now: float) -> str:
-        token = jwt.encode(
-            {"iss": self._team_id, "iat": int(now)},
-            self._key,
-            algorithm="ES256",
-            headers={"kid": self._key_id},
+    def _renew(self, now: float, refresh_after: float) -> str:
+        issued_at = int(now)
+        if self._shared is not None:
+            try:
+                issued_at = self._shared(issued_at, int(refresh_after))
+            except Exception as exc:  # the database is down: a token of this process's own
+                logger.warning(
+                    "apns: the shared provider token of key %s could not be read (%s); "
+                    "signing one for this process",
+                    self._key_id,
+                    type(exc).__name__,
+                )
+        if self._token is not None and issued_at == self._issued_at:
+            return self._token  # the same claims: the same token
+        token = sign_provider_token(
+            self._key, key_id=self._key_id, team_id=self._team_id, issued_at=issued_at
         )
-        self._token, self._issued_at = token, float(int(now))
+        self._token, self._issued_at = token, float(issued_at)
         self.signed += 1
         logger.debug("apns: provider token signed for key %s", self._key_id)
         return token
@@ -380,9 +445,11 @@ class ApnsChannel:
 
     ``url`` is ``"production"``, ``"sandbox"`` or a base URL (``http://`` is HTTP/2 without TLS,
     for a local fake). ``clock`` (epoch seconds, default :func:`time.time`) dates the provider
-    tokens. ``quota_per_minute``: Apple publishes none, so None unless the operator sets one.
-    Every setting is checked here: :class:`~scheduler.errors.InvalidPushConfig` names the one
-    that is wrong.
+    tokens. ``conninfo``: the database through which every process of this key shares its
+    provider token (:func:`database_issue`; ``tockwork worker`` passes it), else the channel
+    signs its own. ``quota_per_minute``: Apple publishes none, so None unless the operator
+    sets one. Every setting is checked here: :class:`~scheduler.errors.InvalidPushConfig`
+    names the one that is wrong.
     """
 
     name = "apns"
@@ -402,6 +469,7 @@ class ApnsChannel:
         request_timeout: float = 30.0,
         ssl_context: SSLContext | None = None,
         clock: Callable[[], float] | None = None,
+        conninfo: str | None = None,
     ) -> None:
         if not isinstance(key_id, str) or not _ID.fullmatch(key_id):
             raise InvalidPushConfig("key_id", key_id, "must be 10 characters, A-Z and 0-9")
@@ -428,8 +496,13 @@ class ApnsChannel:
         key = load_key(key_file)
         self._topic = topic
         self._quota = quota_per_minute
+        shared = (
+            database_issue(conninfo, team_id=team_id, key_id=key_id)
+            if conninfo is not None
+            else None
+        )
         self.provider_token = ProviderToken(
-            key, key_id=key_id, team_id=team_id, clock=clock or time
+            key, key_id=key_id, team_id=team_id, clock=clock or time, shared=shared
         )
         self._slots = asyncio.Semaphore(max_in_flight)
         self._client = Http2Client(
@@ -537,12 +610,15 @@ __all__ = [
     "SANDBOX_URL",
     "ApnsChannel",
     "ProviderToken",
+    "SharedIssue",
     "apns_id",
     "classify",
     "collapse_id",
+    "database_issue",
     "load_key",
     "payload",
     "request_headers",
     "retry_after",
+    "sign_provider_token",
     "valid_device_token",
 ]

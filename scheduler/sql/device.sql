@@ -103,16 +103,69 @@ RETURNING d.id, d.organization_id, d.subject, d.channel, d.platform, d.token, d.
 -- %(every)s (or unset): in the common case no row qualifies and nothing is written. A row that
 -- another transaction holds is skipped, not waited for: the timestamp is a hint, and the
 -- delivery path never queues behind a registration or an invalidation.
-WITH due AS MATERIALIZED (
-    SELECT id
-    FROM devices
-    WHERE id = ANY(%(ids)b::bigint[])
-      AND (last_success_at IS NULL
-           OR last_success_at <= coalesce(%(now)s::timestamptz, now()) - %(every)s::interval)
-    ORDER BY id
-    FOR NO KEY UPDATE SKIP LOCKED
-)
+WITH due AS MATERIALIZED ({{device_succeeded_due}})
+{{device_succeeded_update}};
+
+-- fragment: device_succeeded_due
+SELECT id
+FROM devices
+WHERE id = ANY(%(ids)b::bigint[])
+  AND (last_success_at IS NULL
+       OR last_success_at <= coalesce(%(now)s::timestamptz, now()) - %(every)s::interval)
+ORDER BY id
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- fragment: device_succeeded_update
 UPDATE devices AS d
 SET last_success_at = coalesce(%(now)s::timestamptz, now())
 FROM due
-WHERE d.id = due.id;
+WHERE d.id = due.id
+
+-- name: device_delivery_record
+-- Record-after-send of a delivery (scheduler/delivery.py): effect keys and last successes in
+-- one statement (one round trip); dead tokens go through device_invalidate (rare).
+WITH {{jobs.job_effect_insert_many}},
+     due AS MATERIALIZED ({{device_succeeded_due}}),
+     succeeded AS ({{device_succeeded_update}})
+SELECT count(*) FROM effect_recorded;
+
+-- fragment: device_delivery_targets if registry
+devices AS dv
+WHERE dv.subject = b.subject
+  AND dv.organization_id IS NOT DISTINCT FROM b.organization_id
+  AND dv.invalidated_at IS NULL
+
+-- fragment: device_delivery_targets if not registry
+(SELECT NULL::bigint, %(channel)s::text, b.subject) AS dv(id, channel, token)
+WHERE b.subject IS NOT NULL
+
+-- template: device_delivery_read (registry)
+-- The delivery's one read of a batch of reminder jobs (scheduler/delivery.py), in one round
+-- trip: one row per (job, device), a job without devices once with NULL device columns. Each
+-- row has the database clock (unless the now parameter pins it), the job's schedule as
+-- schedule_still_due_many reads it (NULL: deleted, or no schedule), a valid device of the
+-- job's subject, its effect-once key and whether that key is recorded (check-before-send,
+-- jobs' fragment). The key is scheduler.delivery.device_key's: 'push.<channel>.' then the
+-- first 16 hex digits of the token's SHA-256, then the job's suffix (jobs.effects.effect_key
+-- after its effect name). With registry the devices are the subject's valid rows of devices
+-- (as device_valid_for_subjects reads them); without, each subject is its own token on the
+-- channel parameter (SubjectAsToken). OFFSET 0 keeps the devices a probe of
+-- devices_subject_idx per job: pulled up into the join, the subquery was planned as a hash
+-- join over every valid device (a 50,000-device scan for a batch of 500, 44 ms against 4).
+-- variant: device_delivery_read_subject_tokens
+-- variant: device_delivery_read   registry
+SELECT b.job_id, coalesce(%(now)s::timestamptz, now()),
+       s.id, s.paused, s.version, s.quiet_start, s.quiet_end, s.quiet_action, s.zone,
+       t.id, t.channel, t.token, t.key, {{jobs.job_effect_is_recorded key=t.key}}
+FROM unnest(%(job_ids)b::bigint[], %(schedule_ids)b::bigint[], %(organization_ids)b::uuid[],
+            %(subjects)b::text[], %(suffixes)b::text[])
+     WITH ORDINALITY AS b(job_id, schedule_id, organization_id, subject, suffix, ord)
+LEFT JOIN schedules AS s ON s.id = b.schedule_id
+LEFT JOIN LATERAL (
+    SELECT dv.id, dv.channel, dv.token,
+           'push.' || dv.channel || '.'
+           || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16) || b.suffix AS key
+    FROM {{device_delivery_targets}}
+    OFFSET 0
+) AS t ON true
+ORDER BY b.ord, t.id;

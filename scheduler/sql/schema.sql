@@ -215,3 +215,15 @@ CREATE TABLE webhook_attempts (
 );
 CREATE INDEX webhook_attempts_endpoint_idx ON webhook_attempts (endpoint_id, attempted_at);
 CREATE INDEX webhook_attempts_event_idx ON webhook_attempts (event_id);
+
+-- The APNs provider token of each (team, signing key), shared by every worker process
+-- (migration 0008): Apple refuses a second token of one key within 20 minutes
+-- (TooManyProviderTokenUpdates). Only the token's issue time (its iat, epoch seconds) is kept,
+-- not the token: each process signs the same claims with deterministic ECDSA (RFC 6979), so
+-- every process sends the identical token, and no credential is stored in the database.
+CREATE TABLE apns_provider_tokens (
+    team_id text NOT NULL,
+    key_id text NOT NULL,
+    issued_at bigint NOT NULL,
+    PRIMARY KEY (team_id, key_id)
+);

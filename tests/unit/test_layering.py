@@ -202,6 +202,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "schedule_skips_default",
             "dashboard_audit",
             "devices",
+            "apns_provider_tokens",
             "webhook_endpoints",
             "webhook_secrets",
             "webhook_attempts",
@@ -243,6 +244,11 @@ KNOWN_FOREIGN_TABLES = {
     ("scheduler/sql/migrations/0009_schedule_skip_partitions.sql", "tockwork_checks"),
     ("jobs/sql/pg_misc.sql", "pg_class"),
     ("jobs/sql/pg_misc.sql", "pg_inherits"),
+    # The delivery's one read and one record of a batch (scheduler/delivery.py) fold the
+    # effect-once check and record into the scheduler's statements, one round trip each:
+    # through jobs' fragments (job_effect_is_recorded, job_effect_insert_many), so the SQL on
+    # job_effects is still written in jobs/sql/job_effect.sql.
+    ("scheduler/sql/device.sql", "job_effects"),
 }
 
 _COMMENT = re.compile(r"--[^\n]*")

@@ -69,8 +69,9 @@ MIXED: dict[str, tuple[Any, ...]] = {
     "undecided": ("succeeded", 1, T0, None),
     "retry": ("retrying", 1, T0 + timedelta(seconds=10), "error"),
     "retry_after": ("retrying", 1, T0 + timedelta(minutes=1), "timeout"),
-    "rate_limited": ("retrying", 1, T0 + timedelta(seconds=120), "rate_limited"),
-    "rate_limited_capped": ("retrying", 1, T0 + timedelta(hours=1), "rate_limited"),
+    # A 429 takes its attempt back (RetryPolicy.rate_limited_for), as a snooze does.
+    "rate_limited": ("retrying", 0, T0 + timedelta(seconds=120), "rate_limited"),
+    "rate_limited_capped": ("retrying", 0, T0 + timedelta(hours=1), "rate_limited"),
     "fail": ("dead", 1, T0, "invalid_token"),
     "cancel": ("cancelled", 1, T0, "cancelled"),
     "snooze": ("pending", 0, T0 + timedelta(seconds=300), None),

@@ -54,12 +54,13 @@ OUTCOMES: list[tuple[str, BaseException | None, tuple[Any, ...]]] = [
     (
         "rate_limited",
         jobs.RateLimited(120),
-        ("retrying", 1, T0 + timedelta(seconds=120), "rate_limited", None, None),
+        # A 429 takes its attempt back (RetryPolicy.rate_limited_for): attempts stays 0.
+        ("retrying", 0, T0 + timedelta(seconds=120), "rate_limited", None, None),
     ),
     (
         "rate_limited_capped",
         jobs.RateLimited(timedelta(hours=10)),
-        ("retrying", 1, T0 + timedelta(hours=1), "rate_limited", None, None),
+        ("retrying", 0, T0 + timedelta(hours=1), "rate_limited", None, None),
     ),
     (
         "permanent",

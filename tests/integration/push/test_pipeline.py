@@ -273,6 +273,40 @@ def test_a_retry_after_shorter_than_the_backoff_does_not_shorten_it(
     assert delays == [("retry", "http_503", d) for d in seconds]
 
 
+def test_a_long_run_of_429s_does_not_use_up_a_job_s_attempts(
+    db_url: str, auto: psycopg.Connection[Any], fakes: Fakes, workers: Any
+) -> None:
+    """The FCM fake answers 429 (Retry-After: 1) to every send until it has answered more
+    429s than the jobs have attempts: a rate-limited answer is the provider's pace, not a
+    failure (``RetryPolicy.rate_limited_for``), so every job still succeeds, once."""
+    n, max_attempts = 3, 2
+    subjects = [f"u{i}" for i in range(n)]
+    devices(auto, [(s, "fcm", fcm_token(i)) for i, s in enumerate(subjects)])
+    jobs.enqueue_many(
+        auto,
+        [jobs.JobSpec("reminder", {"subject": s}, max_attempts=max_attempts) for s in subjects],
+    )
+    fakes.fcm_server.faults.storm(429, retry_after=1, path_prefix="/v1/")
+    proc = workers(db_url, fakes.env(db_url), "--queue", "default=4")
+    # Each job meets at least max_attempts + 1 of them (they are answered to every send).
+    wait_until(
+        lambda: fakes.fcm_server.counters["storm_responses"] >= n * (max_attempts + 1),
+        "a run of 429s longer than the jobs' attempts",
+        timeout=60,
+    )
+    fakes.fcm_server.faults.clear()
+    counts = settle(auto, proc, n)
+    assert counts == {"succeeded": n}, failed_attempts(auto)
+    per_job = auto.execute(
+        "SELECT job_id, count(*) FROM job_attempts WHERE outcome = 'rate_limited' GROUP BY 1"
+    ).fetchall()
+    assert max(k for _, k in per_job) > max_attempts  # more 429s than attempts, none fatal
+    assert set(fcm_counts(fakes.fcm).values()) == {1} and len(fcm_counts(fakes.fcm)) == n
+    rows = auto.execute("SELECT attempts FROM jobs").fetchall()
+    assert {a for (a,) in rows} == {1}  # the 429s used no attempt: the success used one
+    assert proc.terminate() == 0, proc.tail()
+
+
 # -- 2. a worker SIGKILLed mid-batch ---------------------------------------------------------
 
 
@@ -281,8 +315,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_doubles_only_the_unrecorded
 ) -> None:
     n = 300
     subjects = [f"u{i}" for i in range(n)]
-    # FCM only: a second process signing its own APNs provider token within 20 minutes of the
-    # first one meets 429 TooManyProviderTokenUpdates (see the xfail test below).
+    # FCM only: the kill is about what was in flight, one provider is enough.
     devices(auto, [(s, "fcm", fcm_token(i)) for i, s in enumerate(subjects)])
     enqueue(auto, subjects)
     fakes.fcm_server.faults.latency = 1.0
@@ -318,16 +351,13 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_doubles_only_the_unrecorded
     assert second.terminate() == 0, second.tail()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each worker process signs its own APNs provider token; the APNs fake (stricter than "
-    "Apple's documented per-connection rule, as some providers report APNs to be) answers a "
-    "second token of one key within 20 minutes 429 TooManyProviderTokenUpdates, so a worker "
-    "started after another waits out DEFAULT_RETRY_AFTER (60 s) retries for up to 20 minutes",
-)
 def test_a_second_worker_process_delivers_through_apns_at_once(
     db_url: str, auto: psycopg.Connection[Any], fakes: Fakes, workers: Any
 ) -> None:
+    """A restart (or a second replica) sends the provider token the first process signed:
+    the processes of one key share it through the database (``apns_provider_tokens``), and
+    the APNs fake, stricter than Apple's documented per-connection rule, answers a new token
+    of one key within 20 minutes 429 TooManyProviderTokenUpdates."""
     devices(auto, [("ann", "apns", apns_token(1)), ("bob", "apns", apns_token(2))])
     enqueue(auto, ["ann"])
     first = workers(db_url, fakes.env(db_url), "--queue", "default=1")
@@ -339,6 +369,8 @@ def test_a_second_worker_process_delivers_through_apns_at_once(
     wait_until(lambda: sum(failed_attempts(auto).values()) + statuses(auto)["succeeded"] >= 2,
                "the second job's first attempt")  # fmt: skip
     assert failed_attempts(auto) == {}, fakes.apns.reasons
+    assert statuses(auto) == {"succeeded": 2}
+    assert sum(fakes.apns.token_updates.values()) == 0  # one token for both processes
     assert second.terminate() == 0, second.tail()
 
 

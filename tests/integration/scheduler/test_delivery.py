@@ -29,6 +29,7 @@ import scheduler
 from jobs import Job
 from jobs.store import PgJobStore
 from scheduler import Scheduler, delivery
+from scheduler import devices as registry
 from scheduler.delivery import (
     DEFAULT_TTL,
     DeliveryHandler,
@@ -942,3 +943,104 @@ def test_the_registry_resolver_keeps_organizations_apart(
     assert sorted((sid, token) for sid, _, token in pushed(conn)) == sorted(
         [(in_a.id, "tok-org-a-0123456789"), (no_org, "tok-no-org-0123456789")]
     )
+
+
+# -- one statement to read a batch, one to record it (issue 22's round trips) -----------------
+
+
+class Statements:
+    """Counts what the handler's connections send: statements through a cursor, and
+    transaction blocks (each a BEGIN and a COMMIT of its own)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[str] = []
+        self.transactions = 0
+        execute = psycopg.AsyncCursor.execute
+        transaction = psycopg.AsyncConnection.transaction
+
+        async def counted_execute(cur: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            self.sent.append(str(query).split("\n", 1)[0])
+            return await execute(cur, query, *args, **kwargs)
+
+        def counted_transaction(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.transactions += 1
+            return transaction(conn, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", counted_execute)
+        monkeypatch.setattr(psycopg.AsyncConnection, "transaction", counted_transaction)
+
+
+def test_a_registry_batch_is_read_in_one_statement_and_recorded_in_one(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The still-due check, the devices and check-before-send in one statement; the effect
+    keys and the devices' last success in one more; no transaction block: two round trips
+    for a batch, whatever its size (the in-memory channel sends nothing to the database)."""
+    for subject in ("ada", "bob", "cy"):
+        for n in range(2):
+            registry.add_device(conn, subject, "fake", f"tok-{subject}-{n}-0123456789")
+        create(conn, subject)
+    batch_jobs = claim(conn, db_url)
+    channel = ScriptedChannel()
+    handler = handlers(channel)
+    statements = Statements(monkeypatch)
+    batch = RecordingBatch(batch_jobs)
+    deliver(handler, batch)
+    assert [batch.outcome(j) for j in batch_jobs] == [("succeeded",)] * 3
+    assert len(channel.sent) == 6
+    assert len(statements.sent) == 2 and statements.transactions == 0, statements.sent
+    conn.commit()
+    keys = [device_key(j, Device("fake", t.token)) for j in batch_jobs
+            for t in registry.list_devices(conn, subject=str(j.payload["subject"]))]  # fmt: skip
+    assert jobs.effects.recorded(conn, keys) == set(keys) and len(keys) == 6
+    assert {d.last_success_at for d in registry.list_devices(conn)} == {SAT_0800}
+    # Run again (a completion lost): the one read finds every key recorded, nothing is sent,
+    # nothing is recorded.
+    statements.sent.clear()
+    again = RecordingBatch(next_attempt(batch_jobs))
+    deliver(handler, again)
+    assert [again.outcome(j) for j in again.jobs] == [("succeeded",)] * 3
+    assert len(channel.sent) == 6 and len(statements.sent) == 1
+
+
+def test_the_database_computes_each_device_s_key_as_device_key_does(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make
+) -> None:
+    """The one read computes the effect-once keys in SQL (a SHA-256 of the token's UTF-8):
+    they must be :func:`device_key`'s for any token (non-ASCII, long) and any job (with and
+    without an organization), or check-before-send would miss the records."""
+    org = uuid.uuid4()
+    tokens = ["tok-plain-0123456789", "tök-ünï-çødé-😀-0123456789", "x" * 2000]
+    for token in tokens:
+        registry.add_device(conn, "ada", "fake", token)
+        registry.add_device(conn, "ada", "fake", token + "-org", organization_id=org)
+    create(conn, "ada")
+    scheduler.create_schedule(
+        conn, job_type="reminder", rule="daily@08:00", zone="UTC", subject="ada", jitter=0,
+        payload={"subject": "ada"}, organization_id=org, now=T0,
+    )  # fmt: skip
+    batch_jobs = claim(conn, db_url)
+    assert len(batch_jobs) == 2
+    # One key of each job recorded before: the read must report exactly those as done.
+    done = {
+        device_key(j, Device("fake", tokens[1] + ("-org" if j.organization_id else "")))
+        for j in batch_jobs
+    }
+    jobs.effects.record_many(conn, sorted(done), now=T0)
+    conn.commit()
+    handler = handlers(ScriptedChannel())
+
+    async def read() -> dict[int, Any]:
+        async with handler._connections.connection() as c:
+            metas = {j.id: OccurrenceMeta.of(j) for j in batch_jobs}
+            return (await handler._read_folded(c, batch_jobs, SAT_0800, metas))[3]
+
+    found = asyncio.run(read())
+    for job in batch_jobs:
+        suffix = "-org" if job.organization_id else ""
+        wanted = {
+            (t + suffix, device_key(job, Device("fake", t + suffix)),
+             device_key(job, Device("fake", t + suffix)) in done)
+            for t in tokens
+        }  # fmt: skip
+        assert {(t.token, key, recorded) for t, key, recorded in found[job.id]} == wanted

@@ -106,3 +106,26 @@ def test_summary_is_bounded_to_one_kib() -> None:
 def test_a_summary_never_ends_in_an_empty_message(exc: BaseException, expected: str) -> None:
     """Issue 26: ``RateLimited(2)`` was logged and stored as ``RateLimited: `` (empty)."""
     assert summarize(exc) == expected
+
+
+def test_a_rate_limited_answer_uses_no_attempt_within_rate_limited_for() -> None:
+    """Invariant: a job whose attempts a run of 429s would use up is retried without using one
+    while it is younger than ``rate_limited_for`` (its attempt's run_at minus its creation),
+    even on its last attempt; past it, a 429 uses an attempt and the last one is dead."""
+    p = RetryPolicy(base=timedelta(seconds=1), jitter=0.0, rate_limited_for=timedelta(hours=2))
+    young = job(attempt=10)  # the last attempt, run_at == created_at
+    d = decide(young, jobs.RateLimited(30), p)
+    assert (d.status, d.attempt_delta, d.delay) == (
+        JobStatus.RETRYING, -1, timedelta(seconds=30)
+    )  # fmt: skip
+    aged = Job(1, "q", "t", {}, 10, 10, None, None, 0, T0 + timedelta(hours=2), T0, 1)
+    assert decide(aged, jobs.RateLimited(30), p).status is JobStatus.DEAD
+    mid = Job(1, "q", "t", {}, 3, 10, None, None, 0, T0 + timedelta(hours=3), T0, 1)
+    d = decide(mid, jobs.RateLimited(30), p)
+    assert (d.status, d.attempt_delta) == (JobStatus.RETRYING, 0)
+    # Zero restores counting every 429; other transient errors always use their attempt.
+    always = RetryPolicy(rate_limited_for=timedelta(0))
+    assert decide(young, jobs.RateLimited(30), always).status is JobStatus.DEAD
+    assert decide(young, jobs.TransientError("x"), p).status is JobStatus.DEAD
+    with pytest.raises(ValueError, match="rate_limited_for"):
+        RetryPolicy(rate_limited_for=timedelta(seconds=-1))
