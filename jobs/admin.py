@@ -244,6 +244,23 @@ def supersede_steps(
     return [row[0] for row in (yield query(name), params)]
 
 
+def active_holders_steps(
+    organization_ids: Sequence[Any], job_types: Sequence[str], unique_keys: Sequence[str]
+) -> Steps[list[tuple[int, int, str]]]:
+    """The active (pending, retrying or leased) jobs holding each unique key of a batch (the
+    three sequences are parallel, input checked by the caller): ``(index, job id, status)``
+    for each key held, ``index`` counting from 0."""
+    if not unique_keys:
+        return []
+    params = {
+        "organization_ids": list(organization_ids),
+        "job_types": list(job_types),
+        "unique_keys": list(unique_keys),
+    }
+    rows = yield query("job_active_holders"), params
+    return [(int(ord_) - 1, job_id, status) for ord_, job_id, status in rows]
+
+
 # Each operation above is written once, as steps (jobs/steps.py); its sync and async forms:
 requeue, requeue_async = forms(_requeue, "requeue")
 cancel, cancel_async = forms(_cancel, "cancel")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler.model import CatchUp, QuietAction, Schedule
+from scheduler.model import CatchUp, Overlap, QuietAction, Schedule
 from timezones import Occurrence, next_after
 
 # At most this many occurrences are decided per schedule per tick; a schedule with more overdue
@@ -29,7 +29,7 @@ MAX_PER_TICK = 2000
 class OccurrenceDecision:
     occurrence: Occurrence
     run_at: datetime | None  # None: not enqueued
-    kind: str  # "enqueue", "missed", "skipped"
+    kind: str  # "enqueue", "missed", "skipped", "overlap"
     reason: str | None = None
 
 
@@ -42,6 +42,7 @@ class Plan:
     enqueued: int = 0
     missed: int = 0
     skipped: int = 0
+    overlapped: int = 0  # enqueue decisions the overlap policy turned into skips
 
     @property
     def last_enqueued(self) -> OccurrenceDecision | None:
@@ -49,6 +50,11 @@ class Plan:
             if d.kind == "enqueue":
                 return d
         return None
+
+
+def _remaining(schedule: Schedule) -> int:
+    remaining = schedule.remaining_runs
+    return MAX_PER_TICK if remaining is None else remaining
 
 
 def jitter_offset(schedule_id: int, occurrence_key: str, jitter_seconds: int) -> timedelta:
@@ -78,10 +84,10 @@ class PlanMemo:
             return next_occurrence(schedule, after)
         k = (rule, schedule.zone, schedule.gap, schedule.fold, after)
         try:
-            return self._next[k]
+            occ = self._next[k]
         except KeyError:
-            occ = self._next[k] = next_occurrence(schedule, after)
-            return occ
+            occ = self._next[k] = _rule_next(schedule, after)
+        return _within(schedule, occ)
 
     def key(self, occ: Occurrence) -> str:
         """``occ.key``, formatted once per occurrence."""
@@ -104,8 +110,21 @@ def run_at_for(
     return occ.at + offset
 
 
-def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
+def _rule_next(schedule: Schedule, after: datetime) -> Occurrence | None:
     return next_after(schedule.rule, schedule.zone, after, gap=schedule.gap, fold=schedule.fold)
+
+
+def _within(schedule: Schedule, occ: Occurrence | None) -> Occurrence | None:
+    """``occ`` if it is within the schedule's ``end_at`` (the lifetime), else None."""
+    end = schedule.end_at
+    if occ is not None and end is not None and occ.at > end:
+        return None
+    return occ
+
+
+def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
+    """The schedule's next occurrence after ``after``, None after its ``end_at``."""
+    return _within(schedule, _rule_next(schedule, after))
 
 
 def plan(
@@ -118,8 +137,16 @@ def plan(
     result = Plan(schedule)
     occs: list[Occurrence] = []
     step = memo.next_after if memo is not None else next_occurrence
+    if schedule.overlap is not Overlap.ALLOW:
+        # Decided when due, not ahead: whether the previous job is still active is known then.
+        horizon = min(horizon, now)
+    # max_runs: no more occurrences than runs remain (the tick ends the schedule once they
+    # are used: an occurrence skipped for overlap does not use one).
+    most = MAX_PER_TICK if schedule.max_runs is None else min(MAX_PER_TICK, _remaining(schedule))
+    if most <= 0:
+        return result  # every run used: no next occurrence, the schedule is finished
     occ = step(schedule, schedule.cursor_at)
-    while occ is not None and occ.at <= horizon and len(occs) < MAX_PER_TICK:
+    while occ is not None and occ.at <= horizon and len(occs) < most:
         occs.append(occ)
         occ = step(schedule, occ.at)
     result.next = occ

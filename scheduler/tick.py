@@ -56,11 +56,13 @@ from jobs.internal import (
     merged,
     service_span,
     setting,
+    steps,
 )
 from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Schedule, TickResult, schedule_from_row
 from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
+from scheduler.overlap import apply_overlap_steps, with_slots
 from scheduler.planner import (
     LOOKAHEAD_SAFETY,
     OccurrenceDecision,
@@ -149,6 +151,7 @@ class _Advance:
     enqueued: list[int] = field(default_factory=list)
     missed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    overlapped: list[int] = field(default_factory=list)
     tzdbs: list[str] = field(default_factory=list)
 
     def add(
@@ -160,16 +163,21 @@ class _Advance:
         tzdb: str,
     ) -> None:
         last = p.last_enqueued
-        self.ids.append(p.schedule.id)
+        s = p.schedule
+        nxt = p.next
+        if s.max_runs is not None and s.enqueued_count + created >= s.max_runs:
+            nxt = None  # every run used: the schedule is finished
+        self.ids.append(s.id)
         self.cursor_ats.append(p.cursor_at)
-        self.next_run_ats.append(p.next.at if p.next else None)
-        self.next_keys.append(keyof(p.next) if p.next else None)
+        self.next_run_ats.append(nxt.at if nxt else None)
+        self.next_keys.append(keyof(nxt) if nxt else None)
         self.last_keys.append(keyof(last.occurrence) if last else None)
         self.last_ats.append(last.occurrence.at if last else None)
         self.last_job_ids.append(last_job)
         self.enqueued.append(created)
         self.missed.append(p.missed)
         self.skipped.append(p.skipped)
+        self.overlapped.append(p.overlapped)
         self.tzdbs.append(tzdb)
 
     def params(self, now: datetime) -> dict[str, Any]:
@@ -177,7 +185,8 @@ class _Advance:
             "ids": self.ids, "cursor_ats": self.cursor_ats, "next_run_ats": self.next_run_ats,
             "next_keys": self.next_keys, "last_keys": self.last_keys, "last_ats": self.last_ats,
             "last_job_ids": self.last_job_ids, "enqueued": self.enqueued, "missed": self.missed,
-            "skipped": self.skipped, "tzdbs": self.tzdbs, "now": now,
+            "skipped": self.skipped, "overlapped": self.overlapped, "tzdbs": self.tzdbs,
+            "now": now,
         }  # fmt: skip
 
 
@@ -384,6 +393,7 @@ class Scheduler(Service[TickResult]):
             ("enqueued", result.enqueued),
             ("missed", result.missed),
             ("skipped", result.skipped),
+            ("overlap", result.overlapped),
             ("duplicate", result.duplicates),
         ):
             self.metrics.occurrences.labels(outcome).inc(n)
@@ -448,7 +458,12 @@ class Scheduler(Service[TickResult]):
         with conn.transaction():
             rows = conn.execute(
                 query("schedule_due_lock"),
-                {"horizon": horizon, "limit": self.batch_size, "lock_class": SCHEDULE_LOCK_CLASS},
+                {
+                    "horizon": horizon,
+                    "now": now,
+                    "limit": self.batch_size,
+                    "lock_class": SCHEDULE_LOCK_CLASS,
+                },
             ).fetchall()
             schedules: list[Schedule] = []
             for row in rows:
@@ -460,7 +475,8 @@ class Scheduler(Service[TickResult]):
                 return result
             memo = PlanMemo()
             plans = [plan(s, now, horizon, memo) for s in schedules]
-            self._write(conn, plans, now, result, memo)
+            slots = steps.run(conn.cursor(), apply_overlap_steps(plans, now))
+            self._write(conn, plans, now, result, memo, slots)
         result.schedules = len(schedules)
         return result
 
@@ -471,18 +487,24 @@ class Scheduler(Service[TickResult]):
         now: datetime,
         result: TickResult,
         memo: PlanMemo | None = None,
+        slots: dict[tuple[int, int], int] | None = None,
     ) -> None:
         keyof = memo.key if memo is not None else _occurrence_key
+        slots = slots or {}
         # The schedules were validated when created; build the insert's columns directly.
-        columns = JobColumns()  # no concurrency or unique keys: their defaults
+        columns = JobColumns()  # no unique or concurrency keys unless an overlap policy sets them
         owners: list[int] = []  # the plan index of each job row
+        slotted: list[tuple[int, Schedule, int]] = []  # (job row, schedule, overlap slot)
         skips = _Skips()
         for p_index, p in enumerate(plans):
             s = p.schedule
-            for d in p.decisions:
+            for d_index, d in enumerate(p.decisions):
                 key = keyof(d.occurrence)
                 if d.kind == "enqueue":
                     meta = OccurrenceMeta(s.id, key, d.occurrence.at, s.version)
+                    slot = slots.get((p_index, d_index))
+                    if slot is not None:
+                        slotted.append((len(owners), s, slot))
                     columns.organization_ids.append(s.organization_id)
                     columns.queues.append(s.queue)
                     columns.job_types.append(s.job_type)
@@ -494,6 +516,8 @@ class Scheduler(Service[TickResult]):
                     owners.append(p_index)
                 else:
                     skips.add(s.id, key, d)
+        if slotted:
+            with_slots(columns, slotted)
         order = _run_at_order(cast("list[datetime]", columns.run_ats))  # each has its run_at
         # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
         if order is None:
@@ -519,6 +543,7 @@ class Scheduler(Service[TickResult]):
             result.enqueued += created[i]
             result.missed += p.missed
             result.skipped += p.skipped
+            result.overlapped += p.overlapped
         conn.execute(query("schedule_advance"), advance.params(now))
 
     # -- tz database changes ----------------------------------------------------------------
