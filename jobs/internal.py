@@ -20,7 +20,8 @@ from jobs.admin import active_holders_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
-from jobs.enqueue import JobColumns, enqueue_columns
+from jobs.enqueue import JobColumns, enqueue_columns, existing_by_keys_steps
+from jobs.enqueue import _columns_steps as enqueue_columns_steps
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
 from jobs.service import default_name
@@ -45,6 +46,8 @@ __all__ = [
     "config_settings",
     "default_name",
     "enqueue_columns",
+    "enqueue_columns_steps",
+    "existing_by_keys_steps",
     "forms",
     "listen_url",
     "logs",

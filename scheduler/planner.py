@@ -52,11 +52,6 @@ class Plan:
         return None
 
 
-def _remaining(schedule: Schedule) -> int:
-    remaining = schedule.remaining_runs
-    return MAX_PER_TICK if remaining is None else remaining
-
-
 def jitter_offset(schedule_id: int, occurrence_key: str, jitter_seconds: int) -> timedelta:
     """A deterministic offset in [0, jitter): every replica computes the same one."""
     if jitter_seconds <= 0:
@@ -133,20 +128,46 @@ def plan(
     """Decide the occurrences of ``schedule`` after its cursor and up to ``horizon``.
 
     ``memo`` (one per batch) shares the occurrences of schedules alike (:class:`PlanMemo`).
+    With ``max_runs``, the plan stops at the enqueue that uses the last remaining run (the
+    tick then ends the schedule; an occurrence the overlap policy skips uses none).
     """
+    result = _plan(schedule, now, horizon, memo)
+    remaining = schedule.remaining_runs
+    if remaining is not None and result.enqueued > remaining:
+        _cap(result, remaining, memo)
+    return result
+
+
+def _cap(result: Plan, runs: int, memo: PlanMemo | None) -> None:
+    """Keep the decisions up to the ``runs``-th enqueue; the next is the one after it."""
+    seen = 0
+    for i, d in enumerate(result.decisions):
+        if d.kind == "enqueue":
+            seen += 1
+            if seen == runs:
+                dropped = result.decisions[i + 1 :]
+                del result.decisions[i + 1 :]
+                result.enqueued = runs
+                result.missed -= sum(1 for x in dropped if x.kind == "missed")
+                result.skipped -= sum(1 for x in dropped if x.kind == "skipped")
+                result.cursor_at = d.occurrence.at
+                result.next = dropped[0].occurrence if dropped else result.next
+                return
+
+
+def _plan(
+    schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None
+) -> Plan:
     result = Plan(schedule)
     occs: list[Occurrence] = []
     step = memo.next_after if memo is not None else next_occurrence
     if schedule.overlap is not Overlap.ALLOW:
         # Decided when due, not ahead: whether the previous job is still active is known then.
         horizon = min(horizon, now)
-    # max_runs: no more occurrences than runs remain (the tick ends the schedule once they
-    # are used: an occurrence skipped for overlap does not use one).
-    most = MAX_PER_TICK if schedule.max_runs is None else min(MAX_PER_TICK, _remaining(schedule))
-    if most <= 0:
+    if schedule.remaining_runs == 0:
         return result  # every run used: no next occurrence, the schedule is finished
     occ = step(schedule, schedule.cursor_at)
-    while occ is not None and occ.at <= horizon and len(occs) < most:
+    while occ is not None and occ.at <= horizon and len(occs) < MAX_PER_TICK:
         occs.append(occ)
         occ = step(schedule, occ.at)
     result.next = occ

@@ -175,5 +175,11 @@ WHERE (NOT %(by_organization)s::bool
 ORDER BY id
 LIMIT %(limit)s;
 
+-- name: schedule_count_overlaps
+-- Occurrences enqueued on demand (trigger now, backfill) that the overlap policy skipped.
+UPDATE schedules
+SET overlap_skipped_count = overlap_skipped_count + %(n)s, updated_at = %(now)s
+WHERE id = %(id)s;
+
 -- name: schedule_delete
 DELETE FROM schedules WHERE id = %(id)s;
