@@ -244,21 +244,13 @@ def supersede_steps(
     return [row[0] for row in (yield query(name), params)]
 
 
-def active_holders_steps(
-    organization_ids: Sequence[Any], job_types: Sequence[str], unique_keys: Sequence[str]
-) -> Steps[list[tuple[int, int, str]]]:
-    """The active (pending, retrying or leased) jobs holding each unique key of a batch (the
-    three sequences are parallel, input checked by the caller): ``(index, job id, status)``
-    for each key held, ``index`` counting from 0."""
-    if not unique_keys:
-        return []
-    params = {
-        "organization_ids": list(organization_ids),
-        "job_types": list(job_types),
-        "unique_keys": list(unique_keys),
-    }
-    rows = yield query("job_active_holders"), params
-    return [(int(ord_) - 1, job_id, status) for ord_, job_id, status in rows]
+def active_among_steps(ids: Sequence[int]) -> Steps[dict[int, str]]:
+    """Which of the jobs ``ids`` are still active (pending, retrying or leased): ``{id:
+    status}``; a job that finished or no longer exists is absent."""
+    if not ids:
+        return {}
+    rows = yield query("job_active_among"), {"ids": list(ids)}
+    return {job_id: status for job_id, status in rows}
 
 
 # Each operation above is written once, as steps (jobs/steps.py); its sync and async forms:

@@ -16,7 +16,7 @@ that ``jobs``, ``timezones`` and the examples do not import it (tests and benche
 
 from jobs import logs, queries, steps, validate
 from jobs.admin import _cancel as cancel_steps
-from jobs.admin import active_holders_steps, supersede_steps
+from jobs.admin import active_among_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
@@ -41,7 +41,7 @@ __all__ = [
     "Pooler",
     "Steps",
     "Unset",
-    "active_holders_steps",
+    "active_among_steps",
     "cancel_steps",
     "config_settings",
     "default_name",

@@ -38,12 +38,21 @@ from jobs.internal import (
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Overlap, Schedule
 from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
-from scheduler.overlap import admit, cancel_previous_steps, holders_steps, slot_columns
+from scheduler.overlap import (
+    Remembered,
+    active_steps,
+    admit,
+    cancel_previous_steps,
+    concurrency_key,
+    remember_steps,
+)
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now_steps, query
 from scheduler.schedules import _aware, _checked_now, _get_steps, _schedule_id
 
 MAX_BACKFILL_BATCH = 10_000
+# The policies whose jobs wait for the running one (the queue's per-key concurrency).
+_WAITING = (Overlap.BUFFER_ONE, Overlap.CANCEL_PREVIOUS)
 DEFAULT_BACKFILL_BATCH = 1000
 
 
@@ -95,7 +104,7 @@ def _enqueue_steps(
     now: datetime,
     dry_run: bool = False,
 ) -> Steps[list[OccurrenceRun]]:
-    """Enqueue occurrences ``(key, nominal instant)`` of ``schedule`` to run now, under its
+    """Enqueue occurrences ``(key, nominal instant)`` of ``schedule`` to run now, under the
     overlap ``policy``; an occurrence whose job exists already is reported, not redone."""
     s = schedule
     keys = [occurrence_idempotency_key(s.id, key) for key, _ in occs]
@@ -103,18 +112,18 @@ def _enqueue_steps(
         [s.organization_id] * len(keys), [s.job_type] * len(keys), keys
     )
     fresh = [i for i in range(len(occs)) if i not in existing]
-    held = (yield from holders_steps([s]))[0] if policy is not Overlap.ALLOW and fresh else []
-    admission = admit(policy, held, len(fresh))
-    slot_of = dict(zip(fresh, admission.slots, strict=True))
-    reason_of = dict(zip(fresh, admission.reasons, strict=True))
+    # The jobs of a schedule with a policy are remembered whatever this call's policy, so
+    # that its next occurrences see them.
+    track = policy is not Overlap.ALLOW or s.overlap is not Overlap.ALLOW
+    active = (yield from active_steps([s]))[0] if track and fresh else {}
+    admission = admit(policy, active, len(fresh))
+    ckey = concurrency_key(s.id) if policy in _WAITING else None
     columns = JobColumns()
-    rows: list[int] = []
-    for i in fresh:
-        slot = slot_of[i]
-        if slot is None:
-            continue
+    rows = [i for i, ok in zip(fresh, admission.admitted, strict=True) if ok]
+    skipped = [i for i, ok in zip(fresh, admission.admitted, strict=True) if not ok]
+    reason_of = dict(zip(fresh, admission.reasons, strict=True))
+    for i in rows:
         key, at = occs[i]
-        unique, ckey = slot_columns(s, slot) if slot >= 0 else (None, None)
         columns.append(
             s.job_type,
             OccurrenceMeta(s.id, key, at, s.version).into_payload(s.payload_text),
@@ -124,35 +133,39 @@ def _enqueue_steps(
             run_at=now,
             max_attempts=DEFAULT_MAX_ATTEMPTS,
             concurrency_key=ckey,
-            unique_key=unique,
         )
-        rows.append(i)
-    skipped = [i for i in fresh if slot_of[i] is None]
     outcomes: dict[int, OccurrenceRun] = {}
     for i, job_id in existing.items():
         outcomes[i] = OccurrenceRun(occs[i][0], occs[i][1], "existing", job_id)
     if dry_run:
         for i in fresh:
-            verb = "would_skip" if slot_of[i] is None else "would_create"
+            verb = "would_create" if i in rows else "would_skip"
             outcomes[i] = OccurrenceRun(occs[i][0], occs[i][1], verb, None, reason_of[i])
         return [outcomes[i] for i in range(len(occs))]
     yield from cancel_previous_steps(admission.cancel, now)
     enqueued = yield from enqueue_columns_steps(columns, now, True)
     for i, result in zip(rows, enqueued, strict=True):
-        outcome = "created" if result.created else "skipped"
-        reason = None if result.created else "overlap: another job took the slot"
-        outcomes[i] = OccurrenceRun(occs[i][0], occs[i][1], outcome, result.id, reason)
+        # Not created: a job with the key appeared since the lookup (it is that job).
+        outcome = "created" if result.created else "existing"
+        outcomes[i] = OccurrenceRun(occs[i][0], occs[i][1], outcome, result.id)
     for i in skipped:
         outcomes[i] = OccurrenceRun(occs[i][0], occs[i][1], "skipped", None, reason_of[i])
     if skipped:
         yield from _record_overlaps(s, [outcomes[i] for i in skipped], now)
+    if track:
+        remembered = Remembered(
+            {s.id: admission.active + [r.id for r in enqueued if r.created]},
+            {s.id: len(skipped)},
+        )
+        yield from remember_steps(remembered)
     return [outcomes[i] for i in range(len(occs))]
 
 
 def _record_overlaps(
     schedule: Schedule, runs: Sequence[OccurrenceRun], now: datetime
 ) -> Steps[None]:
-    """The occurrences the overlap policy skipped: ``schedule_skips`` rows, counted."""
+    """The occurrences the overlap policy skipped, as ``schedule_skips`` rows (counted by
+    :func:`remember_steps`)."""
     yield (
         query("schedule_skip_record"),
         {
@@ -164,7 +177,6 @@ def _record_overlaps(
             "now": now,
         },
     )
-    yield query("schedule_count_overlaps"), {"id": schedule.id, "n": len(runs), "now": now}
 
 
 def manual_key(at: datetime) -> str:

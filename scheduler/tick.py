@@ -60,9 +60,14 @@ from jobs.internal import (
 )
 from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
-from scheduler.model import Schedule, TickResult, schedule_from_row
+from scheduler.model import Overlap, Schedule, TickResult, schedule_from_row
 from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
-from scheduler.overlap import apply_overlap_steps, with_slots
+from scheduler.overlap import (
+    Remembered,
+    apply_overlap_steps,
+    remember_steps,
+    with_concurrency_keys,
+)
 from scheduler.planner import (
     LOOKAHEAD_SAFETY,
     OccurrenceDecision,
@@ -475,8 +480,8 @@ class Scheduler(Service[TickResult]):
                 return result
             memo = PlanMemo()
             plans = [plan(s, now, horizon, memo) for s in schedules]
-            slots = steps.run(conn.cursor(), apply_overlap_steps(plans, now))
-            self._write(conn, plans, now, result, memo, slots)
+            _, remembered = steps.run(conn.cursor(), apply_overlap_steps(plans, now))
+            self._write(conn, plans, now, result, memo, remembered)
         result.schedules = len(schedules)
         return result
 
@@ -487,24 +492,22 @@ class Scheduler(Service[TickResult]):
         now: datetime,
         result: TickResult,
         memo: PlanMemo | None = None,
-        slots: dict[tuple[int, int], int] | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
         keyof = memo.key if memo is not None else _occurrence_key
-        slots = slots or {}
         # The schedules were validated when created; build the insert's columns directly.
         columns = JobColumns()  # no unique or concurrency keys unless an overlap policy sets them
         owners: list[int] = []  # the plan index of each job row
-        slotted: list[tuple[int, Schedule, int]] = []  # (job row, schedule, overlap slot)
+        policed: list[tuple[int, Schedule]] = []  # (job row, schedule) under an overlap policy
         skips = _Skips()
         for p_index, p in enumerate(plans):
             s = p.schedule
-            for d_index, d in enumerate(p.decisions):
+            for d in p.decisions:
                 key = keyof(d.occurrence)
                 if d.kind == "enqueue":
                     meta = OccurrenceMeta(s.id, key, d.occurrence.at, s.version)
-                    slot = slots.get((p_index, d_index))
-                    if slot is not None:
-                        slotted.append((len(owners), s, slot))
+                    if s.overlap is not Overlap.ALLOW:
+                        policed.append((len(owners), s))
                     columns.organization_ids.append(s.organization_id)
                     columns.queues.append(s.queue)
                     columns.job_types.append(s.job_type)
@@ -516,8 +519,8 @@ class Scheduler(Service[TickResult]):
                     owners.append(p_index)
                 else:
                     skips.add(s.id, key, d)
-        if slotted:
-            with_slots(columns, slotted)
+        if policed:
+            with_concurrency_keys(columns, policed)
         order = _run_at_order(cast("list[datetime]", columns.run_ats))  # each has its run_at
         # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
         if order is None:
@@ -535,6 +538,10 @@ class Scheduler(Service[TickResult]):
                 created[p_index] += 1
             else:
                 result.duplicates += 1
+        if policed and remembered is not None:
+            for row, sched in policed:
+                remembered.jobs.setdefault(sched.id, []).append(enqueued[row].id)
+            steps.run(conn.cursor(), remember_steps(remembered))
         if skips.ids:
             conn.execute(query("schedule_skip_record"), skips.params(now))
         advance = _Advance()

@@ -178,17 +178,12 @@ JOIN jobs AS j
  AND j.organization_id IS NOT DISTINCT FROM k.organization_id
  AND j.status IN ('pending', 'retrying', 'leased');
 
--- name: job_active_holders
--- The active (pending, retrying or leased) jobs holding each of a batch of unique keys, with
--- their status: the scheduler's overlap policies (scheduler/overlap.py) read who holds a
--- schedule's slots. A probe of jobs_unique_active_uq per key.
-SELECT k.ord, j.id, j.status
-FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[])
-     WITH ORDINALITY AS k(organization_id, job_type, unique_key, ord)
-JOIN jobs AS j
-  ON j.job_type = k.job_type AND j.unique_key = k.unique_key
- AND j.organization_id IS NOT DISTINCT FROM k.organization_id
- AND j.status IN ('pending', 'retrying', 'leased');
+-- name: job_active_among
+-- Which of these jobs are still active (pending, retrying or leased), with their status: the
+-- scheduler's overlap policies (scheduler/overlap.py) ask it of the jobs a schedule enqueued
+-- last. A primary-key probe per id.
+SELECT id, status FROM jobs
+WHERE id = ANY(%(ids)b::bigint[]) AND status IN ('pending', 'retrying', 'leased');
 
 -- fragment: job_columns
 -- Job's fields in their order (jobs/store.py builds a Job from a row positionally; the column

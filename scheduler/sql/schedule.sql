@@ -7,7 +7,8 @@ fold_policy, jitter_seconds, catch_up, catch_up_grace_seconds, catch_up_max, qui
 quiet_end, quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
 last_occurrence_key, last_occurrence_at, last_job_id, enqueued_count, missed_count,
 skipped_count, tzdb_version, version, source, created_at, updated_at, overlap,
-overlap_skipped_count, pause_note, paused_until, start_at, end_at, max_runs, finished_at
+overlap_skipped_count, pause_note, paused_until, start_at, end_at, max_runs, finished_at,
+overlap_job_ids
 
 -- name: schedule_insert
 INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
@@ -175,11 +176,16 @@ WHERE (NOT %(by_organization)s::bool
 ORDER BY id
 LIMIT %(limit)s;
 
--- name: schedule_count_overlaps
--- Occurrences enqueued on demand (trigger now, backfill) that the overlap policy skipped.
-UPDATE schedules
-SET overlap_skipped_count = overlap_skipped_count + %(n)s, updated_at = %(now)s
-WHERE id = %(id)s;
+-- name: schedule_set_overlap_jobs
+-- The jobs each schedule of a batch enqueued last under an overlap policy (still active, or
+-- just enqueued), as array literals, and the occurrences enqueued on demand (trigger now,
+-- backfill) that the policy skipped.
+UPDATE schedules AS s
+SET overlap_job_ids = u.job_ids::bigint[],
+    overlap_skipped_count = s.overlap_skipped_count + u.skipped
+FROM unnest(%(ids)b::bigint[], %(job_ids)b::text[], %(skipped)b::int[])
+     AS u(id, job_ids, skipped)
+WHERE s.id = u.id;
 
 -- name: schedule_delete
 DELETE FROM schedules WHERE id = %(id)s;

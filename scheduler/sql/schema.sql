@@ -41,9 +41,12 @@ CREATE TABLE schedules (
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
     -- What an occurrence does while the schedule's previous job is still active (migration
-    -- 0006): skip, buffer_one, allow or cancel_previous; the occurrences skipped for it.
+    -- 0006): skip, buffer_one, allow or cancel_previous; the occurrences skipped for it; the
+    -- jobs it enqueued last under such a policy, which may still be active (written under the
+    -- row lock by every enqueue of an occurrence: scheduler/overlap.py).
     overlap text NOT NULL DEFAULT 'allow',
     overlap_skipped_count bigint NOT NULL DEFAULT 0,
+    overlap_job_ids bigint[] NOT NULL DEFAULT '{}',
     -- A pause's reason and its end (NULL: until resumed).
     pause_note text,
     paused_until timestamptz,

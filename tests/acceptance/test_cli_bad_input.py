@@ -52,6 +52,16 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork schedules list": [],
     "tockwork schedules show": ["k"],
     "tockwork schedules preview": ["k"],
+    "tockwork schedules pause": ["k"],
+    "tockwork schedules resume": ["k"],
+    "tockwork schedules trigger": ["k"],
+    "tockwork schedules backfill": [
+        "k",
+        "--start",
+        "2026-01-01T00:00Z",
+        "--end",
+        "2026-01-02T00:00Z",
+    ],
     "tockwork relay": ["--app", "tests.acceptance.apps_not_a_mapping:HANDLERS"],
     "tockwork outbox dead": [],
     "tockwork outbox retry": ["--all"],
@@ -235,6 +245,21 @@ def written_cases() -> list[Case]:
         Case([*j, "show", "999999", "--database-url", DB], "no job with id 999999"),
         Case([*j, "cancel", "--id", "1", "--reason", "r" * 501], "--reason"),
         Case([*j, "nosuch"], "nosuch"),
+        # Schedule operations (issue 24): an empty range, unknown overlap policies, a pause
+        # that ends at no instant, a note too long.
+        Case(["schedules", "backfill", "k", "--start", "2026-01-02T00:00Z",
+              "--end", "2026-01-01T00:00Z", "--database-url", DB], "--end"),
+        Case(["schedules", "backfill", "k", "--start", "2026-01-01T00:00Z",
+              "--end", "2026-01-02T00:00Z", "--overlap", "queue", "--database-url", DB],
+             "--overlap"),
+        Case(["schedules", "trigger", "k", "--overlap", "queue", "--database-url", DB],
+             "--overlap"),
+        Case(["schedules", "trigger", "k", "--at", "2026-01-01T00:00", "--database-url", DB],
+             "offset"),
+        Case(["schedules", "pause", "k", "--until", "tomorrow", "--database-url", DB],
+             "tomorrow"),
+        Case(["schedules", "pause", "k", "--note", "n" * 501, "--database-url", DB], "--note"),
+        Case(["schedules", "pause", "404", "--database-url", DB], "no schedule"),
         # Rate limits: a rate of zero, negative or not an integer, a queue name no job could
         # have, both or neither of --queue and --job-type.
         Case(["limits", "set", "--queue", "Bad Queue", "--per-second", "5",

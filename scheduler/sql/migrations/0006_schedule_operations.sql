@@ -4,6 +4,7 @@
 ALTER TABLE schedules
     ADD COLUMN overlap text NOT NULL DEFAULT 'allow',
     ADD COLUMN overlap_skipped_count bigint NOT NULL DEFAULT 0,
+    ADD COLUMN overlap_job_ids bigint[] NOT NULL DEFAULT '{}',
     ADD COLUMN pause_note text,
     ADD COLUMN paused_until timestamptz,
     ADD COLUMN start_at timestamptz,

@@ -320,3 +320,36 @@ def test_list_schedules_pages_by_cursor(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(InvalidSchedule) as info:
         scheduler.list_schedules(conn, after=-1)
     assert info.value.field == "after"
+
+
+def test_under_skip_a_backfill_finds_what_the_tick_ran_and_a_trigger_its_own_job(
+    conn: psycopg.Connection[Any], db_url: str, store: PgJobStore
+) -> None:
+    """The overlap policies keep the occurrence keys: a backfill of a window the tick ran
+    under ``skip`` creates nothing twice, and a trigger repeated after its job finished is
+    still the same job."""
+    s = scheduler.create_schedule(
+        conn, job_type="maint", rule="every:10m", zone="UTC", key="d", now=T0
+    )
+    conn.commit()
+    assert s.overlap is Overlap.SKIP
+    for m in (10, 20, 30):
+        tick(db_url, T0 + timedelta(minutes=m))
+        for job in store.claim({"default": 10}, "w", LEASE, T0 + timedelta(minutes=m)):
+            store.complete([Finished(job, SUCCEEDED, T0, 1.0)], "w", T0 + timedelta(minutes=m))
+    now = T0 + timedelta(hours=1)
+    done = scheduler.backfill(conn, s.id, start=T0, end=T0 + timedelta(minutes=35), now=now)
+    assert [o.outcome for o in done.occurrences] == ["created", "existing", "existing", "existing"]
+    conn.commit()
+    # The backfilled job is remembered: under skip, a trigger while it waits is skipped.
+    assert scheduler.trigger(conn, s.id, now=now).outcome == "skipped"
+    for job in store.claim({"default": 10}, "w", LEASE, now):
+        store.complete([Finished(job, SUCCEEDED, now, 1.0)], "w", now)
+    at = T0 + timedelta(minutes=41)
+    first = scheduler.trigger(conn, s.id, at=at, now=now)
+    conn.commit()
+    for job in store.claim({"default": 10}, "w", LEASE, now):
+        store.complete([Finished(job, SUCCEEDED, now, 1.0)], "w", now)
+    again = scheduler.trigger(conn, s.id, at=at, now=now + timedelta(minutes=1))
+    assert (first.outcome, again.outcome) == ("created", "existing")
+    assert again.job_id == first.job_id
