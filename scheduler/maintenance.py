@@ -7,8 +7,9 @@ definition key               rule (UTC)            what the job does
                                                    workers' reapers do it too; this covers a
                                                    fleet with no worker running)
 ``tockwork.retention``       ``cron:17 3 * * *``   deletes succeeded and cancelled jobs, attempt
-                                                   history, effect records, schedule skips and
-                                                   processed outbox events older than their age
+                                                   history, effect records, schedule skips,
+                                                   processed outbox events and finished one-off
+                                                   schedules older than their age
 ``tockwork.tzdb_recompute``  ``cron:7 * * * *``    recomputes schedules computed with another
                                                    tz database version
 ``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
@@ -55,6 +56,9 @@ DEFAULT_AGES = {
     "effects_days": 30,
     "skips_days": 30,
     "outbox_days": 7,
+    # Finished one-off (``once:``) schedules, kept marked for this long after they fired
+    # (issue 24); recurring schedules that finished are kept until deleted.
+    "finished_once_days": 30,
 }
 
 
@@ -107,6 +111,19 @@ def _delete_skips(conn: psycopg.Connection[Any], before: datetime) -> int:
             return total
 
 
+def _delete_finished_once(conn: psycopg.Connection[Any], before: datetime) -> int:
+    """Finished one-off schedules finished before ``before``, in bounded batches."""
+    total = 0
+    while True:
+        with conn.transaction():
+            deleted = conn.execute(
+                query("schedule_delete_finished_once"), {"before": before, "limit": BATCH}
+            ).rowcount
+        total += max(deleted, 0)
+        if deleted < BATCH:
+            return total
+
+
 def retention(
     conn: psycopg.Connection[Any],
     ages: Mapping[str, Any] | None = None,
@@ -138,6 +155,9 @@ def retention(
         "effects": queue["effects"],
         "skips": _delete_skips(conn, skips_before),
         "outbox": queue["outbox"],
+        "finished_schedules": _delete_finished_once(
+            conn, at - _days("finished_once_days", settings["finished_once_days"])
+        ),
     }
     log.info("retention: deleted %s", counts)
     return counts

@@ -187,5 +187,15 @@ FROM unnest(%(ids)b::bigint[], %(job_ids)b::text[], %(skipped)b::int[])
      AS u(id, job_ids, skipped)
 WHERE s.id = u.id;
 
+-- name: schedule_delete_finished_once
+-- Retention (scheduler/maintenance.py): one bounded batch of one-off schedules that finished
+-- before the cutoff (the before parameter). Recurring schedules that finished are kept.
+WITH doomed AS (
+    SELECT id FROM schedules
+    WHERE finished_at < %(before)s AND rule->>'kind' = 'once'
+    LIMIT %(limit)s
+)
+DELETE FROM schedules WHERE id IN (SELECT id FROM doomed);
+
 -- name: schedule_delete
 DELETE FROM schedules WHERE id = %(id)s;
