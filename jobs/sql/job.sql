@@ -902,6 +902,7 @@ WHERE status = ANY(%(statuses)b::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+  AND (%(after)s::bigint IS NULL OR id > %(after)s::bigint)
 ORDER BY id
 LIMIT %(limit)s;
 

@@ -14,12 +14,14 @@ import psycopg
 import jobs
 from scheduler.cli.common import (
     MAX_COUNT,
+    MAX_ID,
     InputError,
     SubParsers,
     connect,
     database_arg,
     ensure_schema,
     instant,
+    integer,
     job_id,
     pooler,
     positive_float,
@@ -92,6 +94,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             job_type=args.job_type,
             error_code=args.error_code,
             limit=args.limit,
+            after=args.after,
         )
     if args.json:
         print(
@@ -118,7 +121,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             f"{r.id:>10} {r.status:<10} {r.queue:<16} {r.job_type:<20} {r.attempts:>4} "
             f"{r.last_error_code or ''}: {(r.last_error_summary or '')[:80]}"
         )
-    print(f"({len(records)} job(s))")
+    more = f"; next page: --after {records[-1].id}" if len(records) == args.limit else ""
+    print(f"({len(records)} job(s){more})")
     return 0
 
 
@@ -277,7 +281,13 @@ def _list_options(q: argparse.ArgumentParser) -> None:
         type=positive_int("--limit", MAX_COUNT),
         default=100,
         metavar="N",
-        help=f"at most this many, newest first (1 to {MAX_COUNT:,})",
+        help=f"at most this many, oldest id first (1 to {MAX_COUNT:,})",
+    )
+    q.add_argument(
+        "--after",
+        type=integer("--after", 0, MAX_ID),
+        metavar="ID",
+        help="the page after this job id (the last id of the previous page)",
     )
     q.add_argument("--json", action="store_true", help="print a JSON list")
 
