@@ -98,27 +98,13 @@ def _days(name: str, days: Any) -> timedelta:
     return timedelta(days=days)
 
 
-def _delete_skips(conn: psycopg.Connection[Any], before: datetime) -> int:
-    """The scheduler's own table: bounded deletes until one deletes less than a batch."""
+def _delete_before(conn: psycopg.Connection[Any], name: str, before: datetime) -> int:
+    """The scheduler's own tables (schedule skips, finished one-off schedules): bounded
+    deletes by the named query until one deletes less than a batch."""
     total = 0
     while True:
         with conn.transaction():
-            deleted = conn.execute(
-                query("schedule_skip_delete_before"), {"before": before, "limit": BATCH}
-            ).rowcount
-        total += max(deleted, 0)
-        if deleted < BATCH:
-            return total
-
-
-def _delete_finished_once(conn: psycopg.Connection[Any], before: datetime) -> int:
-    """Finished one-off schedules finished before ``before``, in bounded batches."""
-    total = 0
-    while True:
-        with conn.transaction():
-            deleted = conn.execute(
-                query("schedule_delete_finished_once"), {"before": before, "limit": BATCH}
-            ).rowcount
+            deleted = conn.execute(query(name), {"before": before, "limit": BATCH}).rowcount
         total += max(deleted, 0)
         if deleted < BATCH:
             return total
@@ -153,10 +139,12 @@ def retention(
         "jobs": queue["jobs"],
         "attempts": queue["attempts"],
         "effects": queue["effects"],
-        "skips": _delete_skips(conn, skips_before),
+        "skips": _delete_before(conn, "schedule_skip_delete_before", skips_before),
         "outbox": queue["outbox"],
-        "finished_schedules": _delete_finished_once(
-            conn, at - _days("finished_once_days", settings["finished_once_days"])
+        "finished_schedules": _delete_before(
+            conn,
+            "schedule_delete_finished_once",
+            at - _days("finished_once_days", settings["finished_once_days"]),
         ),
     }
     log.info("retention: deleted %s", counts)

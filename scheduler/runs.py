@@ -49,6 +49,7 @@ from scheduler.overlap import (
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now_steps, query
 from scheduler.schedules import _aware, _checked_now, _get_steps, _schedule_id
+from scheduler.spec import check_overlap
 
 MAX_BACKFILL_BATCH = 10_000
 # The policies whose jobs wait for the running one (the queue's per-key concurrency).
@@ -87,14 +88,7 @@ class Backfill:
 
 
 def _policy(value: Any, default: Overlap) -> Overlap:
-    if value is None:
-        return default
-    try:
-        return Overlap(value)
-    except (ValueError, TypeError):
-        raise InvalidSchedule(
-            "overlap", value, "must be 'skip', 'buffer_one', 'allow' or 'cancel_previous'"
-        ) from None
+    return default if value is None else check_overlap(value, {})
 
 
 def _enqueue_steps(

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobs.internal import Many, Steps, forms, supersede_steps
@@ -34,6 +34,7 @@ from scheduler.queries import database_now_steps, query
 from scheduler.spec import (
     INPUT_ERRORS,
     ScheduleSpec,
+    check_instant,
     check_key,
     check_source,
     check_subject,
@@ -64,14 +65,12 @@ MAX_NOTE = 500
 
 
 def _aware(field: str, value: Any) -> datetime:
+    """An aware datetime given to the API (``now``, ``until``...), in UTC."""
     if not isinstance(value, datetime):
         raise InvalidSchedule(field, value, "must be an aware datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidSchedule(field, value, "must be timezone-aware")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise InvalidSchedule(field, value, "is outside the years 1-9999 in UTC") from None
+    instant = check_instant(field, value)
+    assert instant is not None
+    return instant
 
 
 def _schedule_id(value: Any) -> int:

@@ -14,14 +14,13 @@ import psycopg
 import jobs
 from scheduler.cli.common import (
     MAX_COUNT,
-    MAX_ID,
     InputError,
     SubParsers,
+    after_arg,
     connect,
     database_arg,
     ensure_schema,
     instant,
-    integer,
     job_id,
     pooler,
     positive_float,
@@ -283,12 +282,7 @@ def _list_options(q: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"at most this many, oldest id first (1 to {MAX_COUNT:,})",
     )
-    q.add_argument(
-        "--after",
-        type=integer("--after", 0, MAX_ID),
-        metavar="ID",
-        help="the page after this job id (the last id of the previous page)",
-    )
+    after_arg(q, "job")
     q.add_argument("--json", action="store_true", help="print a JSON list")
 
 

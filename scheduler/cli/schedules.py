@@ -15,9 +15,9 @@ from jobs.internal import logs
 from scheduler import health
 from scheduler.cli.common import (
     MAX_COUNT,
-    MAX_ID,
     InputError,
     SubParsers,
+    after_arg,
     config_args,
     config_from_args,
     connect,
@@ -25,7 +25,6 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     instant,
-    integer,
     log_args,
     metrics_args,
     positive_int,
@@ -340,12 +339,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="N",
         help=f"at most this many (1 to {MAX_COUNT:,})",
     )
-    q.add_argument(
-        "--after",
-        type=integer("--after", 0, MAX_ID),
-        metavar="ID",
-        help="the page after this schedule id (the last id of the previous page)",
-    )
+    after_arg(q, "schedule")
     q.set_defaults(func=cmd_list)
     q = ssub.add_parser(
         "show", help="one schedule by key or id", description="One schedule, by key or id."
@@ -375,54 +369,59 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     _register_operations(ssub)
 
 
-def _register_operations(ssub: SubParsers[argparse.ArgumentParser]) -> None:
-    """pause, resume, trigger and backfill (issue 24)."""
-    q = ssub.add_parser(
-        "pause",
-        help="pause a schedule, with a note and an optional end",
-        description="Pause a schedule: nothing is enqueued until it is resumed, or until "
-        "--until, when it resumes by itself; the occurrences in the pause are not caught up.",
-    )
+def _one_schedule(
+    ssub: SubParsers[argparse.ArgumentParser], name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """A command on one schedule: ``tockwork schedules NAME KEY_OR_ID --database-url ...``."""
+    q = ssub.add_parser(name, help=help, description=description)
     database_arg(q)
     q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
+    return q
+
+
+def _register_operations(ssub: SubParsers[argparse.ArgumentParser]) -> None:
+    """pause, resume, trigger and backfill (issue 24)."""
+    q = _one_schedule(
+        ssub,
+        "pause",
+        "pause a schedule, with a note and an optional end",
+        "Pause a schedule: nothing is enqueued until it is resumed, or until "
+        "--until, when it resumes by itself; the occurrences in the pause are not caught up.",
+    )
     q.add_argument(
         "--note", type=text("--note", MAX_NOTE), metavar="TEXT", help="why (shown with it)"
     )
     q.add_argument("--until", type=instant, metavar="ISO", help="resume by itself at this instant")
     q.set_defaults(func=cmd_pause)
-    q = ssub.add_parser(
+    q = _one_schedule(
+        ssub,
         "resume",
-        help="resume a paused schedule",
-        description="Resume a paused schedule from now on (the paused occurrences are not "
-        "caught up).",
+        "resume a paused schedule",
+        "Resume a paused schedule from now on (the paused occurrences are not caught up).",
     )
-    database_arg(q)
-    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
     q.set_defaults(func=cmd_resume)
-    q = ssub.add_parser(
+    q = _one_schedule(
+        ssub,
         "trigger",
-        help="run a schedule now, once more",
-        description="Enqueue one extra occurrence of a schedule, to run now. Its nominal time "
+        "run a schedule now, once more",
+        "Enqueue one extra occurrence of a schedule, to run now. Its nominal time "
         "(--at, default now) is its identity: the same --at twice gives one job. The overlap "
         "policy applies.",
     )
-    database_arg(q)
-    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
     q.add_argument("--at", type=instant, metavar="ISO", help="the nominal time (default: now)")
     q.add_argument(
         "--overlap", choices=_OVERLAPS, help="the overlap policy (default: the schedule's)"
     )
     q.set_defaults(func=cmd_trigger)
-    q = ssub.add_parser(
+    q = _one_schedule(
+        ssub,
         "backfill",
-        help="enqueue a past range's occurrences",
-        description="Enqueue the occurrences of a schedule at or after --start and before "
+        "enqueue a past range's occurrences",
+        "Enqueue the occurrences of a schedule at or after --start and before "
         "--end (in the past) under the scheduler's own occurrence keys: one that already has "
         "a job is not enqueued again. Works in batches, one transaction each, and prints "
         "progress; --dry-run says what it would do.",
     )
-    database_arg(q)
-    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
     q.add_argument("--start", type=instant, required=True, metavar="ISO", help="range start")
     q.add_argument(
         "--end", type=instant, required=True, metavar="ISO", help="range end (exclusive)"

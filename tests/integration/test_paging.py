@@ -3,10 +3,9 @@ sync and async; and the schedule operations' async forms do what the sync ones d
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -16,17 +15,10 @@ import pytest
 import jobs
 import scheduler
 from jobs import outbox
+from tests.integration.scheduler.test_async_schedules import run as run_async
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 R = TypeVar("R")
-
-
-def run_async(db_url: str, fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]]) -> R:
-    async def scenario() -> R:
-        async with await psycopg.AsyncConnection.connect(db_url) as c, c.transaction():
-            return await fn(c)
-
-    return asyncio.run(scenario())
 
 
 def pages(fetch: Callable[[Any], list[Any]], key: Callable[[Any], Any], size: int) -> list[Any]:
@@ -39,6 +31,21 @@ def pages(fetch: Callable[[Any], list[Any]], key: Callable[[Any], Any], size: in
         if len(page) < size:
             return found
         after = key(page[-1])
+
+
+def test_list_schedules_pages_by_id(conn: psycopg.Connection[Any]) -> None:
+    ids = scheduler.create_schedules(
+        conn,
+        [{"job_type": "r", "rule": "daily@08:00", "zone": "UTC", "subject": f"u{i}"}
+         for i in range(25)],
+        now=T0,
+    )  # fmt: skip
+    every = pages(lambda after: scheduler.list_schedules(conn, limit=10, after=after),
+                  lambda s: s.id, 10)  # fmt: skip
+    assert [s.id for s in every] == ids
+    with pytest.raises(scheduler.InvalidSchedule) as info:
+        scheduler.list_schedules(conn, after=-1)
+    assert info.value.field == "after"
 
 
 def test_list_jobs_pages_by_id(conn: psycopg.Connection[Any]) -> None:

@@ -301,27 +301,6 @@ def test_start_and_end_bound_the_occurrences(conn: psycopg.Connection[Any], db_u
         assert info.value.field == field
 
 
-def test_list_schedules_pages_by_cursor(conn: psycopg.Connection[Any]) -> None:
-    scheduler.create_schedules(
-        conn,
-        [{"job_type": "r", "rule": "daily@08:00", "zone": "UTC", "subject": f"u{i}"}
-         for i in range(25)],
-        now=T0,
-    )  # fmt: skip
-    ids: list[int] = []
-    after = None
-    while True:
-        page = scheduler.list_schedules(conn, limit=10, after=after)
-        ids.extend(s.id for s in page)
-        if len(page) < 10:
-            break
-        after = page[-1].id
-    assert len(ids) == len(set(ids)) == 25 and ids == sorted(ids)
-    with pytest.raises(InvalidSchedule) as info:
-        scheduler.list_schedules(conn, after=-1)
-    assert info.value.field == "after"
-
-
 def test_under_skip_a_backfill_finds_what_the_tick_ran_and_a_trigger_its_own_job(
     conn: psycopg.Connection[Any], db_url: str, store: PgJobStore
 ) -> None:
