@@ -225,6 +225,9 @@ def written_cases() -> list[Case]:
         "<missing>": "no such file",
         "<badrule>": "31 2",
         "<unknownkey>": "unknown top-level keys",
+        "<badoverlap>": "x.overlap",
+        "<badmaxruns>": "x.max_runs",
+        "<endbeforestart>": "must be after start_at",
     }.items():
         cases.append(Case([*sync, key], needle))
         cases.append(Case([*sync, key, "--dry-run"], needle))
@@ -386,6 +389,13 @@ def files(tmp_path: Path) -> dict[str, str]:
         "<badrule>": b'[[schedule]]\nkey = "x"\nrule = "cron:0 0 31 2 *"\nzone = "UTC"\n'
         b'job_type = "t"\n',
         "<unknownkey>": b"[other]\nx = 1\n",
+        # Issue 24: an unknown overlap policy, a run limit below one, an end before the start.
+        "<badoverlap>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b'overlap = "queue"\n',
+        "<badmaxruns>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b"max_runs = 0\n",
+        "<endbeforestart>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b"start_at = 2030-02-01T00:00:00Z\nend_at = 2030-01-01T00:00:00Z\n",
     }
     out = {}
     for key, data in contents.items():
