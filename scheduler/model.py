@@ -230,7 +230,7 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         CatchUp(catch_up), grace, catch_up_max, quiet, paused, cursor_at, next_run_at, next_key,
         last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source, created_at,
         updated_at, Overlap(overlap), overlap_skipped, pause_note, paused_until, start_at,
-        end_at, max_runs, finished_at, list(overlap_job_ids),
+        end_at, max_runs, finished_at, overlap_job_ids,
     )  # fmt: skip
 
 
