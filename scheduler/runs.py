@@ -37,7 +37,7 @@ from jobs.internal import (
 )
 from scheduler.errors import InvalidSchedule
 from scheduler.model import Overlap, Schedule
-from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
+from scheduler.occurrence_job import MANUAL, OccurrenceMeta, occurrence_idempotency_key
 from scheduler.overlap import (
     Remembered,
     active_steps,
@@ -175,7 +175,7 @@ def _record_overlaps(
 
 def manual_key(at: datetime) -> str:
     """The occurrence key of a triggered occurrence: its nominal instant in UTC."""
-    return "manual:" + at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return MANUAL + at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _trigger(

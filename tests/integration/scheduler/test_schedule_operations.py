@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import jobs
 import scheduler
 from jobs.retry import SUCCEEDED
 from jobs.store import Finished, PgJobStore
@@ -332,3 +333,28 @@ def test_under_skip_a_backfill_finds_what_the_tick_ran_and_a_trigger_its_own_job
     again = scheduler.trigger(conn, s.id, at=at, now=now + timedelta(minutes=1))
     assert (first.outcome, again.outcome) == ("created", "existing")
     assert again.job_id == first.job_id
+
+
+def test_a_triggered_reminder_is_not_superseded_by_a_change_of_rule(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """An occurrence triggered by hand is no occurrence of the rule: the still-due check does
+    not call it superseded when the rule changes before it runs; a pause still stops it."""
+    from scheduler.reminders import still_due
+
+    s = scheduler.create_schedule(
+        conn, job_type="reminder", rule="daily@08:00", zone="UTC", subject="u", now=T0
+    )
+    run = scheduler.trigger(conn, s.id, at=T0 + timedelta(hours=1), now=T0 + timedelta(hours=1))
+    scheduler.update_schedule(conn, s.id, rule="daily@09:00", now=T0 + timedelta(hours=1))
+    assert run.job_id is not None
+    record = jobs.get_job(conn, run.job_id)
+    as_job = jobs.Job(
+        id=record.id, queue=record.queue, job_type=record.job_type, payload=record.payload,
+        attempt=1, max_attempts=record.max_attempts, idempotency_key=record.idempotency_key,
+        organization_id=record.organization_id, priority=record.priority, run_at=record.run_at,
+        created_at=record.created_at, lease_token=0,
+    )  # fmt: skip
+    assert still_due(conn, as_job, now=T0 + timedelta(hours=1)).due
+    scheduler.pause(conn, s.id, now=T0 + timedelta(hours=1))
+    assert still_due(conn, as_job, now=T0 + timedelta(hours=1)).reason == "paused"
