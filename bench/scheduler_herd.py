@@ -63,6 +63,7 @@ from jobs.queries import query as jobs_query  # noqa: E402
 from scheduler import Scheduler, devdb  # noqa: E402
 from scheduler.devdb import database_url  # noqa: E402
 from scheduler.model import Schedule, TickResult  # noqa: E402
+from scheduler.overlap import Remembered  # noqa: E402
 from scheduler.planner import Plan, PlanMemo  # noqa: E402
 from scheduler.queries import query as scheduler_query  # noqa: E402
 from scheduler.tick import DEFAULT_BATCH_SIZE, DEFAULT_MAX_LOOKAHEAD  # noqa: E402
@@ -362,10 +363,11 @@ class TimedScheduler(Scheduler):
         now: datetime,
         result: TickResult,
         memo: PlanMemo | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
         start = time.perf_counter()
         try:
-            super()._write(conn, plans, now, result, memo)
+            super()._write(conn, plans, now, result, memo, remembered)
         finally:
             _add("write total", time.perf_counter() - start)
 

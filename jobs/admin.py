@@ -189,14 +189,22 @@ def _list_jobs(
     job_type: str | None = None,
     error_code: str | None = None,
     limit: int = 100,
+    after: int | None = None,
 ) -> Steps[list[JobRecord]]:
-    """Jobs in the given statuses (dead by default), oldest id first."""
+    """One page of jobs in the given statuses (dead by default), oldest id first: at most
+    ``limit`` with an id above ``after``. Page through any number with ``after=`` the last id
+    of the previous page, until a page comes back short."""
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, int) or not 0 <= after < 2**63
+    ):
+        raise InvalidJob("after", after, "must be None or a job id from 0")
     params: dict[str, Any] = {
         "statuses": _statuses(statuses, set(JobStatus), "statuses"),
         "queue": None if queue is None else validate.queue_name(queue),
         "job_type": None if job_type is None else validate.job_type(job_type),
         "error_code": _error_code(error_code, "error_code"),
         "limit": limit,
+        "after": after,
     }
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
         raise InvalidJob("limit", limit, "must be from 1 to 100000")
@@ -242,6 +250,15 @@ def supersede_steps(
         "job_supersede_by_keys" if org is not None else "job_supersede_by_keys_no_org"
     )
     return [row[0] for row in (yield query(name), params)]
+
+
+def active_among_steps(ids: Sequence[int]) -> Steps[dict[int, str]]:
+    """Which of the jobs ``ids`` are still active (pending, retrying or leased): ``{id:
+    status}``; a job that finished or no longer exists is absent."""
+    if not ids:
+        return {}
+    rows = yield query("job_active_among"), {"ids": list(ids)}
+    return {job_id: status for job_id, status in rows}
 
 
 # Each operation above is written once, as steps (jobs/steps.py); its sync and async forms:

@@ -599,6 +599,24 @@ def _columns_steps(columns: JobColumns, now: datetime | None, early: bool) -> St
     return [Enqueued(job_id, True) for job_id in ids]
 
 
+def existing_by_keys_steps(
+    organization_ids: list[Any], job_types: list[str], idempotency_keys: list[str]
+) -> Steps[dict[int, int]]:
+    """The jobs that already hold some of a batch of idempotency keys (parallel lists, checked
+    by the caller): ``{index: job id}``, index from 0. A job keeps its key whatever its status."""
+    if not idempotency_keys:
+        return {}
+    params = {
+        "organization_ids": organization_ids,
+        "job_types": job_types,
+        "idempotency_keys": idempotency_keys,
+    }
+    return {
+        int(ordinal) - 1: job_id
+        for ordinal, job_id in (yield query("job_find_many_by_key"), params)
+    }
+
+
 def _copied_unless_taken(copy: Copy) -> Steps[bool]:
     """``copy`` in a savepoint: False when it failed on an idempotency key taken already (it
     is rolled back; the caller falls back to the INSERT, outside this handler)."""

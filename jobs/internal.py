@@ -15,11 +15,13 @@ that ``jobs``, ``timezones`` and the examples do not import it (tests and benche
 """
 
 from jobs import logs, queries, steps, validate
-from jobs.admin import supersede_steps
+from jobs.admin import _cancel as cancel_steps
+from jobs.admin import active_among_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
 from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
-from jobs.enqueue import JobColumns, enqueue_columns
+from jobs.enqueue import JobColumns, enqueue_columns, existing_by_keys_steps
+from jobs.enqueue import _columns_steps as enqueue_columns_steps
 from jobs.listener import CHANNEL as JOBS_CHANNEL
 from jobs.migrate import pending as pending_migrations
 from jobs.service import default_name
@@ -39,9 +41,13 @@ __all__ = [
     "Pooler",
     "Steps",
     "Unset",
+    "active_among_steps",
+    "cancel_steps",
     "config_settings",
     "default_name",
     "enqueue_columns",
+    "enqueue_columns_steps",
+    "existing_by_keys_steps",
     "forms",
     "listen_url",
     "logs",

@@ -291,12 +291,22 @@ class OutboxStats:
     oldest_pending_age: float
 
 
-def dead_events(conn: psycopg.Connection[Any], *, limit: int = 100) -> list[DeadEvent]:
-    """The dead events, oldest first."""
+def dead_events(
+    conn: psycopg.Connection[Any], *, limit: int = 100, after: uuid.UUID | str | None = None
+) -> list[DeadEvent]:
+    """One page of dead events, oldest first: at most ``limit``, after the event ``after``
+    (the last id of the previous page; a keyset on when each died). Page through any number
+    until a page comes back short."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidJob("limit", limit, "must be a positive integer")
+    cursor = None
+    if after is not None:
+        try:
+            cursor = after if isinstance(after, uuid.UUID) else uuid.UUID(str(after))
+        except ValueError:
+            raise InvalidJob("after", after, "must be None or an event id (a UUID)") from None
     with conn.cursor() as cur:
-        cur.execute(query("outbox_event_list_dead"), {"limit": limit})
+        cur.execute(query("outbox_event_list_dead"), {"limit": limit, "after": cursor})
         return [DeadEvent(*row) for row in cur.fetchall()]
 
 

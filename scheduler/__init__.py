@@ -1,8 +1,16 @@
 """The replicated scheduler, user reminders and cron definitions; the CLI lives here too."""
 
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound, SchedulerError
-from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule, TickResult
+from scheduler.model import CatchUp, Overlap, QuietAction, QuietHours, Schedule, TickResult
 from scheduler.occurrence_job import occurrence_idempotency_key
+from scheduler.runs import (
+    Backfill,
+    OccurrenceRun,
+    backfill,
+    backfill_async,
+    trigger,
+    trigger_async,
+)
 from scheduler.schedules import (
     create_schedule,
     create_schedule_async,
@@ -26,9 +34,12 @@ from scheduler.tick import Scheduler, SchedulerConfig
 from timezones.errors import InvalidInput, TockworkError
 
 __all__ = [
+    "Backfill",
     "CatchUp",
     "InvalidInput",
     "InvalidSchedule",
+    "OccurrenceRun",
+    "Overlap",
     "QuietAction",
     "QuietHours",
     "Schedule",
@@ -40,6 +51,8 @@ __all__ = [
     "SchedulerError",
     "TickResult",
     "TockworkError",
+    "backfill",
+    "backfill_async",
     "create_schedule",
     "create_schedule_async",
     "create_schedules",
@@ -55,6 +68,8 @@ __all__ = [
     "pause_async",
     "resume",
     "resume_async",
+    "trigger",
+    "trigger_async",
     "update_schedule",
     "update_schedule_async",
 ]

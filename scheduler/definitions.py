@@ -48,6 +48,7 @@ from pydantic import ValidationError, model_validator
 from jobs import InvalidInput, RateLimit
 from jobs.limits import LimitSync, sync_limits
 from scheduler.errors import InvalidSchedule
+from scheduler.model import Schedule
 from scheduler.schedules import (
     create_schedule,
     delete,
@@ -111,6 +112,17 @@ class SyncResult:
 
 # A definitions file larger than this is refused before it is read.
 MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+def _all_schedules(conn: psycopg.Connection[Any], organization_id: Any) -> Iterable[Schedule]:
+    """Every schedule of the organization, page by page (no cap on how many)."""
+    after: int | None = None
+    while True:
+        page = list_schedules(conn, organization_id=organization_id, limit=10_000, after=after)
+        yield from page
+        if len(page) < 10_000:
+            return
+        after = page[-1].id
 
 
 def load_file(path: str | Path) -> list[Definition]:
@@ -251,7 +263,7 @@ def sync(
             raise InvalidSchedule("key", key, reason)
     existing = {
         s.key: s
-        for s in list_schedules(conn, organization_id=organization_id, limit=100_000)
+        for s in _all_schedules(conn, organization_id)
         if s.key is not None and s.key.startswith(BUILTIN_PREFIX) == builtin
     }
     result = SyncResult()

@@ -8,8 +8,8 @@ definition key               rule (UTC)            what the job does
                                                    fleet with no worker running)
 ``tockwork.retention``       ``cron:17 3 * * *``   deletes succeeded and cancelled jobs, attempt
                                                    history, effect records, schedule skips,
-                                                   webhook attempts and processed outbox events
-                                                   older than their age
+                                                   webhook attempts, processed outbox events and
+                                                   finished one-off schedules older than their age
 ``tockwork.tzdb_recompute``  ``cron:7 * * * *``    recomputes schedules computed with another
                                                    tz database version
 ``tockwork.attempt_rollup``  ``every:1m``          counts the attempts of each closed minute
@@ -77,6 +77,9 @@ DEFAULT_AGES = {
     "skips_days": 30,
     "outbox_days": 7,
     "webhook_attempts_days": 30,
+    # Finished one-off (``once:``) schedules, kept marked for this long after they fired
+    # (issue 24); recurring schedules that finished are kept until deleted.
+    "finished_once_days": 30,
 }
 
 
@@ -135,9 +138,9 @@ def _days(name: str, days: Any) -> timedelta:
 
 
 def _delete_before(conn: psycopg.Connection[Any], name: str, before: datetime) -> int:
-    """One of the scheduler's own tables (``name`` deletes one batch; for ``schedule_skips``
-    its default partition, the days being dropped whole): bounded deletes until one deletes
-    less than a batch."""
+    """One of the scheduler's own tables (``name`` deletes one batch: schedule skips, for
+    ``schedule_skips`` its default partition, the days being dropped whole; webhook attempts;
+    finished one-off schedules): bounded deletes until one deletes less than a batch."""
     total = 0
     while True:
         with conn.transaction():
@@ -184,6 +187,11 @@ def retention(
             conn,
             "webhook_attempt_delete_before",
             at - _days("webhook_attempts_days", settings["webhook_attempts_days"]),
+        ),
+        "finished_schedules": _delete_before(
+            conn,
+            "schedule_delete_finished_once",
+            at - _days("finished_once_days", settings["finished_once_days"]),
         ),
     }
     log.info("retention: deleted %s", counts)

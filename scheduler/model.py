@@ -35,6 +35,21 @@ DEFAULT_GRACE: dict[CatchUp, timedelta | None] = {
 }
 
 
+class Overlap(StrEnum):
+    """What an occurrence does while the schedule's previous occurrence's job is still active
+    (pending, leased or retrying); see docs/scheduling.md, "Overlap".
+
+    ``skip``: do not enqueue it, count it (the default for definitions); ``buffer_one``: enqueue
+    one more that waits, skip any beyond it; ``allow``: enqueue it regardless (the default for
+    reminders); ``cancel_previous``: cancel the waiting previous job and enqueue this one.
+    """
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    ALLOW = "allow"
+    CANCEL_PREVIOUS = "cancel_previous"
+
+
 class QuietAction(StrEnum):
     DEFER = "defer"  # deliver at the end of the quiet window
     SKIP = "skip"  # do not deliver this occurrence
@@ -127,6 +142,16 @@ class Schedule:
     source: str
     created_at: datetime
     updated_at: datetime
+    overlap: Overlap = field(default_factory=lambda: Overlap.ALLOW)
+    overlap_skipped_count: int = 0
+    pause_note: str | None = None
+    paused_until: datetime | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    finished_at: datetime | None = None
+    # The jobs enqueued last under an overlap policy other than allow (scheduler/overlap.py).
+    overlap_job_ids: list[int] = field(default_factory=list)
     _rule: list[Rule] = field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -158,6 +183,20 @@ class Schedule:
         return self._rule[0]
 
     @property
+    def remaining_runs(self) -> int | None:
+        """How many more occurrences the schedule enqueues before ``max_runs`` ends it (None:
+        no limit). Trigger now and backfill do not use runs."""
+        if self.max_runs is None:
+            return None
+        return max(0, self.max_runs - self.enqueued_count)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the schedule ran out of occurrences (end of rule, ``end_at``, ``max_runs``):
+        it is kept, marked, and fires no more."""
+        return self.finished_at is not None
+
+    @property
     def tz(self) -> ZoneInfo:
         return get_zone(self.zone)
 
@@ -182,14 +221,16 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
         catch_up, grace, catch_up_max, q_start, q_end, q_action, paused, cursor_at, next_run_at,
         next_key, last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source,
-        created_at, updated_at,
+        created_at, updated_at, overlap, overlap_skipped, pause_note, paused_until, start_at,
+        end_at, max_runs, finished_at, overlap_job_ids,
     ) = row  # fmt: skip
     quiet = QuietHours(q_start, q_end, QuietAction(q_action)) if q_start is not None else None
     return Schedule(
         sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
         CatchUp(catch_up), grace, catch_up_max, quiet, paused, cursor_at, next_run_at, next_key,
         last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source, created_at,
-        updated_at,
+        updated_at, Overlap(overlap), overlap_skipped, pause_note, paused_until, start_at,
+        end_at, max_runs, finished_at, overlap_job_ids,
     )  # fmt: skip
 
 
@@ -201,6 +242,7 @@ class TickResult:
     duplicates: int = 0  # occurrences whose job already existed (another replica, a crash)
     missed: int = 0
     skipped: int = 0
+    overlapped: int = 0  # occurrences skipped by the overlap policy (previous job active)
     locked_elsewhere: int = 0
     schedules: int = 0
     batches: int = 0
@@ -219,3 +261,4 @@ class TickResult:
         self.locked_elsewhere += other.locked_elsewhere
         self.schedules += other.schedules
         self.batches += other.batches
+        self.overlapped += other.overlapped

@@ -36,6 +36,10 @@ _string = json.JSONEncoder(ensure_ascii=False).encode
 _KEY = _string(SCHEDULE_PAYLOAD_KEY) + ":"
 
 
+# The occurrence keys of occurrences triggered by hand (scheduler.runs.trigger) start so.
+MANUAL = "manual:"
+
+
 def occurrence_idempotency_key(schedule_id: int, occurrence_key: str) -> str:
     """The idempotency key of one occurrence's job: the same in every replica, every time."""
     return f"schedule:{schedule_id}:{occurrence_key}"

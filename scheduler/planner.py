@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from scheduler.model import CatchUp, QuietAction, Schedule
+from scheduler.model import CatchUp, Overlap, QuietAction, Schedule
 from timezones import Occurrence, next_after
 
 # At most this many occurrences are decided per schedule per tick; a schedule with more overdue
@@ -29,7 +29,7 @@ MAX_PER_TICK = 2000
 class OccurrenceDecision:
     occurrence: Occurrence
     run_at: datetime | None  # None: not enqueued
-    kind: str  # "enqueue", "missed", "skipped"
+    kind: str  # "enqueue", "missed", "skipped", "overlap"
     reason: str | None = None
 
 
@@ -42,6 +42,7 @@ class Plan:
     enqueued: int = 0
     missed: int = 0
     skipped: int = 0
+    overlapped: int = 0  # enqueue decisions the overlap policy turned into skips
 
     @property
     def last_enqueued(self) -> OccurrenceDecision | None:
@@ -78,10 +79,10 @@ class PlanMemo:
             return next_occurrence(schedule, after)
         k = (rule, schedule.zone, schedule.gap, schedule.fold, after)
         try:
-            return self._next[k]
+            occ = self._next[k]
         except KeyError:
-            occ = self._next[k] = next_occurrence(schedule, after)
-            return occ
+            occ = self._next[k] = _rule_next(schedule, after)
+        return _within(schedule, occ)
 
     def key(self, occ: Occurrence) -> str:
         """``occ.key``, formatted once per occurrence."""
@@ -104,8 +105,21 @@ def run_at_for(
     return occ.at + offset
 
 
-def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
+def _rule_next(schedule: Schedule, after: datetime) -> Occurrence | None:
     return next_after(schedule.rule, schedule.zone, after, gap=schedule.gap, fold=schedule.fold)
+
+
+def _within(schedule: Schedule, occ: Occurrence | None) -> Occurrence | None:
+    """``occ`` if it is within the schedule's ``end_at`` (the lifetime), else None."""
+    end = schedule.end_at
+    if occ is not None and end is not None and occ.at > end:
+        return None
+    return occ
+
+
+def next_occurrence(schedule: Schedule, after: datetime) -> Occurrence | None:
+    """The schedule's next occurrence after ``after``, None after its ``end_at``."""
+    return _within(schedule, _rule_next(schedule, after))
 
 
 def plan(
@@ -114,10 +128,44 @@ def plan(
     """Decide the occurrences of ``schedule`` after its cursor and up to ``horizon``.
 
     ``memo`` (one per batch) shares the occurrences of schedules alike (:class:`PlanMemo`).
+    With ``max_runs``, the plan stops at the enqueue that uses the last remaining run (the
+    tick then ends the schedule; an occurrence the overlap policy skips uses none).
     """
+    result = _plan(schedule, now, horizon, memo)
+    remaining = schedule.remaining_runs
+    if remaining is not None and result.enqueued > remaining:
+        _cap(result, remaining, memo)
+    return result
+
+
+def _cap(result: Plan, runs: int, memo: PlanMemo | None) -> None:
+    """Keep the decisions up to the ``runs``-th enqueue; the next is the one after it."""
+    seen = 0
+    for i, d in enumerate(result.decisions):
+        if d.kind == "enqueue":
+            seen += 1
+            if seen == runs:
+                dropped = result.decisions[i + 1 :]
+                del result.decisions[i + 1 :]
+                result.enqueued = runs
+                result.missed -= sum(1 for x in dropped if x.kind == "missed")
+                result.skipped -= sum(1 for x in dropped if x.kind == "skipped")
+                result.cursor_at = d.occurrence.at
+                result.next = dropped[0].occurrence if dropped else result.next
+                return
+
+
+def _plan(
+    schedule: Schedule, now: datetime, horizon: datetime, memo: PlanMemo | None = None
+) -> Plan:
     result = Plan(schedule)
     occs: list[Occurrence] = []
     step = memo.next_after if memo is not None else next_occurrence
+    if schedule.overlap is not Overlap.ALLOW:
+        # Decided when due, not ahead: whether the previous job is still active is known then.
+        horizon = min(horizon, now)
+    if schedule.remaining_runs == 0:
+        return result  # every run used: no next occurrence, the schedule is finished
     occ = step(schedule, schedule.cursor_at)
     while occ is not None and occ.at <= horizon and len(occs) < MAX_PER_TICK:
         occs.append(occ)

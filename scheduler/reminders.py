@@ -38,7 +38,7 @@ from jobs import Job, effects
 from jobs.internal import Steps, steps
 from scheduler import simulated
 from scheduler.model import QuietAction, QuietHours, Schedule, schedule_from_row
-from scheduler.occurrence_job import OccurrenceMeta, schedule_meta
+from scheduler.occurrence_job import MANUAL, OccurrenceMeta, schedule_meta
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now, database_now_steps, query
 from scheduler.simulated import Message, SimulatedPush
@@ -121,7 +121,9 @@ def _decide(
         return Due(False, "deleted")
     if state.paused:
         return Due(False, "paused")
-    if state.version != meta.version:
+    if state.version != meta.version and not meta.occurrence_key.startswith(MANUAL):
+        # (An occurrence triggered by hand is no occurrence of the rule: a change of the
+        # rule does not supersede it.)
         if schedule is None:  # deleted between the two reads
             return Due(False, "deleted")
         occ = next_occurrence(schedule, meta.at - timedelta(seconds=1))

@@ -17,21 +17,24 @@ new zone's occurrence for a local day that was already enqueued finds the existi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobs.internal import Many, Steps, forms, supersede_steps
 from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule, ScheduleExists, ScheduleNotFound
-from scheduler.model import CatchUp, QuietHours, Schedule, schedule_from_row
+from scheduler.model import CatchUp, Overlap, QuietHours, Schedule, schedule_from_row
 from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.planner import next_occurrence
 from scheduler.queries import database_now_steps, query
 from scheduler.spec import (
     INPUT_ERRORS,
     ScheduleSpec,
+    check_instant,
     check_key,
     check_source,
     check_subject,
@@ -48,6 +51,7 @@ from timezones import (
     rule_to_json,
     tzdb_version,
 )
+from timezones.inputs import text_problem
 
 _UNSET: Any = object()
 
@@ -55,17 +59,18 @@ _UNSET: Any = object()
 MAX_LIST = 100_000
 MAX_PREVIEW = 10_000
 _ID_MAX = 2**63 - 1
+# The smallest step of a timestamptz: a cursor this far before start_at keeps an occurrence at it.
+_TICK = timedelta(microseconds=1)
+MAX_NOTE = 500
 
 
 def _aware(field: str, value: Any) -> datetime:
+    """An aware datetime given to the API (``now``, ``until``...), in UTC."""
     if not isinstance(value, datetime):
         raise InvalidSchedule(field, value, "must be an aware datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidSchedule(field, value, "must be timezone-aware")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise InvalidSchedule(field, value, "is outside the years 1-9999 in UTC") from None
+    instant = check_instant(field, value)
+    assert instant is not None
+    return instant
 
 
 def _schedule_id(value: Any) -> int:
@@ -112,6 +117,10 @@ def _create(
     fold: FoldPolicy | str | None = None,
     paused: bool = False,
     source: str = "api",
+    overlap: Overlap | str | None = None,
+    start_at: datetime | str | None = None,
+    end_at: datetime | str | None = None,
+    max_runs: int | None = None,
     now: datetime | None = None,
     allow_past: bool = False,
 ) -> Steps[Schedule]:
@@ -122,6 +131,12 @@ def _create(
     A ``once:`` rule at or before ``now`` can never fire: it is refused (``InvalidSchedule``
     naming ``rule``) unless ``allow_past=True``, which creates the schedule finished (no next
     run).
+
+    ``overlap`` (default ``skip`` for named definitions, ``allow`` for reminders) says what an
+    occurrence does while the previous one's job is still active (:class:`Overlap`).
+    ``start_at`` and ``end_at`` bound the occurrences (none before the start, none after the
+    end); ``max_runs`` ends the schedule after that many enqueued occurrences. A schedule that
+    runs out of occurrences is kept, marked finished (``Schedule.finished_at``).
     """
     # The keyword parameters are ScheduleSpec's fields, spelled out for callers and type
     # checkers (tests/unit/scheduler/test_spec.py keeps the two the same).
@@ -233,10 +248,37 @@ def _naming_item(index: int) -> Iterator[None]:
         raise InvalidSchedule(f"items[{index}].{exc.field}", exc.value, exc.reason) from None
 
 
+def _start_cursor(spec: ScheduleSpec, at: datetime) -> datetime:
+    """Where a schedule's cursor starts: now, or just before ``start_at`` when that is later
+    (occurrences are strictly after the cursor, so one at ``start_at`` itself is kept)."""
+    if spec.start_at is not None and spec.start_at - _TICK > at:
+        return spec.start_at - _TICK
+    return at
+
+
+def _first_after(spec: ScheduleSpec, cursor: datetime, enqueued: int = 0) -> Any:
+    """The next occurrence after ``cursor`` within the lifetime (``end_at``, ``max_runs``), or
+    None: the rule, zone and policies proved to fit on the way."""
+    first = _check_policies(spec.rule, spec.zone, spec.gap, spec.fold, cursor)
+    if first is not None and spec.end_at is not None and first.at > spec.end_at:
+        return None
+    if spec.max_runs is not None and enqueued >= spec.max_runs:
+        return None
+    return first
+
+
 def _prepare_create(
     spec: ScheduleSpec, at: datetime, tzdb: str, allow_past: bool = False
 ) -> dict[str, Any]:
-    first = _check_policies(spec.rule, spec.zone, spec.gap, spec.fold, at)
+    if spec.end_at is not None and spec.end_at <= at and not allow_past:
+        raise InvalidSchedule(
+            "end_at",
+            spec.end_at.isoformat(),
+            f"is in the past (now is {at.isoformat(timespec='seconds')}): the schedule could "
+            "never fire; pass allow_past=True to create it finished",
+        )
+    cursor = _start_cursor(spec, at)
+    first = _first_after(spec, cursor)
     if first is None and isinstance(spec.rule, OnceRule) and not allow_past:
         # Issue 26: accepted, it was a schedule that could never fire, created without a word.
         raise InvalidSchedule(
@@ -247,9 +289,10 @@ def _prepare_create(
         )
     params = spec.params()
     params.update(
-        cursor_at=at,
+        cursor_at=cursor,
         next_run_at=first.at if first else None,
         next_key=first.key if first else None,
+        finished_at=None if first else at,
         tzdb=tzdb,
         now=at,
     )
@@ -305,20 +348,41 @@ def _list(
     subject: str | int | None = None,
     source: str | None = None,
     limit: int = 1000,
+    after: int | None = None,
 ) -> Steps[list[Schedule]]:
-    """Schedules, optionally of one organization, one subject or one source; by id."""
-    return (yield from _list_steps(organization_id, subject, source, limit))
+    """One page of schedules in id order, optionally of one organization, one subject or one
+    source: at most ``limit`` (up to 100,000) with an id above ``after``. Page through any
+    number with ``after=`` the last id of the previous page, until a page comes back short."""
+    return (yield from _list_steps(organization_id, subject, source, limit, after))
 
 
 def _list_steps(
-    organization_id: Any, subject: str | int | None, source: str | None, limit: int
+    organization_id: Any,
+    subject: str | int | None,
+    source: str | None,
+    limit: int,
+    after: int | None = None,
 ) -> Steps[list[Schedule]]:
-    rows = yield query("schedule_list"), _list_params(organization_id, subject, source, limit)
+    params = _list_params(organization_id, subject, source, limit, after)
+    rows = yield query("schedule_list"), params
     return [schedule_from_row(tuple(r)) for r in rows]
 
 
+def _after(value: Any) -> int | None:
+    """A page's ``after=`` cursor: None (the first page) or an id (0 included)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _ID_MAX:
+        raise InvalidSchedule("after", value, f"must be None or an integer from 0 to {_ID_MAX}")
+    return value
+
+
 def _list_params(
-    organization_id: Any, subject: str | int | None, source: str | None, limit: int
+    organization_id: Any,
+    subject: str | int | None,
+    source: str | None,
+    limit: int,
+    after: int | None = None,
 ) -> dict[str, Any]:
     by_organization = organization_id is not _UNSET
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
@@ -337,6 +401,7 @@ def _list_params(
         "subject": None if subject is None else _subject(subject),
         "source": source,
         "limit": limit,
+        "after": _after(after),
     }
     return params
 
@@ -420,25 +485,58 @@ def _check_changes(schedule_id: Any, changes: Mapping[str, Any], now: datetime |
             settings[name].check(value)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    """A pause or a resume: ``paused`` with its note and end (None: until resumed)."""
+
+    paused: bool
+    note: str | None = None
+    until: datetime | None = None
+    actor: str | None = None
+
+
 def _change_steps(
-    schedule_id: Any, changes: Mapping[str, Any], now: datetime | None, *, pause: bool | None
+    schedule_id: Any, changes: Mapping[str, Any], now: datetime | None, *, pause: _Pause | None
 ) -> Steps[Schedule]:
     """update_schedule, pause and resume (and their async forms): the input checked, the row
     locked, the clock read, the jobs ahead superseded if the timing changed, the row written."""
     _check_changes(schedule_id, changes, now)
     current = yield from _get_steps(schedule_id, for_update=True)
     at = yield from database_now_steps(_checked_now(now))
+    if pause is not None and pause.until is not None and pause.until <= at:
+        raise InvalidSchedule(
+            "until",
+            pause.until.isoformat(),
+            f"must be after now ({at.isoformat(timespec='seconds')})",
+        )
     after, recompute, reset, reason = _plan(current, changes, pause)
     superseded = (yield from _supersede_steps(current, at, reason)) if reason is not None else 0
     yield (
         query("schedule_update"),
-        _update_params(current, after, at, reset, recompute, superseded),
+        _update_params(current, after, at, reset, recompute, superseded, pause),
     )
+    if pause is not None and pause.actor is not None:
+        yield query("dashboard_audit_insert"), _audit_params(current.id, pause, at)
     return (yield from _get_steps(current.id))
 
 
+def _audit_params(schedule_id: int, pause: _Pause, at: datetime) -> dict[str, Any]:
+    selection: dict[str, Any] = {"schedule_id": schedule_id}
+    if pause.note is not None:
+        selection["note"] = pause.note
+    if pause.until is not None:
+        selection["until"] = pause.until.isoformat()
+    return {
+        "actor": pause.actor,
+        "action": "pause" if pause.paused else "resume",
+        "filter": json.dumps(selection),
+        "affected": 1,
+        "now": at,
+    }
+
+
 def _plan(
-    current: Schedule, changes: Mapping[str, Any], pause: bool | None
+    current: Schedule, changes: Mapping[str, Any], pause: _Pause | None
 ) -> tuple[ScheduleSpec, bool, bool, str | None]:
     """What a change does (pure): the new spec, whether the next occurrence is recomputed,
     whether the cursor moves to now, and the reason to supersede the jobs ahead (or None)."""
@@ -446,17 +544,21 @@ def _plan(
     if "catch_up" in changes and changes["catch_up"] is None:
         # No catch-up policy given: the schedule keeps the one it has.
         changes = {name: value for name, value in changes.items() if name != "catch_up"}
+    if "overlap" in changes and changes["overlap"] is None:
+        changes = {name: value for name, value in changes.items() if name != "overlap"}
     if pause is not None:
-        changes = {**changes, "paused": pause}
+        changes = {**changes, "paused": pause.paused}
     after = before.changed(changes)
     timing = any(name in changes and after.differs(before, name) for name in after.timing())
-    if pause is True and not current.paused:
-        return after, True, True, "paused"
-    if pause is False and current.paused:
+    if pause is not None and pause.paused:
+        # A new pause supersedes what was enqueued ahead; pausing again moves the end.
+        return after, True, True, None if current.paused else "paused"
+    if pause is not None and current.paused:
         return after, True, True, None  # occurrences during the pause are not caught up
     if timing:
         return after, True, True, "schedule changed"
-    return after, pause is not None, False, None
+    runs = "max_runs" in changes and after.differs(before, "max_runs")
+    return after, pause is not None or runs, False, None
 
 
 def _update_params(
@@ -466,12 +568,21 @@ def _update_params(
     reset: bool,
     recompute: bool,
     superseded: int,
+    pause: _Pause | None = None,
 ) -> dict[str, Any]:
     cursor_at = at if reset else current.cursor_at
+    if pause is not None and pause.paused and pause.until is not None:
+        # Paused until a time: the occurrences up to it are not enqueued, nor caught up.
+        cursor_at = pause.until
+    if reset:
+        cursor_at = max(cursor_at, _start_cursor(after, cursor_at))
     next_occ_at, next_key = current.next_run_at, current.next_occurrence_key
     if recompute:
-        first = _check_policies(after.rule, after.zone, after.gap, after.fold, cursor_at)
+        first = _first_after(after, cursor_at, current.enqueued_count)
         next_occ_at, next_key = (first.at, first.key) if first else (None, None)
+    note, until = current.pause_note, current.paused_until
+    if pause is not None:
+        note, until = (pause.note, pause.until) if pause.paused else (None, None)
     params = after.params()
     params.update(
         id=current.id,
@@ -481,19 +592,63 @@ def _update_params(
         tzdb=tzdb_version(),
         superseded=superseded,
         version_step=1,
+        pause_note=note,
+        paused_until=until,
+        finished_at=None if next_occ_at is not None else (current.finished_at or at),
         now=at,
     )
     return params
 
 
-def _pause(schedule_id: int, *, now: datetime | None = None) -> Steps[Schedule]:
-    """Stop enqueueing; occurrences enqueued ahead of now are superseded."""
-    return (yield from _change_steps(schedule_id, {}, now, pause=True))
+def _note(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_NOTE:
+        raise InvalidSchedule("note", value, f"must be a string of at most {MAX_NOTE} characters")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidSchedule("note", value, problem)
+    return value
 
 
-def _resume(schedule_id: int, *, now: datetime | None = None) -> Steps[Schedule]:
-    """Enqueue again from now on; the occurrences during the pause are not caught up."""
-    return (yield from _change_steps(schedule_id, {}, now, pause=False))
+def _actor(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= 200 or text_problem(value):
+        raise InvalidSchedule("actor", value, "must be a string of 1-200 characters")
+    return value
+
+
+def _pause(
+    schedule_id: int,
+    *,
+    note: str | None = None,
+    until: datetime | None = None,
+    actor: str | None = None,
+    now: datetime | None = None,
+) -> Steps[Schedule]:
+    """Stop enqueueing; occurrences enqueued ahead of now are superseded.
+
+    ``note`` (at most 500 characters) says why, read back as ``Schedule.pause_note``; ``until``
+    (after now) ends the pause by itself: the schedule's next occurrence is the first after it,
+    and the occurrences during the pause are not caught up (``Schedule.paused_until``). With
+    ``actor``, the pause is recorded in the audit trail (``dashboard_audit``) in the same
+    transaction. Pausing a paused schedule replaces its note and end.
+    """
+    pause = _Pause(
+        True, _note(note), None if until is None else _aware("until", until), _actor(actor)
+    )
+    return (yield from _change_steps(schedule_id, {}, now, pause=pause))
+
+
+def _resume(
+    schedule_id: int, *, actor: str | None = None, now: datetime | None = None
+) -> Steps[Schedule]:
+    """Enqueue again from now on; the occurrences during the pause are not caught up. With
+    ``actor``, recorded in the audit trail."""
+    return (
+        yield from _change_steps(schedule_id, {}, now, pause=_Pause(False, actor=_actor(actor)))
+    )
 
 
 def _delete(schedule_id: int, *, now: datetime | None = None) -> Steps[bool]:

@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import time
+from datetime import UTC, datetime, time
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
 from uuid import UUID
@@ -32,7 +32,7 @@ from pydantic_core import CoreSchema, ErrorDetails, core_schema
 import jobs
 from jobs.internal import validate as job_validate
 from scheduler.errors import InvalidSchedule
-from scheduler.model import CatchUp, QuietAction, QuietHours, Schedule
+from scheduler.model import CatchUp, Overlap, QuietAction, QuietHours, Schedule
 from timezones import (
     FoldPolicy,
     GapPolicy,
@@ -50,6 +50,7 @@ MAX_KEY = 200
 # catch_up_max and catch_up_grace are int4 columns; these bounds are far below theirs.
 MAX_CATCH_UP = 1_000_000
 MAX_GRACE_SECONDS = 10 * 366 * 86_400
+MAX_RUNS = 1_000_000_000  # max_runs is an int4 column
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::00)?")
 _HHMM_SECONDS = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]")
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
@@ -255,6 +256,66 @@ def check_source(value: Any) -> str:
     return str(value)
 
 
+def check_overlap(value: Any, data: Mapping[str, Any]) -> Overlap:
+    if value is None:
+        # Named definitions (a key, no subject) skip an occurrence while the previous runs;
+        # reminders are independent of each other.
+        named = data.get("key") is not None and data.get("subject") is None
+        return Overlap.SKIP if named else Overlap.ALLOW
+    try:
+        return Overlap(value)
+    except (ValueError, TypeError):
+        raise InvalidSchedule(
+            "overlap", value, "must be 'skip', 'buffer_one', 'allow' or 'cancel_previous'"
+        ) from None
+
+
+def check_instant(field: str, value: Any) -> datetime | None:
+    """None, or an aware instant (a datetime with an offset, or its ISO 8601 text), in UTC."""
+    if value is None:
+        return None
+    given = value
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidSchedule(
+                field, given, "must be an ISO 8601 instant such as 2026-12-01T08:00Z"
+            ) from None
+    if not isinstance(value, datetime):
+        raise InvalidSchedule(field, given, "must be an aware datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidSchedule(field, given, "must be timezone-aware (an offset or Z)")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSchedule(field, given, "is outside the years 1-9999 in UTC") from None
+
+
+def check_start_at(value: Any) -> datetime | None:
+    return check_instant("start_at", value)
+
+
+def check_end_at(value: Any, data: Mapping[str, Any]) -> datetime | None:
+    end = check_instant("end_at", value)
+    start = data.get("start_at")
+    if end is not None and start is not None and end <= start:
+        raise InvalidSchedule(
+            "end_at", value, f"must be after start_at ({start.isoformat(timespec='seconds')})"
+        )
+    return end
+
+
+def check_max_runs(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUNS:
+        raise InvalidSchedule(
+            "max_runs", value, f"must be None or an integer from 1 to {MAX_RUNS:,}"
+        )
+    return value
+
+
 def _rule_sql(rule: Rule) -> dict[str, Any]:
     return {"rule": json.dumps(rule_to_json(rule))}
 
@@ -312,6 +373,13 @@ class ScheduleSpec(BaseModel):
     fold: Annotated[str | None, Setting(check_fold, timing=True)] = None
     paused: Annotated[bool, Setting(check_paused, update=False, definition=False)] = False
     source: Annotated[str, Setting(check_source, update=False, definition=False)] = "api"
+    # Issue 24: the overlap policy and the lifetime (docs/scheduling.md).
+    overlap: Annotated[
+        Overlap, Setting(check_overlap, sql=lambda v: {"overlap": str(v)}, with_data=True)
+    ] = Field(None, validate_default=True)
+    start_at: Annotated[datetime | None, Setting(check_start_at, timing=True)] = None
+    end_at: Annotated[datetime | None, Setting(check_end_at, timing=True, with_data=True)] = None
+    max_runs: Annotated[int | None, Setting(check_max_runs)] = None
 
     if TYPE_CHECKING:
         # Keywords take what the checks accept (rule text, catch-up names...), not only the

@@ -57,11 +57,18 @@ from jobs.internal import (
     merged,
     service_span,
     setting,
+    steps,
 )
 from jobs.metrics import Metrics
 from scheduler.errors import InvalidSchedule
-from scheduler.model import Schedule, TickResult, schedule_from_row
+from scheduler.model import Overlap, Schedule, TickResult, schedule_from_row
 from scheduler.occurrence_job import OccurrenceMeta, occurrence_idempotency_key
+from scheduler.overlap import (
+    Remembered,
+    apply_overlap_steps,
+    remember_steps,
+    with_concurrency_keys,
+)
 from scheduler.planner import (
     LOOKAHEAD_SAFETY,
     OccurrenceDecision,
@@ -150,6 +157,7 @@ class _Advance:
     enqueued: list[int] = field(default_factory=list)
     missed: list[int] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    overlapped: list[int] = field(default_factory=list)
     tzdbs: list[str] = field(default_factory=list)
 
     def add(
@@ -161,16 +169,21 @@ class _Advance:
         tzdb: str,
     ) -> None:
         last = p.last_enqueued
-        self.ids.append(p.schedule.id)
+        s = p.schedule
+        nxt = p.next
+        if s.max_runs is not None and s.enqueued_count + created >= s.max_runs:
+            nxt = None  # every run used: the schedule is finished
+        self.ids.append(s.id)
         self.cursor_ats.append(p.cursor_at)
-        self.next_run_ats.append(p.next.at if p.next else None)
-        self.next_keys.append(keyof(p.next) if p.next else None)
+        self.next_run_ats.append(nxt.at if nxt else None)
+        self.next_keys.append(keyof(nxt) if nxt else None)
         self.last_keys.append(keyof(last.occurrence) if last else None)
         self.last_ats.append(last.occurrence.at if last else None)
         self.last_job_ids.append(last_job)
         self.enqueued.append(created)
         self.missed.append(p.missed)
         self.skipped.append(p.skipped)
+        self.overlapped.append(p.overlapped)
         self.tzdbs.append(tzdb)
 
     def params(self, now: datetime) -> dict[str, Any]:
@@ -178,7 +191,8 @@ class _Advance:
             "ids": self.ids, "cursor_ats": self.cursor_ats, "next_run_ats": self.next_run_ats,
             "next_keys": self.next_keys, "last_keys": self.last_keys, "last_ats": self.last_ats,
             "last_job_ids": self.last_job_ids, "enqueued": self.enqueued, "missed": self.missed,
-            "skipped": self.skipped, "tzdbs": self.tzdbs, "now": now,
+            "skipped": self.skipped, "overlapped": self.overlapped, "tzdbs": self.tzdbs,
+            "now": now,
         }  # fmt: skip
 
 
@@ -404,6 +418,7 @@ class Scheduler(Service[TickResult]):
             ("enqueued", result.enqueued),
             ("missed", result.missed),
             ("skipped", result.skipped),
+            ("overlap", result.overlapped),
             ("duplicate", result.duplicates),
         ):
             self.metrics.occurrences.labels(outcome).inc(n)
@@ -468,7 +483,12 @@ class Scheduler(Service[TickResult]):
         with conn.transaction():
             rows = conn.execute(
                 query("schedule_due_lock"),
-                {"horizon": horizon, "limit": self.batch_size, "lock_class": SCHEDULE_LOCK_CLASS},
+                {
+                    "horizon": horizon,
+                    "now": now,
+                    "limit": self.batch_size,
+                    "lock_class": SCHEDULE_LOCK_CLASS,
+                },
             ).fetchall()
             schedules: list[Schedule] = []
             for row in rows:
@@ -480,7 +500,8 @@ class Scheduler(Service[TickResult]):
                 return result
             memo = PlanMemo()
             plans = [plan(s, now, horizon, memo) for s in schedules]
-            self._write(conn, plans, now, result, memo)
+            _, remembered = steps.run(conn.cursor(), apply_overlap_steps(plans, now))
+            self._write(conn, plans, now, result, memo, remembered)
         result.schedules = len(schedules)
         return result
 
@@ -491,11 +512,13 @@ class Scheduler(Service[TickResult]):
         now: datetime,
         result: TickResult,
         memo: PlanMemo | None = None,
+        remembered: Remembered | None = None,
     ) -> None:
         keyof = memo.key if memo is not None else _occurrence_key
         # The schedules were validated when created; build the insert's columns directly.
-        columns = JobColumns()  # no concurrency or unique keys: their defaults
+        columns = JobColumns()  # no unique or concurrency keys unless an overlap policy sets them
         owners: list[int] = []  # the plan index of each job row
+        policed: list[tuple[int, Schedule]] = []  # (job row, schedule) under an overlap policy
         skips = _Skips()
         for p_index, p in enumerate(plans):
             s = p.schedule
@@ -503,6 +526,8 @@ class Scheduler(Service[TickResult]):
                 key = keyof(d.occurrence)
                 if d.kind == "enqueue":
                     meta = OccurrenceMeta(s.id, key, d.occurrence.at, s.version)
+                    if s.overlap is not Overlap.ALLOW:
+                        policed.append((len(owners), s))
                     columns.organization_ids.append(s.organization_id)
                     columns.queues.append(s.queue)
                     columns.job_types.append(s.job_type)
@@ -514,6 +539,8 @@ class Scheduler(Service[TickResult]):
                     owners.append(p_index)
                 else:
                     skips.add(s.id, key, d)
+        if policed:
+            with_concurrency_keys(columns, policed)
         order = _run_at_order(cast("list[datetime]", columns.run_ats))  # each has its run_at
         # The tick's instant, not a fresh clock read: planning and enqueueing agree on now.
         if order is None:
@@ -531,6 +558,10 @@ class Scheduler(Service[TickResult]):
                 created[p_index] += 1
             else:
                 result.duplicates += 1
+        if policed and remembered is not None:
+            for row, sched in policed:
+                remembered.jobs.setdefault(sched.id, []).append(enqueued[row].id)
+            steps.run(conn.cursor(), remember_steps(remembered))
         if skips.ids:
             conn.execute(query("schedule_skip_record"), skips.params(now))
         advance = _Advance()
@@ -539,6 +570,7 @@ class Scheduler(Service[TickResult]):
             result.enqueued += created[i]
             result.missed += p.missed
             result.skipped += p.skipped
+            result.overlapped += p.overlapped
         conn.execute(query("schedule_advance"), advance.params(now))
 
     # -- tz database changes ----------------------------------------------------------------

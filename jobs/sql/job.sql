@@ -178,6 +178,13 @@ JOIN jobs AS j
  AND j.organization_id IS NOT DISTINCT FROM k.organization_id
  AND j.status IN ('pending', 'retrying', 'leased');
 
+-- name: job_active_among
+-- Which of these jobs are still active (pending, retrying or leased), with their status: the
+-- scheduler's overlap policies (scheduler/overlap.py) ask it of the jobs a schedule enqueued
+-- last. A primary-key probe per id.
+SELECT id, status FROM jobs
+WHERE id = ANY(%(ids)b::bigint[]) AND status IN ('pending', 'retrying', 'leased');
+
 -- fragment: job_columns
 -- Job's fields in their order (jobs/store.py builds a Job from a row positionally; the column
 -- is 'attempts' where the field is 'attempt').
@@ -905,6 +912,7 @@ WHERE status = ANY(%(statuses)b::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
   AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+  AND (%(after)s::bigint IS NULL OR id > %(after)s::bigint)
 ORDER BY id
 LIMIT %(limit)s;
 

@@ -145,10 +145,14 @@ WHERE o.id = i.id AND o.attempts = i.token
 RETURNING o.id, o.dead_at IS NOT NULL AS dead;
 
 -- name: outbox_event_list_dead
+-- One page of dead events in the order they died, after the event %(after)s (a keyset on
+-- (dead_at, seq); NULL: the first page).
 SELECT id, organization_id, aggregate_type, aggregate_id, event_type, schema_version, payload,
        occurred_at, attempts, last_error, dead_at
 FROM outbox_events
 WHERE dead_at IS NOT NULL
+  AND (%(after)s::uuid IS NULL
+       OR (dead_at, seq) > (SELECT dead_at, seq FROM outbox_events WHERE id = %(after)s::uuid))
 ORDER BY dead_at, seq
 LIMIT %(limit)s;
 

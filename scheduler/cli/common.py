@@ -200,6 +200,16 @@ def text(field: str, maximum: int = 200) -> Callable[[str], str]:
     return parse
 
 
+def after_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--after ID``: a list command's keyset cursor (the last id of the previous page)."""
+    parser.add_argument(
+        "--after",
+        type=integer("--after", 0, MAX_ID),
+        metavar="ID",
+        help=f"the page after this {what} id (the last id of the previous page)",
+    )
+
+
 def instant(text: str) -> datetime:
     """An argparse type: an aware ISO 8601 instant (``Z`` or an offset required)."""
     try:

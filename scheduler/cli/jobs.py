@@ -16,6 +16,7 @@ from scheduler.cli.common import (
     MAX_COUNT,
     InputError,
     SubParsers,
+    after_arg,
     connect,
     database_arg,
     ensure_schema,
@@ -94,6 +95,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             job_type=args.job_type,
             error_code=args.error_code,
             limit=args.limit,
+            after=args.after,
         )
     if args.json:
         print(
@@ -120,7 +122,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             f"{r.id:>10} {r.status:<10} {r.queue:<16} {r.job_type:<20} {r.attempts:>4} "
             f"{r.last_error_code or ''}: {(r.last_error_summary or '')[:80]}"
         )
-    print(f"({len(records)} job(s))")
+    more = f"; next page: --after {records[-1].id}" if len(records) == args.limit else ""
+    print(f"({len(records)} job(s){more})")
     return 0
 
 
@@ -285,8 +288,9 @@ def _list_options(q: argparse.ArgumentParser) -> None:
         type=positive_int("--limit", MAX_COUNT),
         default=100,
         metavar="N",
-        help=f"at most this many, newest first (1 to {MAX_COUNT:,})",
+        help=f"at most this many, oldest id first (1 to {MAX_COUNT:,})",
     )
+    after_arg(q, "job")
     q.add_argument("--json", action="store_true", help="print a JSON list")
 
 

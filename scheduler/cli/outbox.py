@@ -86,7 +86,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
 
 def cmd_dead(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        events = outbox.dead_events(conn, limit=args.limit)
+        events = outbox.dead_events(conn, limit=args.limit, after=args.after)
     if args.json:
         print(json.dumps([
             {"id": str(e.id), "event_type": e.event_type, "aggregate_type": e.aggregate_type,
@@ -101,7 +101,8 @@ def cmd_dead(args: argparse.Namespace) -> int:
             f"{e.id}  {e.event_type:<28} {where:<32} attempts={e.attempts} "
             f"{e.dead_at:%Y-%m-%dT%H:%M:%SZ}  {e.last_error or ''}"
         )
-    print(f"({len(events)} dead event(s))")
+    more = f"; next page: --after {events[-1].id}" if len(events) == args.limit else ""
+    print(f"({len(events)} dead event(s){more})")
     return 0
 
 
@@ -139,6 +140,12 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         default=100,
         metavar="N",
         help=f"at most this many (1 to {MAX_COUNT:,})",
+    )
+    q.add_argument(
+        "--after",
+        type=event_id,
+        metavar="ID",
+        help="the page after this event id (the last id of the previous page)",
     )
     q.add_argument("--json", action="store_true", help="print a JSON list")
     q.set_defaults(func=cmd_dead)

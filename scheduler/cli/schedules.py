@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import tomllib
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from scheduler.cli.common import (
     MAX_COUNT,
     InputError,
     SubParsers,
+    after_arg,
     config_args,
     config_from_args,
     connect,
@@ -33,13 +35,17 @@ from scheduler.definitions import load_file, load_limits, sync
 from scheduler.errors import ScheduleNotFound
 from scheduler.maintenance import QUEUE as MAINTENANCE_QUEUE
 from scheduler.maintenance import sync_maintenance
-from scheduler.model import Schedule
-from scheduler.schedules import get_schedule, list_schedules, preview
+from scheduler.model import Overlap, Schedule
+from scheduler.runs import DEFAULT_BACKFILL_BATCH, MAX_BACKFILL_BATCH, backfill, trigger
+from scheduler.schedules import MAX_NOTE, get_schedule, list_schedules, pause, preview, resume
 from scheduler.tick import Scheduler, SchedulerConfig
 from timezones import SystemClock
 from timezones.errors import shown
 
 MAX_PREVIEW = 1000  # occurrences a preview prints (each one is a bounded computation)
+# Who the audit trail says paused or resumed a schedule from the command line.
+_ACTOR = "cli"
+_OVERLAPS = [str(o) for o in Overlap]
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -137,23 +143,36 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def state(s: Schedule) -> str:
+    """A schedule's state in words: ``active``, ``finished``, ``paused``, with the pause's end
+    and note (``paused until 2026-06-01T08:00:00+00:00: migrating``)."""
+    if s.paused:
+        until = f" until {s.paused_until.isoformat()}" if s.paused_until else ""
+        note = f": {s.pause_note}" if s.pause_note else ""
+        return f"paused{until}{note}"
+    return "finished" if s.finished else "active"
+
+
 def _row(s: Schedule) -> str:
     nxt = s.next_run_at.isoformat() if s.next_run_at else "-"
     name = s.key or (f"subject={s.subject}" if s.subject else "-")
     rule = json.dumps({k: v for k, v in s.rule_json.items() if k != "version"})
     return (
         f"{s.id:>7} {name:<24} {s.job_type:<22} {s.zone:<20} {nxt:<26} "
-        f"{'paused' if s.paused else 'active':<7} {rule}"
+        f"{'paused' if s.paused else 'finished' if s.finished else 'active':<8} {rule}"
     )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     with connect(args) as conn:
-        items = list_schedules(conn, limit=args.limit)
+        items = list_schedules(conn, limit=args.limit, after=args.after)
     print(f"{'id':>7} {'key/subject':<24} {'job_type':<22} {'zone':<20} {'next_run_at':<26} state")
     for s in items:
         print(_row(s))
-    print(f"({len(items)} schedule(s))")
+        if s.paused and (s.pause_note or s.paused_until):
+            print(f"{'':>8}{state(s)}")
+    more = f"; next page: --after {items[-1].id}" if len(items) == args.limit else ""
+    print(f"({len(items)} schedule(s){more})")
     return 0
 
 
@@ -176,11 +195,81 @@ def cmd_show(args: argparse.Namespace) -> int:
         "jitter_seconds", "catch_up", "catch_up_grace_seconds", "catch_up_max", "quiet_hours",
         "paused", "cursor_at", "next_run_at", "next_occurrence_key", "last_occurrence_key",
         "last_occurrence_at", "last_job_id", "enqueued_count", "missed_count", "skipped_count",
-        "tzdb_version", "version", "source", "created_at", "updated_at",
+        "tzdb_version", "version", "source", "created_at", "updated_at", "overlap",
+        "overlap_skipped_count", "pause_note", "paused_until", "start_at", "end_at", "max_runs",
+        "remaining_runs", "finished_at",
     ):  # fmt: skip
         print(f"{name:>22}: {getattr(s, name)}")
+    print(f"{'state':>22}: {state(s)}")
     print(f"{'rule':>22}: {json.dumps(s.rule_json)}")
     print(f"{'payload':>22}: {json.dumps(s.payload)}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        s = _find(conn, args.key)
+        s = pause(conn, s.id, note=args.note, until=args.until, actor=_ACTOR)
+    print(f"{s.key or s.id}: {state(s)}; next run {_when(s.next_run_at)}")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        s = _find(conn, args.key)
+        s = resume(conn, s.id, actor=_ACTOR)
+    print(f"{s.key or s.id}: {state(s)}; next run {_when(s.next_run_at)}")
+    return 0
+
+
+def _when(at: datetime | None) -> str:
+    return at.isoformat() if at else "- (none)"
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        s = _find(conn, args.key)
+        run = trigger(conn, s.id, at=args.at, overlap=args.overlap)
+    job = f"job {run.job_id}" if run.job_id is not None else "no job"
+    reason = f" ({run.reason})" if run.reason else ""
+    print(f"{s.key or s.id}: {run.occurrence_key} {run.outcome}: {job}{reason}")
+    return 0
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """Work through the range one batch (one transaction) at a time, printing progress."""
+    if args.end <= args.start:
+        raise InputError("--end", args.end.isoformat(), "must be after --start")
+    totals: dict[str, int] = {}
+    start: datetime | None = args.start
+    batches = 0
+    with connect(args) as conn:
+        s = _find(conn, args.key)
+        while start is not None:
+            result = backfill(
+                conn, s.id, start=start, end=args.end, overlap=args.overlap,
+                dry_run=args.dry_run, batch=args.batch,
+            )  # fmt: skip
+            if args.dry_run:
+                conn.rollback()
+            else:
+                conn.commit()
+            batches += 1
+            for o in result.occurrences:
+                totals[o.outcome] = totals.get(o.outcome, 0) + 1
+                if args.verbose:
+                    print(f"  {o.at.isoformat()} {o.occurrence_key} {o.outcome}"
+                          + (f" job {o.job_id}" if o.job_id is not None else ""))  # fmt: skip
+            last = result.occurrences[-1].at.isoformat() if result.occurrences else "-"
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(totals.items())) or "nothing"
+            print(f"batch {batches}: up to {last}: {counts}", flush=True)
+            start = result.resume_from
+    verb = "would enqueue" if args.dry_run else "enqueued"
+    created = totals.get("would_create" if args.dry_run else "created", 0)
+    print(
+        f"{s.key or s.id}: {verb} {created}, existing {totals.get('existing', 0)}, "
+        f"skipped {totals.get('would_skip' if args.dry_run else 'skipped', 0)} (overlap)"
+    )
     return 0
 
 
@@ -262,6 +351,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="N",
         help=f"at most this many (1 to {MAX_COUNT:,})",
     )
+    after_arg(q, "schedule")
     q.set_defaults(func=cmd_list)
     q = ssub.add_parser(
         "show", help="one schedule by key or id", description="One schedule, by key or id."
@@ -288,3 +378,76 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     q.add_argument("--json", action="store_true", help="print a JSON list")
     q.set_defaults(func=cmd_preview)
+    _register_operations(ssub)
+
+
+def _one_schedule(
+    ssub: SubParsers[argparse.ArgumentParser], name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """A command on one schedule: ``tockwork schedules NAME KEY_OR_ID --database-url ...``."""
+    q = ssub.add_parser(name, help=help, description=description)
+    database_arg(q)
+    q.add_argument("key", metavar="KEY_OR_ID", help="the schedule's key, or its numeric id")
+    return q
+
+
+def _register_operations(ssub: SubParsers[argparse.ArgumentParser]) -> None:
+    """pause, resume, trigger and backfill (issue 24)."""
+    q = _one_schedule(
+        ssub,
+        "pause",
+        "pause a schedule, with a note and an optional end",
+        "Pause a schedule: nothing is enqueued until it is resumed, or until "
+        "--until, when it resumes by itself; the occurrences in the pause are not caught up.",
+    )
+    q.add_argument(
+        "--note", type=text("--note", MAX_NOTE), metavar="TEXT", help="why (shown with it)"
+    )
+    q.add_argument("--until", type=instant, metavar="ISO", help="resume by itself at this instant")
+    q.set_defaults(func=cmd_pause)
+    q = _one_schedule(
+        ssub,
+        "resume",
+        "resume a paused schedule",
+        "Resume a paused schedule from now on (the paused occurrences are not caught up).",
+    )
+    q.set_defaults(func=cmd_resume)
+    q = _one_schedule(
+        ssub,
+        "trigger",
+        "run a schedule now, once more",
+        "Enqueue one extra occurrence of a schedule, to run now. Its nominal time "
+        "(--at, default now) is its identity: the same --at twice gives one job. The overlap "
+        "policy applies.",
+    )
+    q.add_argument("--at", type=instant, metavar="ISO", help="the nominal time (default: now)")
+    q.add_argument(
+        "--overlap", choices=_OVERLAPS, help="the overlap policy (default: the schedule's)"
+    )
+    q.set_defaults(func=cmd_trigger)
+    q = _one_schedule(
+        ssub,
+        "backfill",
+        "enqueue a past range's occurrences",
+        "Enqueue the occurrences of a schedule at or after --start and before "
+        "--end (in the past) under the scheduler's own occurrence keys: one that already has "
+        "a job is not enqueued again. Works in batches, one transaction each, and prints "
+        "progress; --dry-run says what it would do.",
+    )
+    q.add_argument("--start", type=instant, required=True, metavar="ISO", help="range start")
+    q.add_argument(
+        "--end", type=instant, required=True, metavar="ISO", help="range end (exclusive)"
+    )
+    q.add_argument(
+        "--overlap", choices=_OVERLAPS, help="the overlap policy (default: allow, every one)"
+    )
+    q.add_argument(
+        "--batch",
+        type=positive_int("--batch", MAX_BACKFILL_BATCH),
+        default=DEFAULT_BACKFILL_BATCH,
+        metavar="N",
+        help=f"occurrences per transaction (1 to {MAX_BACKFILL_BATCH:,})",
+    )
+    q.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
+    q.add_argument("--verbose", action="store_true", help="print each occurrence")
+    q.set_defaults(func=cmd_backfill)

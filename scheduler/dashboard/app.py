@@ -56,6 +56,8 @@ from scheduler.dashboard.auth import (
 from scheduler.dashboard.db import ConnectionPool, replica_lag
 from scheduler.dashboard.params import Params, id_list
 from scheduler.errors import ScheduleNotFound, SchedulerError, WebhookEndpointNotFound
+from scheduler.model import Overlap
+from scheduler.schedules import MAX_NOTE
 from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
 from timezones.errors import InvalidInput
 
@@ -705,10 +707,11 @@ async def schedule_page(request: Request) -> Response:
 
 
 async def schedule_pause(request: Request) -> Response:
-    await _action_form(request)
+    form = await _action_form(request)
     schedule_id = _schedule_id(request)
     paused = request.url.path.endswith("/pause")
     state = _state(request)
+    p = Params({n: _form_text(form, n) for n in ("note", "until")}, ["note", "until"])
     await _act(
         request,
         views.set_paused,
@@ -716,8 +719,68 @@ async def schedule_pause(request: Request) -> Response:
         paused,
         actor=_principal(request).actor,
         now=state.sql_now(),
+        note=p.text("note", max_length=MAX_NOTE) if paused else None,
+        until=p.instant("until") if paused else None,
     )
     return RedirectResponse(f"{_base(request)}/schedules/{schedule_id}", status_code=303)
+
+
+async def schedule_trigger(request: Request) -> Response:
+    """Trigger now (CSRF, audit): an extra occurrence, its nominal time ``at`` or now."""
+    form = await _action_form(request)
+    schedule_id = _schedule_id(request)
+    at = Params({"at": _form_text(form, "at")}, ["at"]).instant("at")
+    state = _state(request)
+    await _db(
+        request,
+        views.trigger_now,
+        schedule_id,
+        at=at,
+        actor=_principal(request).actor,
+        now=state.sql_now(),
+    )
+    return RedirectResponse(f"{_base(request)}/schedules/{schedule_id}", status_code=303)
+
+
+BACKFILL_FIELDS = ["start", "end", "overlap", "action"]
+
+
+async def schedule_backfill(request: Request) -> Response:
+    """Backfill preview (``action=preview``, writes nothing) or run (``action=run``: up to
+    10,000 occurrences, audited; the page offers the rest): the schedule's page with the
+    result."""
+    form = await _action_form(request)
+    schedule_id = _schedule_id(request)
+    p = Params({n: _form_text(form, n) for n in BACKFILL_FIELDS}, BACKFILL_FIELDS)
+    start, end = p.instant("start"), p.instant("end")
+    if start is None or end is None:
+        raise InvalidInput("start" if start is None else "end", None, "is required")
+    overlap = p.choice("overlap", [str(o) for o in Overlap])
+    dry_run = p.choice("action", ["preview", "run"], "preview") == "preview"
+    state = _state(request)
+    result = await _db(
+        request,
+        views.backfill,
+        schedule_id,
+        start=start,
+        end=end,
+        overlap=overlap,
+        dry_run=dry_run,
+        actor=_principal(request).actor,
+        now=state.sql_now(),
+    )
+    detail = await _db(request, views.schedule_detail, schedule_id, state.now())
+    counts = {k: result.count(k) for k in sorted({o.outcome for o in result.occurrences})}
+    detail["backfill"] = {
+        "dry_run": dry_run,
+        "start": start,
+        "end": end,
+        "overlap": overlap or "",
+        "counts": counts,
+        "resume_from": result.resume_from,
+        "occurrences": result.occurrences[:50],
+    }
+    return _page(request, "schedule.html", detail)
 
 
 async def preview_page(request: Request) -> Response:
@@ -1107,6 +1170,8 @@ def create_app(
         Route("/schedules/{schedule_id}", schedule_page),
         Route("/schedules/{schedule_id}/pause", schedule_pause, methods=["POST"]),
         Route("/schedules/{schedule_id}/resume", schedule_pause, methods=["POST"]),
+        Route("/schedules/{schedule_id}/trigger", schedule_trigger, methods=["POST"]),
+        Route("/schedules/{schedule_id}/backfill", schedule_backfill, methods=["POST"]),
         Route("/preview", preview_page),
         Route("/lateness", lateness_page),
         Route("/outbox", outbox_page),

@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 import jobs
 import timezones
 from jobs import outbox, processes
+from scheduler import runs
 from scheduler import schedules as schedule_api
 from scheduler.errors import WebhookEndpointNotFound
 from scheduler.health import scheduler_lag
@@ -555,6 +556,9 @@ _SCHEDULE_COLUMNS = (
     "last_occurrence_at",
     "enqueued_count",
     "source",
+    "pause_note",
+    "paused_until",
+    "finished_at",
 )
 
 
@@ -658,13 +662,61 @@ def set_paused(
     *,
     actor: str,
     now: datetime | None,
+    note: str | None = None,
+    until: datetime | None = None,
 ) -> None:
+    """Pause (with its note and end) or resume; the API writes the audit row, in the same
+    transaction."""
     with conn.transaction():
         if paused:
-            schedule_api.pause(conn, schedule_id, now=now)
+            schedule_api.pause(conn, schedule_id, note=note, until=until, actor=actor, now=now)
         else:
-            schedule_api.resume(conn, schedule_id, now=now)
-        audit(conn, actor, "pause" if paused else "resume", {"schedule_id": schedule_id}, 1, now)
+            schedule_api.resume(conn, schedule_id, actor=actor, now=now)
+
+
+def trigger_now(
+    conn: psycopg.Connection[Any],
+    schedule_id: int,
+    *,
+    at: datetime | None,
+    actor: str,
+    now: datetime | None,
+) -> runs.OccurrenceRun:
+    """Trigger now (its nominal time ``at``, default now), audited."""
+    with conn.transaction():
+        run = runs.trigger(conn, schedule_id, at=at, now=now)
+        selection = {"schedule_id": schedule_id, "occurrence": run.occurrence_key,
+                     "outcome": run.outcome}  # fmt: skip
+        audit(conn, actor, "trigger", selection, 1 if run.outcome == "created" else 0, now)
+    return run
+
+
+def backfill(
+    conn: psycopg.Connection[Any],
+    schedule_id: int,
+    *,
+    start: datetime,
+    end: datetime,
+    overlap: str | None,
+    dry_run: bool,
+    actor: str,
+    now: datetime | None,
+) -> runs.Backfill:
+    """One backfill call of up to :data:`scheduler.runs.MAX_BACKFILL_BATCH` occurrences (the
+    page says where to continue); a run is audited, a preview writes nothing."""
+    with conn.transaction():
+        result = runs.backfill(
+            conn, schedule_id, start=start, end=end, overlap=overlap, dry_run=dry_run,
+            batch=runs.MAX_BACKFILL_BATCH, now=now,
+        )  # fmt: skip
+        if not dry_run:
+            selection = {
+                "schedule_id": schedule_id, "start": start.isoformat(), "end": end.isoformat(),
+                "overlap": overlap or "allow",
+                "resume_from": result.resume_from.isoformat() if result.resume_from else None,
+            }  # fmt: skip
+            audit(conn, actor, "backfill", selection, result.count("created"), now)
+    return result
 
 
 def preview(

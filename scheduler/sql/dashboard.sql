@@ -346,7 +346,7 @@ LIMIT 50;
 -- name: dashboard_schedule_search
 -- One keyset page of schedules by id: key prefix, subject, zone, job type.
 SELECT id, organization_id, key, subject, job_type, queue, zone, rule, paused, next_run_at,
-       last_occurrence_at, enqueued_count, source
+       last_occurrence_at, enqueued_count, source, pause_note, paused_until, finished_at
 FROM schedules
 WHERE (%(after)s::bigint IS NULL OR id > %(after)s)
   AND (%(key)s::text IS NULL OR starts_with(key, %(key)s))

@@ -40,6 +40,22 @@ CREATE TABLE schedules (
     source text NOT NULL DEFAULT 'api',
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- What an occurrence does while the schedule's previous job is still active (migration
+    -- 0006): skip, buffer_one, allow or cancel_previous; the occurrences skipped for it; the
+    -- jobs it enqueued last under such a policy, which may still be active (written under the
+    -- row lock by every enqueue of an occurrence: scheduler/overlap.py).
+    overlap text NOT NULL DEFAULT 'allow',
+    overlap_skipped_count bigint NOT NULL DEFAULT 0,
+    overlap_job_ids bigint[] NOT NULL DEFAULT '{}',
+    -- A pause's reason and its end (NULL: until resumed).
+    pause_note text,
+    paused_until timestamptz,
+    -- The lifetime: no occurrence before start_at or after end_at, at most max_runs enqueued;
+    -- finished_at is when the schedule ran out of occurrences (kept, marked).
+    start_at timestamptz,
+    end_at timestamptz,
+    max_runs integer,
+    finished_at timestamptz,
     CONSTRAINT schedules_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     CONSTRAINT schedules_key_check CHECK (length(key) BETWEEN 1 AND 200),
     CONSTRAINT schedules_jitter_check CHECK (jitter_seconds >= 0),
@@ -50,12 +66,22 @@ CREATE TABLE schedules (
         OR (quiet_start IS NOT NULL AND quiet_end IS NOT NULL
             AND quiet_action IN ('defer', 'skip'))
     ),
-    CONSTRAINT schedules_source_check CHECK (source IN ('api', 'definitions'))
+    CONSTRAINT schedules_source_check CHECK (source IN ('api', 'definitions')),
+    CONSTRAINT schedules_overlap_check CHECK (
+        overlap IN ('skip', 'buffer_one', 'allow', 'cancel_previous')
+    ),
+    CONSTRAINT schedules_pause_note_check CHECK (length(pause_note) <= 500),
+    CONSTRAINT schedules_lifetime_check CHECK (end_at > start_at),
+    CONSTRAINT schedules_max_runs_check CHECK (max_runs >= 1)
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 
--- Due work for the tick: only schedules that have a next occurrence and are not paused.
+-- Due work for the tick: only schedules that have a next occurrence and are not paused, or
+-- paused until a time (their next occurrence is the first after it: the tick resumes them).
 CREATE INDEX schedules_due_idx ON schedules (next_run_at)
-    WHERE NOT paused AND next_run_at IS NOT NULL;
+    WHERE (NOT paused OR paused_until IS NOT NULL) AND next_run_at IS NOT NULL;
+
+-- Retention of finished schedules (finished one-off schedules are removed after a while).
+CREATE INDEX schedules_finished_idx ON schedules (finished_at) WHERE finished_at IS NOT NULL;
 
 -- Named definitions: one per (organization, key); no organization counts as one.
 CREATE UNIQUE INDEX schedules_key_uq ON schedules (organization_id, key) NULLS NOT DISTINCT
@@ -65,7 +91,8 @@ CREATE INDEX schedules_subject_idx ON schedules (organization_id, subject)
     WHERE subject IS NOT NULL;
 
 -- Occurrences that were not delivered, kept visible: missed (downtime beyond the catch-up
--- grace), skipped (quiet hours, pause) and superseded (the schedule changed before they ran).
+-- grace), skipped (quiet hours, pause), superseded (the schedule changed before they ran) and
+-- overlap (the previous occurrence's job was still active: the overlap policy).
 -- Partitioned by day (UTC) of recorded_at (migration 0009): the built-in maintenance creates the
 -- days ahead (schedule_skips_pYYYYMMDD) and retention drops whole days; a row of a day without a
 -- partition lands in the default partition, which retention empties by bounded deletes. No
@@ -80,7 +107,9 @@ CREATE TABLE schedule_skips (
     kind text NOT NULL,
     reason text,
     recorded_at timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT schedule_skips_kind_check CHECK (kind IN ('missed', 'skipped', 'superseded'))
+    CONSTRAINT schedule_skips_kind_check CHECK (
+        kind IN ('missed', 'skipped', 'superseded', 'overlap')
+    )
 ) PARTITION BY RANGE (recorded_at);
 
 ALTER SEQUENCE schedule_skips_id_seq OWNED BY schedule_skips.id;
@@ -103,7 +132,7 @@ CREATE TABLE dashboard_audit (
     CONSTRAINT dashboard_audit_actor_check CHECK (length(actor) BETWEEN 1 AND 200),
     CONSTRAINT dashboard_audit_action_check CHECK (
         action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry', 'webhook_disable',
-                   'webhook_enable', 'webhook_redeliver')
+                   'webhook_enable', 'webhook_redeliver', 'trigger', 'backfill')
     ),
     CONSTRAINT dashboard_audit_affected_check CHECK (affected >= 0)
 );

@@ -53,6 +53,16 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork schedules list": [],
     "tockwork schedules show": ["k"],
     "tockwork schedules preview": ["k"],
+    "tockwork schedules pause": ["k"],
+    "tockwork schedules resume": ["k"],
+    "tockwork schedules trigger": ["k"],
+    "tockwork schedules backfill": [
+        "k",
+        "--start",
+        "2026-01-01T00:00Z",
+        "--end",
+        "2026-01-02T00:00Z",
+    ],
     "tockwork relay": ["--app", "tests.acceptance.apps_not_a_mapping:HANDLERS"],
     "tockwork outbox dead": [],
     "tockwork outbox retry": ["--all"],
@@ -227,6 +237,9 @@ def written_cases() -> list[Case]:
         "<missing>": "no such file",
         "<badrule>": "31 2",
         "<unknownkey>": "unknown top-level keys",
+        "<badoverlap>": "x.overlap",
+        "<badmaxruns>": "x.max_runs",
+        "<endbeforestart>": "must be after start_at",
     }.items():
         cases.append(Case([*sync, key], needle))
         cases.append(Case([*sync, key, "--dry-run"], needle))
@@ -247,6 +260,21 @@ def written_cases() -> list[Case]:
         Case([*j, "show", "999999", "--database-url", DB], "no job with id 999999"),
         Case([*j, "cancel", "--id", "1", "--reason", "r" * 501], "--reason"),
         Case([*j, "nosuch"], "nosuch"),
+        # Schedule operations (issue 24): an empty range, unknown overlap policies, a pause
+        # that ends at no instant, a note too long.
+        Case(["schedules", "backfill", "k", "--start", "2026-01-02T00:00Z",
+              "--end", "2026-01-01T00:00Z", "--database-url", DB], "--end"),
+        Case(["schedules", "backfill", "k", "--start", "2026-01-01T00:00Z",
+              "--end", "2026-01-02T00:00Z", "--overlap", "queue", "--database-url", DB],
+             "--overlap"),
+        Case(["schedules", "trigger", "k", "--overlap", "queue", "--database-url", DB],
+             "--overlap"),
+        Case(["schedules", "trigger", "k", "--at", "2026-01-01T00:00", "--database-url", DB],
+             "offset"),
+        Case(["schedules", "pause", "k", "--until", "tomorrow", "--database-url", DB],
+             "tomorrow"),
+        Case(["schedules", "pause", "k", "--note", "n" * 501, "--database-url", DB], "--note"),
+        Case(["schedules", "pause", "404", "--database-url", DB], "no schedule"),
         # Rate limits: a rate of zero, negative or not an integer, a queue name no job could
         # have, both or neither of --queue and --job-type.
         Case(["limits", "set", "--queue", "Bad Queue", "--per-second", "5",
@@ -373,6 +401,13 @@ def files(tmp_path: Path) -> dict[str, str]:
         "<badrule>": b'[[schedule]]\nkey = "x"\nrule = "cron:0 0 31 2 *"\nzone = "UTC"\n'
         b'job_type = "t"\n',
         "<unknownkey>": b"[other]\nx = 1\n",
+        # Issue 24: an unknown overlap policy, a run limit below one, an end before the start.
+        "<badoverlap>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b'overlap = "queue"\n',
+        "<badmaxruns>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b"max_runs = 0\n",
+        "<endbeforestart>": b'[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+        b"start_at = 2030-02-01T00:00:00Z\nend_at = 2030-01-01T00:00:00Z\n",
     }
     out = {}
     for key, data in contents.items():

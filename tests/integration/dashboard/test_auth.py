@@ -145,6 +145,16 @@ def test_read_only_hides_and_refuses_actions(
         ("/dead/confirm", {"csrf": token, "action": "requeue", "id": str(ids[0])}),
         ("/dead/apply", {"csrf": token, "action": "requeue", "ids": str(ids[0])}),
         ("/schedules/1/pause", {"csrf": token}),
+        ("/schedules/1/trigger", {"csrf": token}),
+        (
+            "/schedules/1/backfill",
+            {
+                "csrf": token,
+                "start": "2026-01-01T00:00Z",
+                "end": "2026-01-02T00:00Z",
+                "action": "run",
+            },
+        ),
         ("/outbox/retry", {"csrf": token, "scope": "all"}),
     ]:
         response = client.post(path, data=data)
@@ -232,7 +242,7 @@ def _seeded(db_url: str) -> tuple[list[int], int]:
 
 def test_the_route_list_is_the_apps() -> None:
     assert ("GET", "/api/queues") in ROUTES and "/dead/apply" in POSTS
-    assert len(POSTS) == 14 and len(ROUTES) == 34
+    assert len(POSTS) == 16 and len(ROUTES) == 36
 
 
 def test_no_route_serves_anything_without_credentials(db_url: str, anon: TestClient) -> None:

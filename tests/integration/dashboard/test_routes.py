@@ -6,7 +6,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -376,6 +376,51 @@ def test_pause_and_resume_from_the_schedule_page(db_url: str, browser: TestClien
         ("pause", {"schedule_id": s.id}),
         ("resume", {"schedule_id": s.id}),
     ]
+
+
+def test_pause_with_a_note_trigger_and_backfill_from_the_schedule_page(
+    db_url: str, browser: TestClient
+) -> None:
+    """Issue 24: pause with a note and an end, trigger now, backfill preview and run; each
+    action needs the page's CSRF token and is audited with the signed-in operator."""
+    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        s = scheduler.create_schedule(
+            conn, job_type="maint", rule="every:30m", zone="UTC", key="nightly", now=start
+        )
+    page = browser.get(f"/schedules/{s.id}")
+    csrf = csrf_of(page.text)
+    assert 'id="overlap">skip' in page.text
+    assert browser.post(f"/schedules/{s.id}/trigger", data={}).status_code == 403
+    until = "2031-01-01T00:00Z"
+    form = {"csrf": csrf, "note": "disk <full>", "until": until}
+    assert browser.post(f"/schedules/{s.id}/pause", data=form).status_code == 303
+    page = browser.get(f"/schedules/{s.id}")
+    assert 'id="pause-note"' in page.text and "disk &lt;full&gt;" in page.text
+    listing = browser.get("/schedules")
+    assert "disk &lt;full&gt;" in listing.text
+    browser.post(f"/schedules/{s.id}/resume", data={"csrf": csrf})
+    at = "2026-01-01T00:00Z"
+    assert (
+        browser.post(f"/schedules/{s.id}/trigger", data={"csrf": csrf, "at": at}).status_code == 303
+    )
+    end = (start + timedelta(hours=1)).isoformat()
+    backfill = {"csrf": csrf, "start": start.isoformat(), "end": end, "overlap": ""}
+    preview = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "preview"})
+    assert preview.status_code == 200 and "would_create 2" in preview.text
+    run = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "run"})
+    assert "created 2" in run.text
+    again = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "run"})
+    assert "existing 2" in again.text
+    bad = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "end": "later"})
+    assert bad.status_code == 400
+    actions = [(r[0], r[1], r[2]) for r in audit_rows(db_url)]
+    assert actions == [
+        ("alice", "pause", 1), ("alice", "resume", 1), ("alice", "trigger", 1),
+        ("alice", "backfill", 2), ("alice", "backfill", 0),
+    ]  # fmt: skip
+    assert audit_rows(db_url)[0][3] == {"schedule_id": s.id, "note": "disk <full>",
+                                        "until": "2031-01-01T00:00:00+00:00"}  # fmt: skip
 
 
 def test_the_preview_form_marks_dst_as_tockwork_preview_does(browser: TestClient) -> None:

@@ -72,7 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--pause", type=float, default=0.01, help="real seconds between ticks")
     parser.add_argument("--name", default="tockwork-replica", help="application_name")
+    parser.add_argument(
+        "--go",
+        help="a file to wait for before ticking, holding the real origin (overrides "
+        "--real-origin), after writing FILE.ready.PID: replicas that start slowly then still "
+        "share the first instant",
+    )
     args = parser.parse_args(argv)
+    if args.go:
+        with open(f"{args.go}.ready.{os.getpid()}", "w"):
+            pass  # imported and waiting
+        while not os.path.exists(args.go):
+            time.sleep(0.005)
+        with open(args.go) as f:
+            args.real_origin = float(f.read())
 
     end: datetime = args.end.astimezone(UTC)
     clock = SimClock(args.origin, args.real_origin, args.speed, end)

@@ -66,6 +66,19 @@ def test_sync_creates_updates_and_removes_by_key(
         ('[[schedule]]\nkey = "x"\nrule = "x"\njob_type = "t"\nbogus = 1\n', "schedule[0].bogus"),
         ("[[schedule]\n", "file"),
         ('[[schedule]]\nkey = "x"\nrule = "cron:61 * * * *"\njob_type = "t"\n', "x.rule"),
+        (
+            '[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\noverlap = "queue"\n',
+            "x.overlap",
+        ),
+        (
+            '[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\nmax_runs = 0\n',
+            "x.max_runs",
+        ),
+        (
+            '[[schedule]]\nkey = "x"\nrule = "every:1m"\njob_type = "t"\n'
+            "start_at = 2026-07-01T00:00:00Z\nend_at = 2026-06-01T00:00:00Z\n",
+            "x.end_at",
+        ),
     ],
 )
 def test_bad_files_name_the_field(
@@ -108,3 +121,36 @@ def test_sync_compares_what_is_stored_and_updates_only_what_changed(
     assert changed.updated == ["report"]
     after = scheduler.get_schedule(conn, key="report")
     assert (after.payload["dead"], after.jitter_seconds, after.version) == (2, 0, 2)
+
+
+FILE_OPERATIONS = """
+[[schedule]]
+key = "cleanup"
+rule = "every:15m"
+job_type = "cleanup"
+overlap = "buffer_one"
+start_at = 2026-06-02T00:00:00Z
+end_at = 2026-12-31T00:00:00+01:00
+max_runs = 500
+"""
+
+
+def test_definitions_set_the_overlap_policy_and_the_lifetime(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Issue 24: a definition skips overlapping runs by default; a file can set the policy,
+    the start, the end (a TOML offset date-time) and a run limit, and a sync changes them."""
+    path = tmp_path / "defs.toml"
+    path.write_text(FILE_V2)
+    sync(conn, load_file(path), now=T0)
+    assert scheduler.get_schedule(conn, key="retention").overlap is scheduler.Overlap.SKIP
+    path.write_text(FILE_OPERATIONS)
+    assert sync(conn, load_file(path), now=T0).created == ["cleanup"]
+    s = scheduler.get_schedule(conn, key="cleanup")
+    assert s.overlap is scheduler.Overlap.BUFFER_ONE and s.max_runs == 500
+    assert s.start_at == datetime(2026, 6, 2, tzinfo=UTC)
+    assert s.end_at == datetime(2026, 12, 30, 23, tzinfo=UTC)
+    assert s.next_run_at == datetime(2026, 6, 2, tzinfo=UTC)
+    path.write_text(FILE_OPERATIONS.replace("max_runs = 500", "max_runs = 7"))
+    assert sync(conn, load_file(path), now=T0).updated == ["cleanup"]
+    assert scheduler.get_schedule(conn, key="cleanup").remaining_runs == 7

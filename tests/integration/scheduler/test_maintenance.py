@@ -138,6 +138,28 @@ def test_retention_deletes_old_schedule_skips(conn: psycopg.Connection[Any]) -> 
     assert maintenance.retention(conn, {"skips_days": 0}, now=NOW)["skips"] == 1
 
 
+def test_retention_removes_finished_one_off_schedules_only(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """Issue 24: a finished schedule is kept and marked; a finished one-off schedule goes after
+    ``finished_once_days``, a finished recurring one (end_at, max_runs) stays."""
+    start = NOW - timedelta(days=40)
+    once = scheduler.create_schedule(
+        conn, job_type="r", rule="once:2026-01-01T00:00", zone="UTC", now=start,
+        allow_past=True,
+    )  # fmt: skip
+    recurring = scheduler.create_schedule(
+        conn, job_type="r", rule="daily@06:00", zone="UTC", now=start, allow_past=True,
+        end_at=start - timedelta(days=1),
+    )  # fmt: skip
+    conn.commit()
+    assert once.finished and recurring.finished
+    assert maintenance.retention(conn, now=NOW - timedelta(days=20))["finished_schedules"] == 0
+    assert maintenance.retention(conn, now=NOW)["finished_schedules"] == 1
+    left = [r[0] for r in conn.execute("SELECT id FROM schedules").fetchall()]
+    assert left == [recurring.id]
+
+
 def test_every_definition_has_a_handler_and_the_rollup_job_runs(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -31,6 +31,10 @@ ROW: dict[str, Any] = {
     "last_job_id": 99, "enqueued_count": 11, "missed_count": 12, "skipped_count": 13,
     "tzdb_version": "2026a-test", "version": 7, "source": "api",
     "created_at": datetime(2026, 1, 1, tzinfo=UTC), "updated_at": datetime(2026, 1, 2, tzinfo=UTC),
+    "overlap": "buffer_one", "overlap_skipped_count": 14, "pause_note": "why",
+    "paused_until": datetime(2026, 1, 3, tzinfo=UTC), "start_at": datetime(2025, 1, 4, tzinfo=UTC),
+    "end_at": datetime(2027, 1, 5, tzinfo=UTC), "max_runs": 15,
+    "finished_at": datetime(2026, 1, 6, tzinfo=UTC), "overlap_job_ids": [16, 17],
 }  # fmt: skip
 
 
@@ -48,9 +52,10 @@ ROW: dict[str, Any] = {
                 "subject": None,
                 "source": None,
                 "limit": 10,
+                "after": None,
             },
         ),
-        ("schedule_due_lock", {"horizon": T0, "limit": 10, "lock_class": 1}),
+        ("schedule_due_lock", {"horizon": T0, "now": T0, "limit": 10, "lock_class": 1}),
         ("schedule_stale_tzdb", {"tzdb": "other", "limit": 10}),
     ],
 )

@@ -116,7 +116,8 @@ def test_the_stop_line_is_for_humans(
     replica.run_until_idle()
     (line,) = [r.getMessage() for r in caplog.records if " stopped" in r.getMessage()]
     assert line.endswith(f"scheduler {replica.name} stopped: enqueued 1, duplicates 0, missed 0, "
-                         "skipped 0, locked elsewhere 0, schedules 1, batches 1"), line  # fmt: skip
+                         "skipped 0, overlapped 0, locked elsewhere 0, schedules 1, "
+                         "batches 1"), line  # fmt: skip
     assert "TickResult" not in caplog.text and "=" not in line
 
 

@@ -32,7 +32,7 @@ def first_statement(steps: Steps[Any]) -> str:
         lambda: s._create_steps({**GOOD, "zone": "Europe/Nowhere"}, None),
         lambda: s._create_steps(GOOD, datetime(2026, 6, 1)),
         lambda: s._create_many_steps([GOOD, {**GOOD, "rule": "daily@25:00"}], None),
-        lambda: s._change_steps(0, {}, None, pause=True),
+        lambda: s._change_steps(0, {}, None, pause=s._Pause(True)),
         lambda: s._change_steps(1, {"zone": "Europe/Nowhere"}, None, pause=None),
         lambda: s._change_steps(1, {"key": "k"}, None, pause=None),
         lambda: s._delete_steps(1, datetime(2026, 6, 1)),
@@ -50,7 +50,7 @@ def test_a_create_reads_the_clock_first_unless_given() -> None:
 
 
 def test_a_change_locks_the_row_before_it_reads_the_clock() -> None:
-    assert first_statement(s._change_steps(1, {}, None, pause=True)) == query(
+    assert first_statement(s._change_steps(1, {}, None, pause=s._Pause(True))) == query(
         "schedule_get_for_update"
     )
     assert first_statement(s._delete_steps(1, None)) == query("schedule_get_for_update")

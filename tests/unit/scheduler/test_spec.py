@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from datetime import time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from uuid import UUID
@@ -69,12 +69,16 @@ def test_the_derived_field_sets() -> None:
     assert ScheduleSpec.updatable() == {
         "job_type", "rule", "zone", "payload", "queue", "subject", "jitter", "catch_up",
         "catch_up_grace", "catch_up_max", "quiet_hours", "gap", "fold",
+        "overlap", "start_at", "end_at", "max_runs",
     }  # fmt: skip
-    assert ScheduleSpec.timing() == {"rule", "zone", "gap", "fold", "quiet_hours", "jitter"}
+    assert ScheduleSpec.timing() == {
+        "rule", "zone", "gap", "fold", "quiet_hours", "jitter", "start_at", "end_at",
+    }  # fmt: skip
     assert Definition.model_fields.keys() == ScheduleSpec.model_fields.keys()
     assert {n for n, s in Definition.settings().items() if s.definition} == {
         "key", "rule", "zone", "job_type", "queue", "payload", "jitter", "catch_up",
-        "catch_up_grace", "catch_up_max", "gap", "fold",
+        "catch_up_grace", "catch_up_max", "gap", "fold", "overlap", "start_at", "end_at",
+        "max_runs",
     }  # fmt: skip
     assert Definition.synced() == Definition.updatable() - {"subject", "quiet_hours"}
 
@@ -82,10 +86,11 @@ def test_the_derived_field_sets() -> None:
 def test_the_sql_parameters_are_the_queries_placeholders() -> None:
     written = set(spec().params())
     insert = placeholders(schedule_statement("INSERT INTO schedules"))
-    computed = {"cursor_at", "next_run_at", "next_key", "tzdb", "now"}
+    computed = {"cursor_at", "next_run_at", "next_key", "tzdb", "now", "finished_at"}
     assert written | computed == insert
     update = placeholders(schedule_statement("UPDATE schedules\nSET subject"))
-    assert update <= written | computed | {"id", "superseded", "version_step"}
+    pause = {"pause_note", "paused_until"}
+    assert update <= written | computed | pause | {"id", "superseded", "version_step"}
     assert {"grace", "quiet_start", "quiet_end", "quiet_action"} <= written
 
 
@@ -157,6 +162,18 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"catch_up_max": True}, "catch_up_max"),
     ({"catch_up_max": "5"}, "catch_up_max"),
     ({"catch_up_max": 5.0}, "catch_up_max"),
+    ({"overlap": "sometimes"}, "overlap"),
+    ({"overlap": 1}, "overlap"),
+    ({"start_at": "tomorrow"}, "start_at"),
+    ({"start_at": "2026-06-01T08:00"}, "start_at"),  # naive: no offset
+    ({"start_at": 5}, "start_at"),
+    ({"end_at": datetime(2026, 6, 1, 8, tzinfo=UTC).replace(tzinfo=None)}, "end_at"),
+    ({"end_at": "2026-06-01T00:00Z", "start_at": "2026-06-02T00:00Z"}, "end_at"),
+    ({"end_at": "2026-06-01T00:00Z", "start_at": "2026-06-01T00:00Z"}, "end_at"),
+    ({"max_runs": 0}, "max_runs"),
+    ({"max_runs": -1}, "max_runs"),
+    ({"max_runs": True}, "max_runs"),
+    ({"max_runs": "3"}, "max_runs"),
     ({"quiet_hours": "22:00-07:00"}, "quiet_hours"),
     ({"quiet_hours": {"start": "22:00"}}, "quiet_hours"),
     ({"quiet_hours": {"start": "22:00", "end": "07:00", "colour": 1}}, "quiet_hours"),
