@@ -26,7 +26,13 @@ with the error, for a person to fix and requeue; else succeeded (``delivered``, 
 and ``rejected``: a dead token is invalidated and never retried). A due job whose subject has no
 valid device succeeds and is recorded as skipped (``no_device``); one whose message has expired
 (``expires_at`` passed before it could be sent: a worker outage) succeeds, skipped
-(``expired``), and is not sent: a phone must not show the 08:00 reminder at noon.
+(``expired``), and is not sent: a phone must not show the 08:00 reminder at noon. A job the
+worker claims after its schedule's ``max_lateness`` is not even run: jobs' expiry ends it
+``expired`` and the handler's ``on_expired`` records the skip (kind ``expired``). The message's
+``expires_at`` (FCM's ``ttl``, APNs' ``apns-expiration``) is the job's own ``expires_at`` (its
+run_at plus the schedule's ``max_lateness``) when that comes before the occurrence plus the
+handler's ``ttl``, unless the payload sets its own ``ttl``: the provider drops what a worker
+would not start.
 
 A transient answer's Retry-After is a floor under the handler's growing ``backoff`` (default
 :class:`jobs.RetryPolicy`'s), not the delay itself: a provider's outage answering "retry after
@@ -68,12 +74,13 @@ import psycopg
 import jobs
 from jobs import Job, effects
 from jobs.internal import steps
+from jobs.metrics import Metrics
 from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
 from scheduler.queries import database_now_steps
-from scheduler.reminders import Due, ReminderBatch, check_steps, record_skipped
+from scheduler.reminders import Due, ReminderBatch, check_steps, record_expired, record_skipped
 from timezones import Clock, get_zone
 
 log = logging.getLogger("tockwork.delivery")
@@ -309,6 +316,9 @@ class _AsyncConnections:
             await conn.close()
 
 
+_START_DELAY = Metrics.for_registry().occurrence_start_delay
+
+
 class DeliveryHandler(jobs.BatchHandler):
     """The batch handler of reminder jobs, through ``channels`` (module docstring).
 
@@ -316,8 +326,11 @@ class DeliveryHandler(jobs.BatchHandler):
     ``resolver``: where devices come from (default the registry); ``clock``: the instant of a
     batch (default the database's); ``ttl``: the default lifetime of a reminder; ``backoff``:
     the growing delay of a transient answer that carries a Retry-After (the hint is its floor,
-    module docstring; default :class:`jobs.RetryPolicy`'s).
+    module docstring; default :class:`jobs.RetryPolicy`'s). Jobs claimed past their
+    max_lateness are not run; :meth:`on_expired` records them as skipped.
     """
+
+    on_expired = staticmethod(record_expired)
 
     def __init__(
         self,
@@ -366,7 +379,11 @@ class DeliveryHandler(jobs.BatchHandler):
             now, dues, zones, targets, before = await self._read(conn, todo, now_hint)
         plans: list[_Plan] = []
         skips: dict[int, Due] = {}
+        late = _START_DELAY.labels(todo[0].job_type) if todo else None
         for job in todo:
+            meta = OccurrenceMeta.of(job)
+            if meta is not None and late is not None:  # occurrence to start (all jobs)
+                late.observe(max((now - meta.at).total_seconds(), 0.0))
             due = dues[job.id]
             if due.defer_until is not None:
                 batch.snooze(job, max(due.defer_until - now, timedelta(0)))
@@ -439,7 +456,12 @@ class DeliveryHandler(jobs.BatchHandler):
             return None
         meta = OccurrenceMeta.of(job)
         at = meta.at if meta is not None else job.run_at
+        # The payload's own ttl, when it sets one; else the handler's ttl, cut to the job's
+        # expiry: the provider keeps the message no longer than a worker would start the job.
         expires_at = at + c.ttl
+        own_ttl = isinstance(job.payload, Mapping) and job.payload.get("ttl") is not None
+        if job.expires_at is not None and not own_ttl:
+            expires_at = min(expires_at, job.expires_at)
         plan = _Plan(job)
         subject = recipient[1] if recipient is not None else ""
         zone = zones.get(meta.schedule_id) if meta is not None else None

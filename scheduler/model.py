@@ -128,6 +128,8 @@ class Schedule:
     created_at: datetime
     updated_at: datetime
     _rule: list[Rule] = field(default_factory=list, repr=False, compare=False)
+    # How late its jobs may start, in seconds (None: no limit); see create_schedule.
+    max_lateness_seconds: int | None = None
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -182,14 +184,14 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
         catch_up, grace, catch_up_max, q_start, q_end, q_action, paused, cursor_at, next_run_at,
         next_key, last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source,
-        created_at, updated_at,
+        created_at, updated_at, max_lateness,
     ) = row  # fmt: skip
     quiet = QuietHours(q_start, q_end, QuietAction(q_action)) if q_start is not None else None
     return Schedule(
         sid, org, key, subject, job_type, queue, payload, rule, zone, gap, fold, jitter,
         CatchUp(catch_up), grace, catch_up_max, quiet, paused, cursor_at, next_run_at, next_key,
         last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source, created_at,
-        updated_at,
+        updated_at, max_lateness_seconds=max_lateness,
     )  # fmt: skip
 
 

@@ -40,6 +40,10 @@ CREATE TABLE schedules (
     source text NOT NULL DEFAULT 'api',
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- How late the schedule's jobs may start (migration 0007): each job's expires_at is its
+    -- run_at plus this; a job claimed later ends 'expired' unrun (recorded as a skip). NULL:
+    -- no limit.
+    max_lateness_seconds integer,
     CONSTRAINT schedules_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     CONSTRAINT schedules_key_check CHECK (length(key) BETWEEN 1 AND 200),
     CONSTRAINT schedules_jitter_check CHECK (jitter_seconds >= 0),
@@ -50,7 +54,8 @@ CREATE TABLE schedules (
         OR (quiet_start IS NOT NULL AND quiet_end IS NOT NULL
             AND quiet_action IN ('defer', 'skip'))
     ),
-    CONSTRAINT schedules_source_check CHECK (source IN ('api', 'definitions'))
+    CONSTRAINT schedules_source_check CHECK (source IN ('api', 'definitions')),
+    CONSTRAINT schedules_max_lateness_check CHECK (max_lateness_seconds > 0)
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 
 -- Due work for the tick: only schedules that have a next occurrence and are not paused.
@@ -65,7 +70,9 @@ CREATE INDEX schedules_subject_idx ON schedules (organization_id, subject)
     WHERE subject IS NOT NULL;
 
 -- Occurrences that were not delivered, kept visible: missed (downtime beyond the catch-up
--- grace), skipped (quiet hours, pause) and superseded (the schedule changed before they ran).
+-- grace), skipped (quiet hours, pause), superseded (the schedule changed before they ran),
+-- expired (not started within the schedule's max_lateness) and capped (the subject's cap of
+-- deliveries per window was reached; migration 0007).
 CREATE TABLE schedule_skips (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     schedule_id bigint NOT NULL,
@@ -74,7 +81,9 @@ CREATE TABLE schedule_skips (
     kind text NOT NULL,
     reason text,
     recorded_at timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT schedule_skips_kind_check CHECK (kind IN ('missed', 'skipped', 'superseded'))
+    CONSTRAINT schedule_skips_kind_check CHECK (
+        kind IN ('missed', 'skipped', 'superseded', 'expired', 'capped')
+    )
 );
 
 CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurrence_at);

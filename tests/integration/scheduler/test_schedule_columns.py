@@ -31,6 +31,7 @@ ROW: dict[str, Any] = {
     "last_job_id": 99, "enqueued_count": 11, "missed_count": 12, "skipped_count": 13,
     "tzdb_version": "2026a-test", "version": 7, "source": "api",
     "created_at": datetime(2026, 1, 1, tzinfo=UTC), "updated_at": datetime(2026, 1, 2, tzinfo=UTC),
+    "max_lateness_seconds": 900,
 }  # fmt: skip
 
 
