@@ -37,7 +37,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from jobs import JobNotFound
+from jobs import JobNotFound, JobStatus
 from scheduler.dashboard import views
 from scheduler.dashboard.auth import (
     SESSION_COOKIE,
@@ -397,7 +397,7 @@ async def jobs_page(request: Request) -> Response:
             "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
             "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
             "first_query": _filters_query(request, JOB_FILTERS) if before else None,
-            "statuses": ["pending", "leased", "retrying", "succeeded", "dead", "cancelled"],
+            "statuses": [s.value for s in JobStatus],
         },
     )
 
