@@ -73,13 +73,13 @@ import psycopg
 
 import jobs
 from jobs import Job, effects
-from jobs.internal import steps
+from jobs.internal import Steps, steps
 from jobs.metrics import Metrics
 from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
-from scheduler.queries import database_now_steps
+from scheduler.queries import database_now_steps, query
 from scheduler.reminders import Due, ReminderBatch, check_steps, record_expired, record_skipped
 from timezones import Clock, get_zone
 
@@ -95,6 +95,37 @@ MAX_TTL = timedelta(days=28)
 MIN_TTL = timedelta(minutes=1)
 
 Recipient = tuple[UUID | None, str]
+_NIL = UUID(int=0)  # subject_deliveries' organization of subjects without one
+MAX_CAP = 10_000
+MAX_CAP_WINDOW = timedelta(days=31)
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectCap:
+    """A quiet "do not nag" rule: at most ``max_deliveries`` reminders per subject in any
+    ``window`` (rolling, ending at each batch's instant), across all of that subject's
+    schedules. The excess is not sent: the job succeeds and its occurrence is recorded as a
+    skip of kind ``capped`` (the reason says the cap). Decided per batch, in the transaction of
+    its still-due read (two statements, no round trip per job); a job counted once is admitted
+    again on a retry without counting twice."""
+
+    max_deliveries: int
+    window: timedelta
+
+    def __post_init__(self) -> None:
+        n = self.max_deliveries
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAP:
+            raise InvalidPushConfig("max_deliveries", n, f"must be an integer from 1 to {MAX_CAP}")
+        w = self.window
+        if not isinstance(w, timedelta) or not timedelta(seconds=1) <= w <= MAX_CAP_WINDOW:
+            raise InvalidPushConfig(
+                "window", w, f"must be a timedelta from 1 second to {MAX_CAP_WINDOW.days} days"
+            )
+
+    @property
+    def reason(self) -> str:
+        """The skip's reason: ``capped: at most N per S s``."""
+        return f"capped: at most {self.max_deliveries} per {self.window.total_seconds():g} s"
 
 
 class Target(Protocol):
@@ -326,7 +357,8 @@ class DeliveryHandler(jobs.BatchHandler):
     ``resolver``: where devices come from (default the registry); ``clock``: the instant of a
     batch (default the database's); ``ttl``: the default lifetime of a reminder; ``backoff``:
     the growing delay of a transient answer that carries a Retry-After (the hint is its floor,
-    module docstring; default :class:`jobs.RetryPolicy`'s). Jobs claimed past their
+    module docstring; default :class:`jobs.RetryPolicy`'s); ``cap``: a
+    :class:`SubjectCap` on every subject's deliveries (default none). Jobs claimed past their
     max_lateness are not run; :meth:`on_expired` records them as skipped.
     """
 
@@ -342,8 +374,12 @@ class DeliveryHandler(jobs.BatchHandler):
         ttl: timedelta = DEFAULT_TTL,
         max_batch: int = MAX_BATCH,
         backoff: jobs.RetryPolicy | None = None,
+        cap: SubjectCap | None = None,
     ) -> None:
         super().__init__(max_batch=max_batch)
+        if cap is not None and not isinstance(cap, SubjectCap):
+            raise InvalidPushConfig("cap", cap, "must be a SubjectCap or None")
+        self.cap = cap
         if not channels:
             raise InvalidPushConfig("channels", [], "at least one push channel is needed")
         self.channels: dict[str, PushChannel] = {}
@@ -422,6 +458,8 @@ class DeliveryHandler(jobs.BatchHandler):
             key=lambda r: (str(r[0]), r[1]),
         )
         targets = await self.resolver.resolve(conn, recipients) if recipients else {}
+        if self.cap is not None:
+            await self._apply_cap(conn, todo, dues, targets, at)
         keys = [
             device_key(job, t)
             for job in todo
@@ -430,6 +468,41 @@ class DeliveryHandler(jobs.BatchHandler):
         ]
         before = await effects.recorded_async(conn, keys) if keys else set()
         return at, dues, zones, targets, before
+
+    async def _apply_cap(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        todo: Sequence[Job],
+        dues: dict[int, Due],
+        targets: Mapping[Recipient, Sequence[Target]],
+        at: datetime,
+    ) -> None:
+        """The subject cap (:class:`SubjectCap`): the due jobs with a device to send to, in
+        occurrence order, admitted or not in one statement; the others become not due
+        (``capped``) in ``dues``."""
+        assert self.cap is not None
+        candidates: list[tuple[datetime, int, Job, Recipient]] = []
+        for job in todo:
+            r = _recipient(job)
+            if dues[job.id] and r is not None and targets.get(r):
+                meta = OccurrenceMeta.of(job)
+                candidates.append((meta.at if meta is not None else job.run_at, job.id, job, r))
+        if not candidates:
+            return
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        params = {
+            "job_ids": [c[1] for c in candidates],
+            "organization_ids": [c[3][0] or _NIL for c in candidates],
+            "subjects": [c[3][1] for c in candidates],
+            "max_deliveries": self.cap.max_deliveries,
+            "window_seconds": self.cap.window.total_seconds(),
+            "now": at,
+        }
+        rows = await steps.on_async(conn, _admit_steps(params))
+        capped = Due(False, self.cap.reason)
+        for job_id, admitted, _used in rows:
+            if not admitted:
+                dues[job_id] = capped
 
     def _plan(
         self,
@@ -606,6 +679,13 @@ class _Sent:
     @property
     def id(self) -> int | None:
         return self.message.device_id
+
+
+def _admit_steps(params: dict[str, Any]) -> Steps[list[Any]]:
+    """The subject cap's two statements: the subjects' rows, then the admission."""
+    yield query("subject_delivery_ensure"), params
+    rows: list[Any] = yield query("subject_delivery_admit"), params
+    return rows
 
 
 def _recipient(job: Job) -> Recipient | None:
@@ -854,6 +934,7 @@ __all__ = [
     "DeviceResolver",
     "RegistryResolver",
     "SubjectAsToken",
+    "SubjectCap",
     "Target",
     "app",
     "channels_from_env",

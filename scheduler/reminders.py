@@ -278,7 +278,9 @@ def _skips(jobs_: Collection[Job], dues: Mapping[int, Due]) -> tuple[list[_Skip]
     for job in jobs_:
         due, meta = dues.get(job.id), OccurrenceMeta.of(job)
         if due is not None and due.skipped and meta is not None:
-            todo.append((job, meta, _KINDS.get(due.reason or "", "skipped")))
+            # A reason may carry details after a colon ("capped: at most 3 per 3600 s").
+            kind = _KINDS.get((due.reason or "").partition(":")[0], "skipped")
+            todo.append((job, meta, kind))
     return todo, [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
 
 

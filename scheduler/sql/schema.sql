@@ -89,6 +89,22 @@ CREATE TABLE schedule_skips (
 CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurrence_at);
 CREATE INDEX schedule_skips_recorded_idx ON schedule_skips (recorded_at);
 
+-- Per-subject caps of reminders (migration 0007; scheduler.delivery.SubjectCap): the
+-- deliveries each subject was admitted in its cap's last window, as (job id, instant) pairs in
+-- two parallel arrays, pruned at every admission (as job_rate_limits keeps its last second). A
+-- job already in the list is admitted again without counting twice (a retry, a re-run after a
+-- crash). The row is also the subject's mutex: an admission locks it, so concurrent workers
+-- never admit past the cap. A missing organization is the nil UUID (one organization).
+CREATE TABLE subject_deliveries (
+    organization_id uuid NOT NULL,
+    subject text NOT NULL,
+    recent_job_ids bigint[] NOT NULL DEFAULT '{}',
+    recent_at timestamptz[] NOT NULL DEFAULT '{}',
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, subject),
+    CONSTRAINT subject_deliveries_subject_check CHECK (length(subject) BETWEEN 1 AND 200)
+);
+
 -- The operator dashboard's audit trail (migration 0003): who did what from the dashboard, when,
 -- with which filter (the ids or the queue / job type / error code it selected), and how many rows
 -- it touched. Append-only; read newest first.

@@ -128,7 +128,7 @@ def test_query_names_start_with_their_table_and_never_collide_across_packages() 
             assert a == b or names[a] & names[b] == set(), (a, b)
     prefixes = {
         "jobs": ("job_", "outbox_event_", "tockwork_migration_", "pg_"),
-        "scheduler": ("schedule_", "pg_", "dashboard_", "device_"),  # dashboard_: views, audit
+        "scheduler": ("schedule_", "pg_", "dashboard_", "device_", "subject_delivery_"),
         "scheduler.simulated": ("simulated_push_",),
     }
     assert {p: sorted(n for n in names[p] if not n.startswith(prefixes[p])) for p in PACKAGES} == {

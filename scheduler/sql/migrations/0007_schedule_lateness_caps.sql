@@ -13,3 +13,17 @@ ALTER TABLE schedule_skips DROP CONSTRAINT schedule_skips_kind_check;
 ALTER TABLE schedule_skips ADD CONSTRAINT schedule_skips_kind_check
     CHECK (kind IN ('missed', 'skipped', 'superseded', 'expired', 'capped')) NOT VALID;
 ALTER TABLE schedule_skips VALIDATE CONSTRAINT schedule_skips_kind_check;
+
+-- Per-subject caps of reminders (scheduler.delivery.SubjectCap): the deliveries each subject
+-- was admitted in its cap's last window, as (job id, instant) pairs in two parallel arrays,
+-- pruned at every admission (as job_rate_limits keeps its last second). The row is also the
+-- subject's mutex: an admission locks it, so concurrent workers never admit past the cap.
+CREATE TABLE subject_deliveries (
+    organization_id uuid NOT NULL,
+    subject text NOT NULL,
+    recent_job_ids bigint[] NOT NULL DEFAULT '{}',
+    recent_at timestamptz[] NOT NULL DEFAULT '{}',
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, subject),
+    CONSTRAINT subject_deliveries_subject_check CHECK (length(subject) BETWEEN 1 AND 200)
+);
