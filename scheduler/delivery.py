@@ -745,6 +745,8 @@ SETTINGS = {
     "TOCKWORK_PUSH_SIMULATED": "1: the simulated channel (records in simulated_pushes)",
     "TOCKWORK_PUSH_DEVICES": "registry (default), or subject:<channel> (each subject is a token)",
     "TOCKWORK_PUSH_TTL": "seconds a reminder stays worth showing (default 3600)",
+    "TOCKWORK_PUSH_SUBJECT_CAP": "N/SECONDS: at most N reminders per subject in any SECONDS "
+    "(default: no cap)",
     "TOCKWORK_PUSH_CA_FILE": "a CA bundle to trust for the providers (a local fake's)",
 }
 
@@ -903,8 +905,30 @@ def app() -> dict[str, Any]:
             env, "TOCKWORK_PUSH_TTL", 3600, MAX_TTL.total_seconds(), MIN_TTL.total_seconds()
         )
     )
+    cap = cap_from_env(env)
     pace(url, channels)
-    return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl)}
+    return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl, cap=cap)}
+
+
+def cap_from_env(env: Mapping[str, str]) -> SubjectCap | None:
+    """``TOCKWORK_PUSH_SUBJECT_CAP=N/SECONDS`` (``3/3600``) as a :class:`SubjectCap`; unset
+    or empty: None."""
+    raw = env.get("TOCKWORK_PUSH_SUBJECT_CAP", "").strip()
+    if not raw:
+        return None
+    count, slash, window = raw.partition("/")
+    if (
+        not slash
+        or not (count.isascii() and count.isdigit())
+        or not (window.isascii() and window.isdigit())
+        or len(count) > 6
+        or len(window) > 8
+    ):
+        raise InvalidPushConfig("TOCKWORK_PUSH_SUBJECT_CAP", raw, "must be N/SECONDS, e.g. 3/3600")
+    try:
+        return SubjectCap(int(count), timedelta(seconds=int(window)))
+    except InvalidPushConfig as exc:
+        raise InvalidPushConfig("TOCKWORK_PUSH_SUBJECT_CAP", raw, exc.reason) from None
 
 
 def simulated_app() -> dict[str, Any]:
@@ -937,6 +961,7 @@ __all__ = [
     "SubjectCap",
     "Target",
     "app",
+    "cap_from_env",
     "channels_from_env",
     "content",
     "device_key",

@@ -174,7 +174,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "jitter_seconds", "catch_up", "catch_up_grace_seconds", "catch_up_max", "quiet_hours",
         "paused", "cursor_at", "next_run_at", "next_occurrence_key", "last_occurrence_key",
         "last_occurrence_at", "last_job_id", "enqueued_count", "missed_count", "skipped_count",
-        "tzdb_version", "version", "source", "created_at", "updated_at",
+        "tzdb_version", "version", "source", "created_at", "updated_at", "max_lateness_seconds",
     ):  # fmt: skip
         print(f"{name:>22}: {getattr(s, name)}")
     print(f"{'rule':>22}: {json.dumps(s.rule_json)}")

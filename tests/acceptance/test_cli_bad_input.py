@@ -52,6 +52,7 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork schedules list": [],
     "tockwork schedules show": ["k"],
     "tockwork schedules preview": ["k"],
+    "tockwork schedules overdue": [],
     "tockwork relay": ["--app", "tests.acceptance.apps_not_a_mapping:HANDLERS"],
     "tockwork outbox dead": [],
     "tockwork outbox retry": ["--all"],

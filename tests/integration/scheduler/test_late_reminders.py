@@ -21,6 +21,7 @@ import scheduler
 from jobs import Worker
 from jobs.metrics import Metrics
 from scheduler import InvalidSchedule, Scheduler
+from scheduler.definitions import parse_definitions, sync
 from scheduler.delivery import DeliveryHandler, SubjectAsToken
 from scheduler.push import PushMessage, PushResult
 from scheduler.reminders import ReminderHandler
@@ -151,3 +152,20 @@ def test_the_single_job_reminder_handler_records_expired_reminders_too(
     kinds = conn.execute("SELECT schedule_id, kind FROM schedule_skips ORDER BY 1").fetchall()
     assert kinds == [(sid, "expired") for sid in ids]
     assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'expired'").fetchone() == (3,)
+
+
+def test_a_definition_sets_its_lateness_and_a_negative_one_is_refused(
+    conn: psycopg.Connection[Any],
+) -> None:
+    defs = parse_definitions(
+        [{"key": "report", "rule": "daily@06:00", "zone": "UTC", "job_type": "report",
+          "max_lateness": 600}]
+    )  # fmt: skip
+    sync(conn, defs, now=T0)
+    assert scheduler.get_schedule(conn, key="report").max_lateness_seconds == 600
+    with pytest.raises(InvalidSchedule) as raised:
+        parse_definitions(
+            [{"key": "r2", "rule": "daily@06:00", "zone": "UTC", "job_type": "t",
+              "max_lateness": -5}]
+        )  # fmt: skip
+    assert raised.value.field.endswith("max_lateness")

@@ -15,7 +15,7 @@ import pytest
 import scheduler
 from jobs import Worker
 from scheduler import Scheduler
-from scheduler.delivery import DeliveryHandler, SubjectAsToken, SubjectCap
+from scheduler.delivery import DeliveryHandler, SubjectAsToken, SubjectCap, cap_from_env
 from scheduler.errors import InvalidPushConfig
 from scheduler.simulated import SimulatedChannel
 from timezones import FrozenClock
@@ -122,3 +122,11 @@ def test_a_bad_cap_is_refused_naming_the_field(n: Any, window: Any) -> None:
     with pytest.raises(InvalidPushConfig) as raised:
         SubjectCap(n, window)
     assert raised.value.field in ("max_deliveries", "window")
+
+
+def test_the_worker_app_reads_its_cap_from_the_environment() -> None:
+    assert cap_from_env({"TOCKWORK_PUSH_SUBJECT_CAP": "3/3600"}) == SubjectCap(
+        3, timedelta(hours=1)
+    )
+    assert cap_from_env({"TOCKWORK_PUSH_SUBJECT_CAP": " "}) is None
+    assert cap_from_env({}) is None
