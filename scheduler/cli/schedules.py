@@ -24,6 +24,7 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     instant,
+    list_args,
     log_args,
     metrics_args,
     positive_int,
@@ -221,8 +222,8 @@ def cmd_overdue(args: argparse.Namespace) -> int:
             f"{o.overdue_seconds:,.0f} s"
         )
     after = int(args.after.total_seconds())
-    print(f"({len(items)} schedule(s) overdue by more than {after} s"
-          + ("; no scheduler replica is enqueueing them)" if items else ")"))  # fmt: skip
+    why = "; no scheduler replica is enqueueing them" if items else ""
+    print(f"({len(items)} schedule(s) overdue by more than {after} s{why})")
     return 0
 
 
@@ -318,12 +319,5 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="overdue by more than this (seconds; default "
         f"{int(health.DEFAULT_OVERDUE_AFTER.total_seconds())})",
     )
-    q.add_argument(
-        "--limit",
-        type=positive_int("--limit", MAX_COUNT),
-        default=100,
-        metavar="N",
-        help=f"at most this many (1 to {MAX_COUNT:,})",
-    )
-    q.add_argument("--json", action="store_true", help="print a JSON list")
+    list_args(q)
     q.set_defaults(func=cmd_overdue)
