@@ -1119,7 +1119,8 @@ class Worker(Service[WorkerStats]):
             children = labelled.get(key)
             if children is None:
                 children = labelled[key] = self._children(key)
-            children[0].observe(item.duration_ms / 1000.0)
+            if outcome != "expired":  # not run: no handler time to observe
+                children[0].observe(item.duration_ms / 1000.0)
             tally[key] = tally.get(key, 0) + 1
             decision = replaced.get(job.id, item.decision)
             if outcome != "fenced" and decision.status is JobStatus.RETRYING:
