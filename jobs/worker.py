@@ -55,6 +55,12 @@ counted as written (not as "fenced"), its jobs are run here, and one warning say
 means nothing committed, and the cycle runs again under the same claim id, so a reply lost
 again is resolved the same way. The normal path pays nothing for this but one parameter.
 
+**Expiry.** A job enqueued with a ``max_lateness`` carries ``expires_at``. A handler call
+first sets aside its jobs past it (by the worker's clock): they are not run but written
+``expired`` with the call's other outcomes (``EXPIRED``: the claim's attempt given back, no
+attempt row), and the handler's ``on_expired(conn, jobs)``, if it has one, runs as their
+completion effect. A job without a limit costs one attribute test.
+
 Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, give back the jobs claimed ahead,
 let running handlers finish within the grace period, then give the remaining leases back so
 nothing stays leased.
