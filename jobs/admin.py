@@ -110,15 +110,18 @@ def _requeue(
     statuses: Sequence[str] = ("dead",),
     now: datetime | None = None,
 ) -> Steps[Requeued]:
-    """Put dead (or cancelled) jobs back to pending with a fresh set of attempts.
+    """Put dead (or cancelled, or expired) jobs back to pending with a fresh set of attempts.
 
     Select them by ``ids`` or by a filter (queue, job type, last error code, and the time they
     died in ``[since, until)``). Their payload and history are kept. Returns the requeued ids
     (a list); its ``skipped`` holds the selected jobs left as they were because their unique
     key is held by an active job, or by an older job of the same selection (which is requeued).
+    An expired job requeued has no lateness limit any more (it runs now, as asked).
     """
     params = _filters(ids, queue, job_type, error_code)
-    params["statuses"] = _statuses(statuses, {JobStatus.DEAD, JobStatus.CANCELLED}, "statuses")
+    params["statuses"] = _statuses(
+        statuses, {JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED}, "statuses"
+    )
     params.update(_window(since, until))
     params["now"] = validate.aware(now, "now")
     # First, so that the caller's transaction is open before the savepoint (on an idle
@@ -150,10 +153,12 @@ def _cancel(
     reason: str | None = None,
     now: datetime | None = None,
 ) -> Steps[list[int]]:
-    """Cancel waiting (or dead) jobs; a leased job is running and is left alone."""
+    """Cancel waiting (or dead, or expired) jobs; a leased job is running and is left alone."""
     params = _filters(ids, queue, job_type, error_code)
     params["statuses"] = _statuses(
-        statuses, {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD}, "statuses"
+        statuses,
+        {JobStatus.PENDING, JobStatus.RETRYING, JobStatus.DEAD, JobStatus.EXPIRED},
+        "statuses",
     )
     params["reason"] = _error_code(reason, "reason")
     params["now"] = validate.aware(now, "now")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import repeat
 from typing import Any, LiteralString
 from uuid import UUID
@@ -48,7 +48,7 @@ from psycopg.pq import Format, TransactionStatus
 from jobs import tracing, validate
 from jobs.errors import InvalidJob, JobsError
 from jobs.model import Enqueued, JobSpec, OnActive
-from jobs.queries import query
+from jobs.queries import query, variant
 from jobs.steps import (
     Copy,
     Savepoint,
@@ -74,10 +74,11 @@ class JobColumns:
     What :func:`enqueue_columns` inserts, for input validated already (nothing is checked
     again): ``organization_ids`` (UUID or None), ``queues``, ``job_types``, ``payloads`` (JSON
     text), ``idempotency_keys`` (or None), ``priorities``, ``run_ats`` (aware, or None: the
-    database clock) and ``max_attempts``. Three columns are optional, None meaning that no job
+    database clock) and ``max_attempts``. Four columns are optional, None meaning that no job
     sets one: ``concurrency_keys``, ``unique_keys`` and ``on_active`` (given with
-    ``unique_keys``). Build it with :meth:`append`, one job a call (the columns a caller does
-    not name take :class:`jobs.JobSpec`'s defaults), or from whole lists by keyword.
+    ``unique_keys``), and ``max_latenesses`` (positive timedeltas: each job's expires_at is its
+    run_at plus its lateness). Build it with :meth:`append`, one job a call (the columns a
+    caller does not name take :class:`jobs.JobSpec`'s defaults), or from whole lists by keyword.
     """
 
     organization_ids: list[UUID | None] = field(default_factory=list)
@@ -91,6 +92,7 @@ class JobColumns:
     concurrency_keys: list[str | None] | None = None
     unique_keys: list[str | None] | None = None
     on_active: list[OnActive] | None = None
+    max_latenesses: list[timedelta | None] | None = None
 
     def __len__(self) -> int:
         return len(self.queues)
@@ -109,6 +111,7 @@ class JobColumns:
         concurrency_key: str | None = None,
         unique_key: str | None = None,
         on_active: OnActive = "keep",
+        max_lateness: timedelta | None = None,
     ) -> None:
         """Add one job (``payload`` is JSON text); an optional column appears with its first
         value (the jobs before it get None, or ``"keep"``)."""
@@ -130,6 +133,10 @@ class JobColumns:
                 self.unique_keys, self.on_active = [None] * n, ["keep"] * n
             self.unique_keys.append(unique_key)
             self.on_active.append(on_active)
+        if max_lateness is not None or self.max_latenesses is not None:
+            if self.max_latenesses is None:
+                self.max_latenesses = [None] * n
+            self.max_latenesses.append(max_lateness)
 
     def subset(self, rows: Iterable[int]) -> JobColumns:
         """The jobs at positions ``rows``, in that order."""
@@ -150,6 +157,7 @@ class JobColumns:
             take(self.concurrency_keys),
             take(self.unique_keys),
             take(self.on_active),
+            take(self.max_latenesses),
         )
 
     def params(self) -> dict[str, Any]:
@@ -167,6 +175,7 @@ class JobColumns:
             "concurrency_keys": _or_none(self.concurrency_keys, n),
             "unique_keys": _or_none(self.unique_keys, n),
             "on_active": ["keep"] * n if self.on_active is None else self.on_active,
+            "max_latenesses": self.max_latenesses,  # None: a NULL array, padded by unnest
         }
 
 
@@ -204,6 +213,7 @@ def _params(
     unique_key: Any = None,
     on_active: Any = "keep",
     concurrency_key: Any = None,
+    max_lateness: Any = None,
 ) -> dict[str, Any]:
     trace_parent, trace_state = tracing.capture()  # (None, None) unless a span is recording
     if (
@@ -216,6 +226,7 @@ def _params(
         and max_attempts is None
         and unique_key is None
         and concurrency_key is None
+        and max_lateness is None
         and type(on_active) is str
         and on_active == "keep"
     ):
@@ -237,6 +248,7 @@ def _params(
             "unique_key": None,
             "concurrency_key": None,
             "on_active": on_active,
+            "max_lateness": None,
         }
     params: dict[str, Any] = {
         "job_type": validate.job_type(job_type),
@@ -252,6 +264,7 @@ def _params(
         "trace_state": trace_state,
         "unique_key": validate.unique_key(unique_key),
         "concurrency_key": validate.concurrency_key(concurrency_key),
+        "max_lateness": validate.max_lateness(max_lateness),
     }
     params["on_active"] = validate.on_active(on_active, params["unique_key"])
     validate.keys(params["idempotency_key"], params["unique_key"])
@@ -309,6 +322,7 @@ def _insert_query(params: Mapping[str, Any]) -> LiteralString:
         and params["priority"] == 0
         and params["max_attempts"] == DEFAULT_MAX_ATTEMPTS
         and params["concurrency_key"] is None
+        and params["max_lateness"] is None
         and params["trace_parent"] is None
     ):
         return query("job_enqueue_defaults")
@@ -329,6 +343,7 @@ def _enqueue(
     concurrency_key: str | None = None,
     unique_key: str | None = None,
     on_active: OnActive = "keep",
+    max_lateness: timedelta | float | None = None,
 ) -> Steps[Enqueued]:
     """Insert a job in the caller's transaction and return its id.
 
@@ -338,12 +353,15 @@ def _enqueue(
     ``unique_key``
     makes the job unique while it is pending, retrying or leased; when an active job holds the
     key, ``on_active="keep"`` returns it and ``"replace"`` gives it this payload, run_at,
-    priority and max_attempts if it is waiting (see the module doc). Raises
+    priority, max_attempts and expiry if it is waiting (see the module doc).
+    ``max_lateness`` (a positive timedelta or seconds) is how late the job may start: a worker
+    that claims it after ``run_at + max_lateness`` does not run it but ends it ``expired``
+    (requeued like a dead letter; docs/jobs.md, "Expiry"). Raises
     :class:`jobs.InvalidJob` naming the field for bad input, before anything is written.
     """
     params = _params(
         job_type, payload, queue, idempotency_key, organization_id, run_at, priority,
-        max_attempts, now, unique_key, on_active, concurrency_key,
+        max_attempts, now, unique_key, on_active, concurrency_key, max_lateness,
     )  # fmt: skip
     return (yield from _enqueue_steps(params))
 
@@ -449,7 +467,10 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
     ckeys: list[str | None] = []
     uniques: list[str | None] = []
     actives: list[OnActive] = []
-    columns = JobColumns(concurrency_keys=ckeys, unique_keys=uniques, on_active=actives)
+    lates: list[timedelta | None] = []
+    columns = JobColumns(
+        concurrency_keys=ckeys, unique_keys=uniques, on_active=actives, max_latenesses=lates
+    )
     organization_ids = columns.organization_ids.append
     queues = columns.queues.append
     job_types = columns.job_types.append
@@ -461,6 +482,7 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
     concurrency_keys = ckeys.append
     unique_keys = uniques.append
     on_actives = actives.append
+    latenesses = lates.append
     known_types: set[str] = set()
     known_queues: set[str] = set()
     known_orgs: dict[str, UUID] = {}
@@ -514,6 +536,9 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
                 unique = validate.unique_key(unique)
                 on_active = validate.on_active(on_active, unique)
                 validate.keys(key, unique)
+            lateness = spec.max_lateness
+            if lateness is not None:
+                lateness = validate.max_lateness(lateness)
         except InvalidJob as exc:
             field = f"specs[{index}].{exc.field}"
             raise InvalidJob(field, exc.value, exc.reason) from None
@@ -528,6 +553,9 @@ def _build_columns(specs: Iterable[JobSpec | Mapping[str, Any]]) -> JobColumns:
         concurrency_keys(ckey)
         unique_keys(unique)
         on_actives(on_active)
+        latenesses(lateness)
+    if lates.count(None) == len(lates):
+        columns.max_latenesses = None  # no job has one: no column to send
     return columns
 
 
@@ -547,7 +575,8 @@ _COPY_TYPES = (
     "text",
     "timestamptz",
 )
-_COPY_TYPES_TRACED = (*_COPY_TYPES, "text", "text")  # job_copy_traced: trace_parent, trace_state
+_COPY_TRACE_TYPES = ("text", "text")  # traced: trace_parent, trace_state
+_COPY_EXPIRY_TYPES = ("timestamptz",)  # expiring: expires_at
 
 Trace = tuple[str | None, str | None]
 
@@ -668,7 +697,8 @@ def _copy(
             ),
         )
     n = len(ids)
-    tail = (db_now,) if trace[0] is None else (db_now, *trace)
+    traced = trace[0] is not None
+    tail = (db_now, *trace) if traced else (db_now,)
     rows = zip(
         ids,
         columns.organization_ids,
@@ -682,10 +712,20 @@ def _copy(
         repeat(None, n) if columns.concurrency_keys is None else columns.concurrency_keys,
         strict=True,
     )
+    lates = columns.max_latenesses
+    full = map(operator.add, rows, repeat(tail, n))
+    types: tuple[str, ...] = _COPY_TYPES + _COPY_TRACE_TYPES if traced else _COPY_TYPES
+    if lates is not None:  # expires_at = run_at + max_lateness, last
+        expires = [
+            (None,) if late is None else (at + late,)
+            for at, late in zip(run_ats, lates, strict=True)
+        ]
+        full = map(operator.add, full, expires)
+        types += _COPY_EXPIRY_TYPES
     return Copy(
-        query("job_copy" if trace[0] is None else "job_copy_traced"),
-        map(operator.add, rows, repeat(tail, n)),
-        _COPY_TYPES if trace[0] is None else _COPY_TYPES_TRACED,
+        variant("job_copy", traced=traced, expiring=lates is not None),
+        full,
+        types,
         _JsonbTextBinaryDumper,
     )
 
@@ -699,6 +739,7 @@ def _all_defaults(columns: JobColumns, n: int, now: datetime | None) -> bool:
         and columns.run_ats.count(None) == n
         and columns.organization_ids.count(None) == n
         and (columns.concurrency_keys is None or columns.concurrency_keys.count(None) == n)
+        and (columns.max_latenesses is None or columns.max_latenesses.count(None) == n)
         and columns.priorities.count(0) == n
         and columns.max_attempts.count(DEFAULT_MAX_ATTEMPTS) == n
     )

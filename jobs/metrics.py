@@ -65,6 +65,8 @@ LABELS = frozenset({"queue", "job_type", "outcome", "error_class", "operation", 
 _CLASS_CHARS = re.compile(r"[^a-z0-9_.\-]+")
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _JOB = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# Lateness of occurrences: from well under a second (on time) to hours (an outage).
+_LATE = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 HealthCheck = Callable[[], tuple[bool, Mapping[str, Any]]]
@@ -155,6 +157,39 @@ class Metrics:
             "tockwork_scheduler_occurrences",
             "Schedule occurrences decided by this process's scheduler.",
             ["outcome"],
+            registry=registry,
+        )
+        self.expired = Counter(
+            "tockwork_jobs_expired",
+            "Jobs claimed after their expires_at (max_lateness) and ended 'expired' unrun.",
+            ["queue", "job_type"],
+            registry=registry,
+        )
+        # The health of schedules (issue 24): how late occurrences are enqueued and started.
+        self.occurrence_enqueue_delay = Histogram(
+            "tockwork_scheduler_occurrence_enqueue_delay_seconds",
+            "Occurrence time to enqueue, of occurrences enqueued after their time (a catch-up, "
+            "a slow or stopped scheduler); those enqueued ahead, the usual case, are not "
+            "observed.",
+            buckets=_LATE,
+            registry=registry,
+        )
+        self.occurrence_start_delay = Histogram(
+            "tockwork_scheduler_occurrence_start_delay_seconds",
+            "Occurrence time to the start of its job's handler (reminders), by job type.",
+            ["job_type"],
+            buckets=_LATE,
+            registry=registry,
+        )
+        self.overlap_skips = Counter(
+            "tockwork_scheduler_overlap_skips",
+            "Occurrences not enqueued because the previous one's job was still active "
+            "(the schedule's overlap policy).",
+            registry=registry,
+        )
+        self.backfilled = Counter(
+            "tockwork_scheduler_backfilled_occurrences",
+            "Occurrences enqueued by a backfill.",
             registry=registry,
         )
 

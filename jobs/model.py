@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 from uuid import UUID
@@ -17,8 +17,9 @@ class JobStatus(StrEnum):
     """The job state machine (docs/jobs.md has the diagram).
 
     pending -> leased -> succeeded | retrying | dead | cancelled | pending (snoozed);
-    retrying -> leased; dead/cancelled -> pending (requeue); leased -> retrying | dead (lease
-    expired, recovered by the reaper).
+    retrying -> leased; dead/cancelled/expired -> pending (requeue); leased -> retrying | dead
+    (lease expired, recovered by the reaper); leased -> expired (claimed after its
+    ``expires_at``: not run, see ``max_lateness``).
     """
 
     PENDING = "pending"
@@ -27,6 +28,7 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,9 @@ class Enqueued:
 class JobSpec:
     """One job to insert with :func:`jobs.enqueue_many`.
 
-    ``unique_key`` and ``on_active`` are those of :func:`jobs.enqueue` (unique while active).
+    ``unique_key`` and ``on_active`` are those of :func:`jobs.enqueue` (unique while active);
+    so is ``max_lateness`` (a timedelta or seconds: the job must start within it of its
+    ``run_at``, or it ends ``expired`` without running).
     """
 
     job_type: str
@@ -62,6 +66,7 @@ class JobSpec:
     concurrency_key: str | None = None
     unique_key: str | None = None
     on_active: OnActive = "keep"
+    max_lateness: timedelta | float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,8 @@ class Job:
     # (jobs/tracing.py): every attempt's execution span links to it.
     trace_parent: str | None = None
     trace_state: str | None = None
+    # The instant after which the job must not start (its enqueue's max_lateness), or None.
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,7 @@ class JobRecord:
     # Unique while active (jobs.enqueue's unique_key) and the per-key concurrency key.
     unique_key: str | None = None
     concurrency_key: str | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,15 @@ def _code(value: str) -> str:
 
 
 SUCCEEDED = Decision(JobStatus.SUCCEEDED, "succeeded")
+# Claimed after its expires_at: not run. The claim's attempt is given back (it did not run) and
+# no attempt row is written (job_complete).
+EXPIRED = Decision(
+    JobStatus.EXPIRED,
+    "expired",
+    attempt_delta=-1,
+    code="expired",
+    summary="not started within its max_lateness: expired without running",
+)
 
 
 def decide(job: Job, exc: BaseException | None, policy: RetryPolicy) -> Decision:

@@ -231,6 +231,7 @@ def _job(row: tuple[Any, ...]) -> Job:
     return Job(*row)
 
 
+_WITH_EFFECTS = frozenset({JobStatus.SUCCEEDED, JobStatus.EXPIRED})
 _RUN_AT_ID = attrgetter("run_at", "id")
 _PRIORITY = attrgetter("priority")
 
@@ -514,7 +515,8 @@ class PgJobStore:
         claim_params = self._claim_params(wanted, worker, lease, now, claim, job_types)
         self._policy_queues(claim_params)  # refreshed here: never inside the pipeline
         if effects and finished:
-            succeeded = {f.job.id for f in finished if f.decision.status is JobStatus.SUCCEEDED}
+            # Effects run for succeeded jobs (in_completion) and expired ones (on_expired).
+            succeeded = {f.job.id for f in finished if f.decision.status in _WITH_EFFECTS}
             runs = [e for e in effects if any(j.id in succeeded for j in e.jobs)]
             if runs:
                 return self._complete_with_effects(

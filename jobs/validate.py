@@ -260,6 +260,30 @@ def max_attempts(value: Any) -> int:
     return value
 
 
+MAX_LATENESS = timedelta(days=366)
+"""The longest ``max_lateness`` a job may carry (a year: a limit beyond is no limit)."""
+
+
+def max_lateness(value: Any, field: str = "max_lateness") -> timedelta | None:
+    """A job's maximum lateness: None (no limit), or a positive timedelta or number of seconds
+    of at most :data:`MAX_LATENESS`."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not -1e12 < value < 1e12:  # also False for NaN and the infinities
+            raise InvalidJob(field, value, "must be a finite number of seconds")
+        result = timedelta(seconds=value)
+    else:
+        raise InvalidJob(field, value, "must be a timedelta or a number of seconds")
+    if result <= timedelta(0):
+        raise InvalidJob(field, value, "must be positive (a job must have time to start)")
+    if result > MAX_LATENESS:
+        raise InvalidJob(field, value, f"must be at most {MAX_LATENESS.days} days")
+    return result
+
+
 def delay(value: Any, field: str, max_seconds: int = MAX_DELAY_SECONDS) -> timedelta:
     if isinstance(value, timedelta):
         result = value

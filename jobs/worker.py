@@ -55,6 +55,12 @@ counted as written (not as "fenced"), its jobs are run here, and one warning say
 means nothing committed, and the cycle runs again under the same claim id, so a reply lost
 again is resolved the same way. The normal path pays nothing for this but one parameter.
 
+**Expiry.** A job enqueued with a ``max_lateness`` carries ``expires_at``. A handler call
+first sets aside its jobs past it (by the worker's clock): they are not run but written
+``expired`` with the call's other outcomes (``EXPIRED``: the claim's attempt given back, no
+attempt row), and the handler's ``on_expired(conn, jobs)``, if it has one, runs as their
+completion effect. A job without a limit costs one attribute test.
+
 Stopping (``stop()``, SIGTERM, SIGINT): claim nothing more, give back the jobs claimed ahead,
 let running handlers finish within the grace period, then give the remaining leases back so
 nothing stays leased.
@@ -103,7 +109,7 @@ from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.processes import ProcessFacts
 from jobs.queries import query
-from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide, summarize
+from jobs.retry import EXPIRED, SUCCEEDED, Decision, RetryPolicies, decide, summarize
 from jobs.service import Reconnect, Service, default_name
 from jobs.store import Finished, JobStore, PgJobStore, effect_failure_decisions
 from timezones.clock import Clock
@@ -217,6 +223,18 @@ class _Run:
     effects: list[RunEffects]
     batch: bool = False
     reruns: int = 0
+
+
+def _joined(first: _Run | None, second: _Run) -> _Run:
+    """Two runs of one handler call as one (the expired jobs' and the others')."""
+    if first is None:
+        return second
+    return _Run(
+        first.finished + second.finished,
+        first.effects + second.effects,
+        batch=second.batch,
+        reruns=second.reruns,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -777,16 +795,58 @@ class Worker(Service[WorkerStats]):
         t0 = time.perf_counter()
         run: _Run | None = None
         try:
-            if isinstance(handler, BatchHandler):
-                run = self._execute_batch(handler, taken)
+            expired, live = self._expired(handler, taken)
+            if not live:
+                run = expired
+            elif isinstance(handler, BatchHandler):
+                run = _joined(expired, self._execute_batch(handler, live))
             else:
-                run = self._execute(handler, taken[0])
+                run = _joined(expired, self._execute(handler, live[0]))
         finally:
             self._finished_call(taken[0].queue, len(taken), t0, run)
 
+    def _expired(self, handler: Any, taken: list[Job]) -> tuple[_Run | None, list[Job]]:
+        """The jobs taken past their ``expires_at`` (max_lateness), ended 'expired' without
+        running, and the others. Only a job enqueued with a lateness has an expires_at: the
+        common call costs one attribute test per job. The handler's ``on_expired(conn, jobs)``,
+        if it has one, runs in the completion transaction (as a completion effect: with the
+        leases verified, committed with the outcomes)."""
+        if taken[0].expires_at is None and (
+            len(taken) == 1 or all(j.expires_at is None for j in taken)
+        ):
+            return None, taken
+        now = self.now()
+        # Within the limit includes the limit itself: a job started at expires_at is on time.
+        expired = [j for j in taken if j.expires_at is not None and j.expires_at < now]
+        if not expired:
+            return None, taken
+        live = [j for j in taken if j.expires_at is None or j.expires_at >= now]
+        hook = getattr(handler, "on_expired", None)
+        effects = [RunEffects((hook,), tuple(expired))] if callable(hook) else []
+        finished = [Finished(j, EXPIRED, now, 0.0) for j in expired]
+        for job in expired:
+            if self.on_outcome is not None:
+                self.on_outcome(job, EXPIRED, 0.0)
+        job_log.info(
+            "%d %r job(s) expired unrun (claimed after their max_lateness): ids %s",
+            len(expired),
+            expired[0].job_type,
+            [j.id for j in expired[:20]],
+        )
+        return _Run(finished, effects), live
+
     async def _execute_async(self, job_type: str, taken: list[Job]) -> _Run:
-        """One async handler call on the event loop: the outcome is classified as for sync."""
+        """One async handler call on the event loop: the outcome is classified as for sync
+        (expired jobs are not run, as :meth:`_task` does)."""
         handler: Any = self.handlers[job_type]
+        expired, live = self._expired(handler, taken)
+        if expired is None:
+            return await self._execute_live_async(handler, taken)
+        if not live:
+            return expired
+        return _joined(expired, await self._execute_live_async(handler, live))
+
+    async def _execute_live_async(self, handler: Any, taken: list[Job]) -> _Run:
         if isinstance(handler, BatchHandler):
             started_at = self.now()
             with tracing.batch_span(taken, self.name, started_at) as span:
@@ -1066,12 +1126,15 @@ class Worker(Service[WorkerStats]):
             children = labelled.get(key)
             if children is None:
                 children = labelled[key] = self._children(key)
-            children[0].observe(item.duration_ms / 1000.0)
+            if outcome != "expired":  # not run: no handler time to observe
+                children[0].observe(item.duration_ms / 1000.0)
             tally[key] = tally.get(key, 0) + 1
             decision = replaced.get(job.id, item.decision)
             if outcome != "fenced" and decision.status is JobStatus.RETRYING:
                 m = self.metrics
                 m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
+            elif outcome == "expired":
+                self.metrics.expired.labels(job.queue, job_type).inc()
             inflight.pop(job.id, None)
         outcomes = self.stats.outcomes
         for key, n in tally.items():

@@ -29,7 +29,13 @@ with the error, for a person to fix and requeue; else succeeded (``delivered``, 
 and ``rejected``: a dead token is invalidated and never retried). A due job whose subject has no
 valid device succeeds and is recorded as skipped (``no_device``); one whose message has expired
 (``expires_at`` passed before it could be sent: a worker outage) succeeds, skipped
-(``expired``), and is not sent: a phone must not show the 08:00 reminder at noon.
+(``expired``), and is not sent: a phone must not show the 08:00 reminder at noon. A job the
+worker claims after its schedule's ``max_lateness`` is not even run: jobs' expiry ends it
+``expired`` and the handler's ``on_expired`` records the skip (kind ``expired``). The message's
+``expires_at`` (FCM's ``ttl``, APNs' ``apns-expiration``) is the job's own ``expires_at`` (its
+run_at plus the schedule's ``max_lateness``) when that comes before the occurrence plus the
+handler's ``ttl``, unless the payload sets its own ``ttl``: the provider drops what a worker
+would not start.
 
 A transient answer's Retry-After is a floor under the handler's growing ``backoff`` (default
 :class:`jobs.RetryPolicy`'s), not the delay itself: a provider's outage answering "retry after
@@ -70,13 +76,21 @@ import psycopg
 
 import jobs
 from jobs import Job, effects
-from jobs.internal import steps
+from jobs.internal import Steps, steps
+from jobs.metrics import Metrics
 from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
 from scheduler.queries import database_now_steps, query
-from scheduler.reminders import Due, ReminderBatch, check_steps, decide_steps, record_skipped
+from scheduler.reminders import (
+    Due,
+    ReminderBatch,
+    check_steps,
+    decide_steps,
+    record_expired,
+    record_skipped,
+)
 from timezones import Clock, get_zone
 
 log = logging.getLogger("tockwork.delivery")
@@ -91,6 +105,37 @@ MAX_TTL = timedelta(days=28)
 MIN_TTL = timedelta(minutes=1)
 
 Recipient = tuple[UUID | None, str]
+_NIL = UUID(int=0)  # subject_deliveries' organization of subjects without one
+MAX_CAP = 10_000
+MAX_CAP_WINDOW = timedelta(days=31)
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectCap:
+    """A quiet "do not nag" rule: at most ``max_deliveries`` reminders per subject in any
+    ``window`` (rolling, ending at each batch's instant), across all of that subject's
+    schedules. The excess is not sent: the job succeeds and its occurrence is recorded as a
+    skip of kind ``capped`` (the reason says the cap). Decided per batch, in the transaction of
+    its still-due read (two statements, no round trip per job); a job counted once is admitted
+    again on a retry without counting twice."""
+
+    max_deliveries: int
+    window: timedelta
+
+    def __post_init__(self) -> None:
+        n = self.max_deliveries
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CAP:
+            raise InvalidPushConfig("max_deliveries", n, f"must be an integer from 1 to {MAX_CAP}")
+        w = self.window
+        if not isinstance(w, timedelta) or not timedelta(seconds=1) <= w <= MAX_CAP_WINDOW:
+            raise InvalidPushConfig(
+                "window", w, f"must be a timedelta from 1 second to {MAX_CAP_WINDOW.days} days"
+            )
+
+    @property
+    def reason(self) -> str:
+        """The skip's reason: ``capped: at most N per S s``."""
+        return f"capped: at most {self.max_deliveries} per {self.window.total_seconds():g} s"
 
 
 class Target(Protocol):
@@ -334,6 +379,9 @@ class _AsyncConnections:
             await conn.close()
 
 
+_START_DELAY = Metrics.for_registry().occurrence_start_delay
+
+
 class DeliveryHandler(jobs.BatchHandler):
     """The batch handler of reminder jobs, through ``channels`` (module docstring).
 
@@ -341,8 +389,12 @@ class DeliveryHandler(jobs.BatchHandler):
     ``resolver``: where devices come from (default the registry); ``clock``: the instant of a
     batch (default the database's); ``ttl``: the default lifetime of a reminder; ``backoff``:
     the growing delay of a transient answer that carries a Retry-After (the hint is its floor,
-    module docstring; default :class:`jobs.RetryPolicy`'s).
+    module docstring; default :class:`jobs.RetryPolicy`'s); ``cap``: a
+    :class:`SubjectCap` on every subject's deliveries (default none). Jobs claimed past their
+    max_lateness are not run; :meth:`on_expired` records them as skipped.
     """
+
+    on_expired = staticmethod(record_expired)
 
     def __init__(
         self,
@@ -354,8 +406,12 @@ class DeliveryHandler(jobs.BatchHandler):
         ttl: timedelta = DEFAULT_TTL,
         max_batch: int = MAX_BATCH,
         backoff: jobs.RetryPolicy | None = None,
+        cap: SubjectCap | None = None,
     ) -> None:
         super().__init__(max_batch=max_batch)
+        if cap is not None and not isinstance(cap, SubjectCap):
+            raise InvalidPushConfig("cap", cap, "must be a SubjectCap or None")
+        self.cap = cap
         if not channels:
             raise InvalidPushConfig("channels", [], "at least one push channel is needed")
         self.channels: dict[str, PushChannel] = {}
@@ -393,9 +449,16 @@ class DeliveryHandler(jobs.BatchHandler):
         else:
             async with conn.transaction():
                 now, dues, zones, found = await self._read(conn, todo, now_hint)
+        if self.cap is not None:
+            async with conn.transaction():
+                await self._apply_cap(conn, todo, dues, found, now)
         plans: list[_Plan] = []
         skips: dict[int, Due] = {}
+        late = _START_DELAY.labels(todo[0].job_type) if todo else None
         for job in todo:
+            meta = OccurrenceMeta.of(job)
+            if meta is not None and late is not None:  # occurrence to start (all jobs)
+                late.observe(max((now - meta.at).total_seconds(), 0.0))
             due = dues[job.id]
             if due.defer_until is not None:
                 batch.snooze(job, max(due.defer_until - now, timedelta(0)))
@@ -484,6 +547,41 @@ class DeliveryHandler(jobs.BatchHandler):
                 devices[:] = [(t, key, key in before) for t, key, _ in devices]
         return at, dues, zones, found
 
+    async def _apply_cap(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        todo: Sequence[Job],
+        dues: dict[int, Due],
+        found: Mapping[int, Found],
+        at: datetime,
+    ) -> None:
+        """The subject cap (:class:`SubjectCap`): the due jobs with a device to send to, in
+        occurrence order, admitted or not in one statement; the others become not due
+        (``capped``) in ``dues``."""
+        assert self.cap is not None
+        candidates: list[tuple[datetime, int, Job, Recipient]] = []
+        for job in todo:
+            r = _recipient(job)
+            if dues[job.id] and r is not None and found.get(job.id):
+                meta = OccurrenceMeta.of(job)
+                candidates.append((meta.at if meta is not None else job.run_at, job.id, job, r))
+        if not candidates:
+            return
+        candidates.sort(key=lambda c: (c[0], c[1]))
+        params = {
+            "job_ids": [c[1] for c in candidates],
+            "organization_ids": [c[3][0] or _NIL for c in candidates],
+            "subjects": [c[3][1] for c in candidates],
+            "max_deliveries": self.cap.max_deliveries,
+            "window_seconds": self.cap.window.total_seconds(),
+            "now": at,
+        }
+        rows = await steps.on_async(conn, _admit_steps(params))
+        capped = Due(False, self.cap.reason)
+        for job_id, admitted, _used in rows:
+            if not admitted:
+                dues[job_id] = capped
+
     def _plan(
         self,
         job: Job,
@@ -508,7 +606,12 @@ class DeliveryHandler(jobs.BatchHandler):
             batch.fail(job, str(exc), code="bad_payload")
             return None
         at = meta.at if meta is not None else job.run_at
+        # The payload's own ttl, when it sets one; else the handler's ttl, cut to the job's
+        # expiry: the provider keeps the message no longer than a worker would start the job.
         expires_at = at + c.ttl
+        own_ttl = isinstance(job.payload, Mapping) and job.payload.get("ttl") is not None
+        if job.expires_at is not None and not own_ttl:
+            expires_at = min(expires_at, job.expires_at)
         plan = _Plan(job)
         subject = recipient[1] if recipient is not None else ""
         zone = zones.get(meta.schedule_id) if meta is not None else None
@@ -668,6 +771,12 @@ class _Sent:
 # The resolvers whose read and record the handler folds into one statement each.
 _FOLDED: frozenset[type] = frozenset({RegistryResolver, SubjectAsToken})
 
+def _admit_steps(params: dict[str, Any]) -> Steps[list[Any]]:
+    """The subject cap's two statements: the subjects' rows, then the admission."""
+    yield query("subject_delivery_ensure"), params
+    rows: list[Any] = yield query("subject_delivery_admit"), params
+    return rows
+
 
 def _recipient(job: Job) -> Recipient | None:
     payload = job.payload if isinstance(job.payload, Mapping) else {}
@@ -726,6 +835,8 @@ SETTINGS = {
     "TOCKWORK_PUSH_SIMULATED": "1: the simulated channel (records in simulated_pushes)",
     "TOCKWORK_PUSH_DEVICES": "registry (default), or subject:<channel> (each subject is a token)",
     "TOCKWORK_PUSH_TTL": "seconds a reminder stays worth showing (default 3600)",
+    "TOCKWORK_PUSH_SUBJECT_CAP": "N/SECONDS: at most N reminders per subject in any SECONDS "
+    "(default: no cap)",
     "TOCKWORK_PUSH_CA_FILE": "a CA bundle to trust for the providers (a local fake's)",
 }
 
@@ -885,8 +996,30 @@ def app() -> dict[str, Any]:
             env, "TOCKWORK_PUSH_TTL", 3600, MAX_TTL.total_seconds(), MIN_TTL.total_seconds()
         )
     )
+    cap = cap_from_env(env)
     pace(url, channels)
-    return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl)}
+    return {"reminder": DeliveryHandler(url, channels, resolver=resolver, ttl=ttl, cap=cap)}
+
+
+def cap_from_env(env: Mapping[str, str]) -> SubjectCap | None:
+    """``TOCKWORK_PUSH_SUBJECT_CAP=N/SECONDS`` (``3/3600``) as a :class:`SubjectCap`; unset
+    or empty: None."""
+    raw = env.get("TOCKWORK_PUSH_SUBJECT_CAP", "").strip()
+    if not raw:
+        return None
+    count, slash, window = raw.partition("/")
+    if (
+        not slash
+        or not (count.isascii() and count.isdigit())
+        or not (window.isascii() and window.isdigit())
+        or len(count) > 6
+        or len(window) > 8
+    ):
+        raise InvalidPushConfig("TOCKWORK_PUSH_SUBJECT_CAP", raw, "must be N/SECONDS, e.g. 3/3600")
+    try:
+        return SubjectCap(int(count), timedelta(seconds=int(window)))
+    except InvalidPushConfig as exc:
+        raise InvalidPushConfig("TOCKWORK_PUSH_SUBJECT_CAP", raw, exc.reason) from None
 
 
 def simulated_app() -> dict[str, Any]:
@@ -916,8 +1049,10 @@ __all__ = [
     "DeviceResolver",
     "RegistryResolver",
     "SubjectAsToken",
+    "SubjectCap",
     "Target",
     "app",
+    "cap_from_env",
     "channels_from_env",
     "content",
     "device_key",

@@ -14,6 +14,14 @@ acknowledged work can be lost at failover`` (jobs/primary.py; ``value`` 1 or 0).
 when synchronous replication is required (``require_sync``, ``--require-sync-replication``,
 ``TOCKWORK_REQUIRE_SYNC_REPLICATION=1``) and absent.
 
+The overdue detector (:func:`overdue_schedules`, ``tockwork schedules overdue``, the gauge
+``tockwork_schedules_overdue``): active schedules whose ``next_run_at`` is past by more than a
+threshold (:data:`DEFAULT_OVERDUE_AFTER`). A tick enqueues an occurrence and advances
+``next_run_at`` in one transaction, so such a schedule has no job for that occurrence: every
+replica is stopped or stuck, or they cannot keep up. The gauge counts at most
+:data:`OVERDUE_COUNT_LIMIT` (a scrape stays cheap); the alert rule
+``TockworkSchedulesOverdue`` fires on it (deploy/prometheus/tockwork-rules.yml).
+
 The lag is read by the scheduler with its own SQL (``schedule_due_lag`` in
 scheduler/sql/schedule.sql): the queue's collector (:class:`jobs.metrics.DatabaseCollector`)
 knows no scheduler table, and :func:`register_metrics` adds ``tockwork_scheduler_lag_seconds``
@@ -31,6 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from prometheus_client import CollectorRegistry
@@ -46,10 +55,15 @@ from jobs.metrics import (
     register_database,
 )
 from jobs.primary import require_sync_replication, server_identity
+from scheduler.errors import InvalidSchedule
 from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
+DEFAULT_OVERDUE_AFTER = timedelta(minutes=1)
+"""How far past its next_run_at a schedule must be to count as overdue: a replica ticks at
+least once a second and enqueues ahead, so a minute means none ran."""
+OVERDUE_COUNT_LIMIT = 100_000
 
 log = logging.getLogger("tockwork.metrics")
 
@@ -71,8 +85,58 @@ def scheduler_lag(conn: psycopg.Connection[Any], now: datetime | None = None) ->
     return max(0.0, float(lag_row[0]))
 
 
+@dataclass(frozen=True, slots=True)
+class Overdue:
+    """One overdue schedule: its next occurrence is ``overdue_seconds`` past."""
+
+    id: int
+    organization_id: UUID | None
+    key: str | None
+    subject: str | None
+    job_type: str
+    next_run_at: datetime
+    next_occurrence_key: str | None
+    overdue_seconds: float
+
+
+def _after_seconds(after: timedelta) -> float:
+    if not isinstance(after, timedelta) or after < timedelta(0):
+        raise InvalidSchedule("after", after, "must be a timedelta of zero or more")
+    return after.total_seconds()
+
+
+def overdue_schedules(
+    conn: psycopg.Connection[Any],
+    *,
+    after: timedelta = DEFAULT_OVERDUE_AFTER,
+    limit: int = 100,
+    now: datetime | None = None,
+) -> list[Overdue]:
+    """The active schedules overdue by more than ``after``, most overdue first (at most
+    ``limit``): no job exists for their next occurrence (module docstring)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise InvalidSchedule("limit", limit, "must be from 1 to 100000")
+    params = {"after": _after_seconds(after), "limit": limit, "now": now}
+    return [Overdue(*row) for row in conn.execute(query("schedule_overdue"), params).fetchall()]
+
+
+def overdue_count(
+    conn: psycopg.Connection[Any],
+    *,
+    after: timedelta = DEFAULT_OVERDUE_AFTER,
+    now: datetime | None = None,
+) -> int:
+    """How many active schedules are overdue by more than ``after`` (at most
+    :data:`OVERDUE_COUNT_LIMIT`)."""
+    params = {"after": _after_seconds(after), "limit": OVERDUE_COUNT_LIMIT, "now": now}
+    row = conn.execute(query("schedule_overdue_count"), params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def scheduler_lag_probe(conn: psycopg.Connection[Any], now: datetime | None) -> Iterable[Metric]:
-    """A :data:`jobs.metrics.Probe`: ``tockwork_scheduler_lag_seconds``."""
+    """A :data:`jobs.metrics.Probe`: ``tockwork_scheduler_lag_seconds`` and the overdue
+    detector's ``tockwork_schedules_overdue``."""
     lag = scheduler_lag(conn, now)
     if lag is None:
         return []
@@ -81,7 +145,13 @@ def scheduler_lag_probe(conn: psycopg.Connection[Any], now: datetime | None) -> 
         "How far overdue the most overdue active schedule is (0 when none is).",
     )
     family.add_metric([], lag)
-    return [family]
+    overdue = GaugeMetricFamily(
+        "tockwork_schedules_overdue",
+        "Active schedules whose next occurrence is more than a minute past with no job for it "
+        f"(no scheduler replica ran, or none keeps up); counted up to {OVERDUE_COUNT_LIMIT:,}.",
+    )
+    overdue.add_metric([], overdue_count(conn, now=database_now(conn, now)))
+    return [family, overdue]
 
 
 def register_metrics(

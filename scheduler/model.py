@@ -153,6 +153,8 @@ class Schedule:
     # The jobs enqueued last under an overlap policy other than allow (scheduler/overlap.py).
     overlap_job_ids: list[int] = field(default_factory=list)
     _rule: list[Rule] = field(default_factory=list, repr=False, compare=False)
+    # How late its jobs may start, in seconds (None: no limit); see create_schedule.
+    max_lateness_seconds: int | None = None
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -222,7 +224,7 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         catch_up, grace, catch_up_max, q_start, q_end, q_action, paused, cursor_at, next_run_at,
         next_key, last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source,
         created_at, updated_at, overlap, overlap_skipped, pause_note, paused_until, start_at,
-        end_at, max_runs, finished_at, overlap_job_ids,
+        end_at, max_runs, finished_at, overlap_job_ids, max_lateness,
     ) = row  # fmt: skip
     quiet = QuietHours(q_start, q_end, QuietAction(q_action)) if q_start is not None else None
     return Schedule(
@@ -230,7 +232,7 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         CatchUp(catch_up), grace, catch_up_max, quiet, paused, cursor_at, next_run_at, next_key,
         last_key, last_at, last_job, enq, missed, skipped, tzdb, version, source, created_at,
         updated_at, Overlap(overlap), overlap_skipped, pause_note, paused_until, start_at,
-        end_at, max_runs, finished_at, overlap_job_ids,
+        end_at, max_runs, finished_at, overlap_job_ids, max_lateness_seconds=max_lateness,
     )  # fmt: skip
 
 

@@ -53,7 +53,7 @@ class Due:
     """The answer of :func:`still_due`; true when the reminder should be delivered now."""
 
     due: bool
-    reason: str | None = None  # deleted, paused, superseded, quiet_hours
+    reason: str | None = None  # deleted, paused, superseded, quiet_hours, expired, capped
     defer_until: datetime | None = None  # quiet hours with action "defer"
 
     def __bool__(self) -> bool:
@@ -267,6 +267,27 @@ def _record_skipped_steps(
 
 
 _Skip = tuple[Job, OccurrenceMeta, str]
+# The skip kind of a not-due reason that has one of its own (schedule_skips.kind); every other
+# reason (paused, quiet hours, no device) is kind 'skipped' with the reason beside it.
+_KINDS = {"superseded": "superseded", "expired": "expired", "capped": "capped"}
+_EXPIRED = Due(False, "expired")
+
+
+def record_expired(conn: psycopg.Connection[Any], expired: Sequence[Job]) -> None:
+    """The reminder handlers' ``on_expired`` (jobs' worker calls it in the transaction that
+    ends these jobs 'expired': claimed after their schedule's max_lateness, not run): each
+    occurrence recorded once as a skip of kind ``expired``, counted in its schedule's
+    ``skipped_count``, dated by the database clock."""
+    steps.on(conn, _record_expired_steps(expired))
+
+
+def _record_expired_steps(expired: Sequence[Job]) -> Steps[int]:
+    at = yield from database_now_steps(None)
+    return (
+        yield from _record_skipped_steps(
+            expired, dict.fromkeys((j.id for j in expired), _EXPIRED), at
+        )
+    )
 
 
 def _skips(jobs_: Collection[Job], dues: Mapping[int, Due]) -> tuple[list[_Skip], list[str]]:
@@ -275,7 +296,9 @@ def _skips(jobs_: Collection[Job], dues: Mapping[int, Due]) -> tuple[list[_Skip]
     for job in jobs_:
         due, meta = dues.get(job.id), OccurrenceMeta.of(job)
         if due is not None and due.skipped and meta is not None:
-            todo.append((job, meta, "skipped" if due.reason != "superseded" else "superseded"))
+            # A reason may carry details after a colon ("capped: at most 3 per 3600 s").
+            kind = _KINDS.get((due.reason or "").partition(":")[0], "skipped")
+            todo.append((job, meta, kind))
     return todo, [effects.effect_key(job, "schedule-skip") for job, _, _ in todo]
 
 
@@ -400,9 +423,13 @@ class ReminderHandler(_Reminders):
     """A handler for reminder jobs: check :func:`still_due`, then push through ``provider``.
 
     A deferred reminder (quiet hours) is snoozed until the window ends; a superseded, paused or
-    deleted one is dropped (recorded as skipped) and the job succeeds. Each worker thread gets
-    its own connection; :meth:`close` closes them all.
+    deleted one is dropped (recorded as skipped) and the job succeeds. One the worker claimed
+    after its max_lateness is not run (jobs' expiry) and recorded as an ``expired`` skip
+    (:func:`record_expired`, its ``on_expired``). Each worker thread gets its own connection;
+    :meth:`close` closes them all.
     """
+
+    on_expired = staticmethod(record_expired)
 
     def __call__(self, job: Job) -> None:
         conn = self._connection()
@@ -477,6 +504,7 @@ __all__ = [
     "ReminderBatch",
     "ReminderHandler",
     "SimulatedPush",
+    "record_expired",
     "record_skipped",
     "reminder_handler",
     "reminder_message",

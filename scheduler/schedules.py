@@ -115,6 +115,7 @@ def _create(
     quiet_hours: QuietHours | Mapping[str, Any] | None = None,
     gap: GapPolicy | str | None = None,
     fold: FoldPolicy | str | None = None,
+    max_lateness: timedelta | float | None = None,
     paused: bool = False,
     source: str = "api",
     overlap: Overlap | str | None = None,
@@ -127,7 +128,11 @@ def _create(
     """Create a schedule in the caller's transaction; its first occurrence is strictly after now.
 
     ``catch_up`` defaults to ``latest`` for reminders and ``all`` for named definitions (``key``
-    set, no ``subject``). Raises :class:`ScheduleExists` if ``key`` is taken in the organization.
+    set, no ``subject``). ``max_lateness`` (a timedelta or seconds) is how late each occurrence's
+    job may start after its run_at: later, it is not run but ends ``expired`` (recorded as a
+    skip of kind ``expired``); it defaults to an hour for reminders (``subject`` set, no
+    ``key``) and to no limit for named definitions (docs/scheduling.md, "Late work expires").
+    Raises :class:`ScheduleExists` if ``key`` is taken in the organization.
     A ``once:`` rule at or before ``now`` can never fire: it is refused (``InvalidSchedule``
     naming ``rule``) unless ``allow_past=True``, which creates the schedule finished (no next
     run).

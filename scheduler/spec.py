@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, Self, TypeVar
 from uuid import UUID
@@ -51,6 +51,9 @@ MAX_KEY = 200
 MAX_CATCH_UP = 1_000_000
 MAX_GRACE_SECONDS = 10 * 366 * 86_400
 MAX_RUNS = 1_000_000_000  # max_runs is an int4 column
+# A reminder's jobs must start within this of their run_at unless the schedule says otherwise:
+# a reminder an hour late is noise (the 08:00 pill at 14:00); the push channels' default TTL.
+DEFAULT_REMINDER_LATENESS = timedelta(hours=1)
 _HHMM = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])(?::00)?")
 _HHMM_SECONDS = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]")
 # What a check translates into InvalidSchedule: the errors of the functions it calls.
@@ -173,6 +176,20 @@ def check_catch_up(value: Any, data: Mapping[str, Any]) -> CatchUp:
         return CatchUp(value)
     except (ValueError, TypeError):
         raise InvalidSchedule("catch_up", value, "must be 'skip', 'latest' or 'all'") from None
+
+
+def check_max_lateness(value: Any, data: Mapping[str, Any]) -> int | None:
+    """Whole seconds (at least one), or None. Unset (None): a reminder (a subject, no key)
+    gets :data:`DEFAULT_REMINDER_LATENESS`, a named definition no limit."""
+    if value is None:
+        reminder = data.get("subject") is not None and data.get("key") is None
+        return int(DEFAULT_REMINDER_LATENESS.total_seconds()) if reminder else None
+    late = wrap("max_lateness", value, lambda: job_validate.max_lateness(value))
+    assert late is not None
+    seconds = int(late.total_seconds())
+    if seconds < 1:
+        raise InvalidSchedule("max_lateness", value, "must be at least one second")
+    return seconds
 
 
 def check_grace(value: Any) -> int | None:
@@ -371,6 +388,15 @@ class ScheduleSpec(BaseModel):
     ] = None
     gap: Annotated[str | None, Setting(check_gap, timing=True)] = None
     fold: Annotated[str | None, Setting(check_fold, timing=True)] = None
+    max_lateness: Annotated[
+        int | None,
+        Setting(
+            check_max_lateness,
+            sql=lambda v: {"max_lateness": v},
+            attr="max_lateness_seconds",
+            with_data=True,
+        ),
+    ] = Field(None, validate_default=True)
     paused: Annotated[bool, Setting(check_paused, update=False, definition=False)] = False
     source: Annotated[str, Setting(check_source, update=False, definition=False)] = "api"
     # Issue 24: the overlap policy and the lifetime (docs/scheduling.md).

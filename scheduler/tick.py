@@ -517,6 +517,8 @@ class Scheduler(Service[TickResult]):
         keyof = memo.key if memo is not None else _occurrence_key
         # The schedules were validated when created; build the insert's columns directly.
         columns = JobColumns()  # no unique or concurrency keys unless an overlap policy sets them
+        latenesses: list[timedelta | None] | None = None  # the schedules' max_lateness
+        enqueue_delay = self.metrics.occurrence_enqueue_delay
         owners: list[int] = []  # the plan index of each job row
         policed: list[tuple[int, Schedule]] = []  # (job row, schedule) under an overlap policy
         skips = _Skips()
@@ -536,6 +538,13 @@ class Scheduler(Service[TickResult]):
                     columns.priorities.append(0)
                     columns.run_ats.append(d.run_at)
                     columns.max_attempts.append(DEFAULT_MAX_ATTEMPTS)
+                    late = s.max_lateness_seconds
+                    if late is not None or latenesses is not None:
+                        if latenesses is None:
+                            latenesses = columns.max_latenesses = [None] * len(owners)
+                        latenesses.append(None if late is None else timedelta(seconds=late))
+                    if d.occurrence.at < now:  # late (a catch-up, a slow tick): how late
+                        enqueue_delay.observe((now - d.occurrence.at).total_seconds())
                     owners.append(p_index)
                 else:
                     skips.add(s.id, key, d)

@@ -193,6 +193,16 @@ BAD_RULE_TEXTS: list[str] = [
     "cron:1,,2 * * * *",
     "cron:" + "1," * 300_000 + "1 * * * *",
     "cron:" + "9" * 5000 + " * * * *",
+    # Non-ASCII white space between fields (cronie and croniter refuse it).
+    "cron:0\u00a00 * * *",
+    "cron:0 0\u3000* * *",
+    "cron:0 0 *\u2003* *",
+    "cron:0 0 * *\u0085*",
+    "cron:0\x1c0 * * *",
+    # Backwards ranges other than a day-of-week range ending on Sunday.
+    "cron:0 9 * * SAT-FRI",
+    "cron:0 9 * * 6-1",
+    "cron:0 9 * DEC-JAN *",
     # Intervals.
     "every:0s",
     "every:-1s",

@@ -1,6 +1,10 @@
 """Vixie cron expressions (5 fields) parsed into sets of integers.
 
 Semantics follow Vixie/cronie: ``0`` and ``7`` are Sunday; names (``jan``, ``mon``) are accepted;
+a day-of-week range that ends on Sunday (``MON-SUN``, ``5-0``) runs to 7, as croniter reads it
+(every other backwards range is refused). Fields are separated by ASCII white space only: a
+no-break or ideographic space (U+00A0, U+3000, ...) is refused, naming the character, as cronie
+refuses it, rather than read as a separator.
 when both day-of-month and day-of-week are restricted (neither field starts with ``*``) a day
 matches if *either* matches, otherwise both must match. A job is a *wildcard* job when its minute
 or its hour field starts with ``*`` (Vixie's ``MIN_STAR``/``HR_STAR``): such jobs follow the
@@ -10,6 +14,7 @@ observed wall clock through DST transitions unless ``anchored`` is asked for.
 from __future__ import annotations
 
 import bisect
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
@@ -34,6 +39,9 @@ _MACROS = {
 }
 _MAX_DAYS = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 _LAST_YEAR = 9999
+# The separators cronie accepts between fields (and str.split() would split on far more:
+# U+00A0, U+3000, U+0085, the ASCII information separators U+001C-U+001F, ...).
+_ASCII_SPACE = frozenset(" \t\n\r\x0b\x0c")
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,8 @@ def _field(
                 raise InvalidRule(
                     f"cron {field}", v, f"value {v} out of range {low}-{high} in {shown(expr)}"
                 )
+        if first > last and field == "day of week" and last == 0:
+            last = 7  # MON-SUN: a week written Monday first ends on Sunday, 7
         if first > last:
             raise InvalidRule(
                 f"cron {field}", base, f"range {shown(base)} runs backwards in {shown(expr)}"
@@ -143,11 +153,25 @@ def _field(
     return frozenset(values)
 
 
+def _check_separators(expr: str) -> None:
+    for i, ch in enumerate(expr):
+        if ch.isspace() and ch not in _ASCII_SPACE:
+            name = unicodedata.name(ch, "a white-space control character")
+            raise InvalidRule(
+                "cron expr",
+                expr,
+                f"white space U+{ord(ch):04X} ({name}) at position {i} of {shown(expr)} "
+                "is not a field separator: separate the fields with ASCII spaces",
+            )
+
+
 def parse_cron(expr: str) -> CronSpec:
     """Parse a 5-field Vixie expression or a macro (``@daily``); raise :class:`InvalidRule`."""
     if not isinstance(expr, str):
         raise InvalidRule("cron expr", expr, f"expected text, got {shown(expr)}")
     check_text("cron expr", expr, MAX_RULE_TEXT, InvalidRule)
+    if not expr.isascii() or not expr.isprintable():
+        _check_separators(expr)
     text = " ".join(expr.split())
     if text.startswith("@"):
         if text.lower() not in _MACROS:

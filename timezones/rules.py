@@ -279,9 +279,9 @@ class CronRule(_Rule):
     def _check_expr(cls, value: object) -> str:
         if not isinstance(value, str):
             raise ValueError("expected a 5-field cron expression")
-        text = " ".join(value.split())
-        parse_cron(text)  # raises InvalidRule (a ValueError) naming the field
-        return text
+        # Parsed as given (it refuses non-ASCII white space before splitting), kept normalised.
+        parse_cron(value)  # raises InvalidRule (a ValueError) naming the field
+        return " ".join(value.split())
 
     def compact(self) -> str:
         if self.wildcard == CronWildcard.ANCHORED:

@@ -17,12 +17,14 @@
 WITH ins AS (
     INSERT INTO jobs (organization_id, queue, job_type, payload, {{job_key_column}}, priority,
                       run_at, max_attempts, created_at, trace_parent, trace_state,
-                      concurrency_key)
+                      concurrency_key, expires_at)
     VALUES (%(organization_id)s::uuid, %(queue)s, %(job_type)s, %(payload)s::jsonb,
             %({{job_key_column}})s::text, %(priority)s,
             coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()), %(max_attempts)s,
             coalesce(%(now)s::timestamptz, now()), %(trace_parent)s::text, %(trace_state)s::text,
-            %(concurrency_key)s::text)
+            %(concurrency_key)s::text,
+            coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now())
+            + %(max_lateness)s::interval)
     {{job_key_arbiter}}
     RETURNING id, run_at
 )
@@ -85,17 +87,18 @@ ON CONFLICT (job_type, unique_key, organization_id)
 -- the first spec of each key, sorted by key), as job_enqueue_unique; an id that does not come
 -- back hit an active job. A job has one kind of key or the other, so one arbiter applies.
 INSERT INTO jobs (id, organization_id, queue, job_type, payload, {{job_key_column}}, priority,
-                  run_at, max_attempts, created_at, trace_parent, trace_state, concurrency_key)
+                  run_at, max_attempts, created_at, trace_parent, trace_state, concurrency_key,
+                  expires_at)
 SELECT id, organization_id, queue, job_type, payload, {{job_key_column}}, priority, run_at,
        max_attempts, %(created_at)s::timestamptz, %(trace_parent)s::text, %(trace_state)s::text,
-       concurrency_key
+       concurrency_key, run_at + max_lateness
 FROM unnest(%(ids)b::bigint[], %(organization_ids)b::uuid[], %(queues)b::text[],
             %(job_types)b::text[], %(payloads)b::jsonb[], %({{job_key_column}}s)b::text[],
             %(priorities)b::int[], %(run_ats)b::timestamptz[], %(max_attempts)b::int[],
-            %(concurrency_keys)b::text[])
+            %(concurrency_keys)b::text[], %(max_latenesses)b::interval[])
      WITH ORDINALITY
      AS t(id, organization_id, queue, job_type, payload, {{job_key_column}}, priority, run_at,
-          max_attempts, concurrency_key, ord)
+          max_attempts, concurrency_key, max_lateness, ord)
 ORDER BY ord
 {{job_key_arbiter}}
 RETURNING id;
@@ -110,14 +113,16 @@ JOIN jobs AS j
 
 -- name: job_replace_by_unique_key
 -- on_active='replace': the waiting (pending or retrying) job holding the unique key takes the
--- new payload, run_at, priority and max_attempts; its id, queue, concurrency key, attempts and
--- history stay. A leased job is running and is not touched (nor locked: the status test comes
+-- new payload, run_at, priority, max_attempts and expiry; its id, queue, concurrency key,
+-- attempts and history stay. A leased job is running and is not touched (nor locked: the status test comes
 -- before the row lock, so a worker's completion never waits on the enqueuer's transaction).
 UPDATE jobs
 SET payload = %(payload)s::jsonb,
     run_at = coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now()),
     priority = %(priority)s,
-    max_attempts = %(max_attempts)s
+    max_attempts = %(max_attempts)s,
+    expires_at = coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, now())
+                 + %(max_lateness)s::interval
 WHERE job_type = %(job_type)s AND unique_key = %(unique_key)s::text
   AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
   AND status IN ('pending', 'retrying')
@@ -141,10 +146,10 @@ WITH input AS (
     SELECT *
     FROM unnest(%(organization_ids)b::uuid[], %(job_types)b::text[], %(unique_keys)b::text[],
                 %(payloads)b::jsonb[], %(priorities)b::int[], %(run_ats)b::timestamptz[],
-                %(max_attempts)b::int[])
+                %(max_attempts)b::int[], %(max_latenesses)b::interval[])
          WITH ORDINALITY
          AS t(organization_id, job_type, unique_key, payload, priority, run_at, max_attempts,
-              ord)
+              max_lateness, ord)
 ),
 locked AS (
     SELECT j.id
@@ -162,7 +167,8 @@ UPDATE jobs AS j
 SET payload = i.payload,
     run_at = i.run_at,
     priority = i.priority,
-    max_attempts = i.max_attempts
+    max_attempts = i.max_attempts,
+    expires_at = i.run_at + i.max_lateness
 FROM input AS i
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
   AND j.job_type = i.job_type AND j.unique_key = i.unique_key
@@ -189,7 +195,7 @@ WHERE id = ANY(%(ids)b::bigint[]) AND status IN ('pending', 'retrying', 'leased'
 -- Job's fields in their order (jobs/store.py builds a Job from a row positionally; the column
 -- is 'attempts' where the field is 'attempt').
 id, queue, job_type, payload, attempts, max_attempts, idempotency_key, organization_id,
-priority, run_at, created_at, lease_token, trace_parent, trace_state
+priority, run_at, created_at, lease_token, trace_parent, trace_state, expires_at
 
 -- fragment: job_lease_token_floor
 -- The smallest fencing token a claim may hand out on this server: the timeline of the WAL it
@@ -664,7 +670,7 @@ updated AS (
         locked_until = NULL,
         last_error_code = coalesce(i.code, j.last_error_code),
         last_error_summary = coalesce(i.summary, j.last_error_summary),
-        completed_at = CASE WHEN i.status IN ('succeeded', 'dead', 'cancelled')
+        completed_at = CASE WHEN i.status IN ('succeeded', 'dead', 'cancelled', 'expired')
                             THEN coalesce(%(now)s::timestamptz, now()) END,
         lease_token = j.lease_token + 1
     FROM input AS i
@@ -682,6 +688,9 @@ written AS (
            CASE WHEN u.id IS NULL THEN 'fenced' ELSE i.outcome END,
            i.code, i.summary, i.duration_ms
     FROM input AS i LEFT JOIN updated AS u ON u.id = i.id
+    -- An expired job did not run: no attempt row (its claim's attempt is given back, as by
+    -- job_release_unstarted), unless its lease was lost (fenced, recorded as always).
+    WHERE u.id IS NULL OR i.outcome <> 'expired'
     RETURNING job_id, outcome
 )
 -- Only the fenced ids come back: every other attempt was written with its own outcome, so a
@@ -835,7 +844,7 @@ WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
 -- name: job_requeue_lock
--- The dead (or cancelled) jobs a requeue selects, locked: the first statement of a requeue, so
+-- The dead (or cancelled, or expired) jobs a requeue selects, locked: the first statement of a requeue, so
 -- the caller's transaction is open before job_requeue's savepoint (jobs/admin.py).
 SELECT id FROM jobs
 WHERE status = ANY(%(statuses)b::text[])
@@ -877,7 +886,8 @@ updated AS (
     SET status = 'pending',
         attempts = 0,
         run_at = coalesce(%(now)s::timestamptz, now()),
-        completed_at = NULL
+        completed_at = NULL,
+        expires_at = NULL  -- an operator asked for it to run now: no lateness limit any more
     WHERE id = ANY(ARRAY(SELECT id FROM judged WHERE NOT skipped))
     RETURNING id, queue
 ),
@@ -906,7 +916,7 @@ RETURNING id;
 -- name: job_list
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
-       last_error_summary, completed_at, created_at, unique_key, concurrency_key
+       last_error_summary, completed_at, created_at, unique_key, concurrency_key, expires_at
 FROM jobs
 WHERE status = ANY(%(statuses)b::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -919,7 +929,7 @@ LIMIT %(limit)s;
 -- name: job_get
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_by, locked_until, lease_token, last_error_code,
-       last_error_summary, completed_at, created_at, unique_key, concurrency_key
+       last_error_summary, completed_at, created_at, unique_key, concurrency_key, expires_at
 FROM jobs WHERE id = %(id)s;
 
 -- name: job_queue_stats
@@ -988,20 +998,26 @@ SELECT coalesce(%(now)s::timestamptz, now()),
         FROM unnest(%(wake)s::text[], %(wake_ats)s::timestamptz[]) AS w(q, at)
         WHERE w.at IS NULL OR w.at <= coalesce(%(now)s::timestamptz, now()));
 
--- name: job_copy
+-- fragment: job_copy_trace if traced
+, trace_parent, trace_state
+
+-- fragment: job_copy_expiry if expiring
+, expires_at
+
+-- template: job_copy (traced, expiring)
 -- A batch in binary COPY format (the caller sets the column types): no text formatting of
 -- timestamps, and heap_multi_insert writes whole pages. With idempotency keys it runs inside a
 -- savepoint: a key already taken fails it with a unique violation on jobs_idempotency_uq, and
 -- the caller falls back to job_enqueue_many. concurrency_key: NULL (4 bytes a row) unless set.
+-- traced: the W3C trace context of a traced enqueue (jobs/tracing.py), the same for every row
+-- of the batch; an untraced batch keeps job_copy or job_copy_defaults. expiring: some job of
+-- the batch has a maximum lateness (its expires_at; a batch without one sends no column).
+-- variant: job_copy
+-- variant: job_copy_traced            traced
+-- variant: job_copy_expiring          expiring
+-- variant: job_copy_traced_expiring   traced expiring
 COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-           max_attempts, concurrency_key, created_at)
-FROM STDIN (FORMAT BINARY);
-
--- name: job_copy_traced
--- job_copy with the W3C trace context of a traced enqueue (jobs/tracing.py), the same for every
--- row of the batch; an untraced batch keeps job_copy or job_copy_defaults.
-COPY jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority, run_at,
-           max_attempts, concurrency_key, created_at, trace_parent, trace_state)
+           max_attempts, concurrency_key, created_at{{job_copy_trace}}{{job_copy_expiry}})
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_copy_defaults
@@ -1015,12 +1031,12 @@ SELECT count(pg_notify('tockwork_jobs', q)) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: job_delete_finished
 -- Retention (jobs/maintenance.py): one bounded batch of the jobs that succeeded or were
--- cancelled more than %(finished_age)s seconds ago. Dead jobs are kept until a person requeues
+-- cancelled (or expired) more than %(finished_age)s seconds ago. Dead jobs are kept until a person requeues
 -- or cancels them, unless %(dead_age)s (seconds) is given. Ages are exact seconds
 -- (make_interval(secs => ...)), so the session's time zone never stretches a day.
 WITH doomed AS (
     SELECT id FROM jobs
-    WHERE (status IN ('succeeded', 'cancelled')
+    WHERE (status IN ('succeeded', 'cancelled', 'expired')
            AND completed_at < coalesce(%(now)s::timestamptz, now())
                               - make_interval(secs => %(finished_age)s::float8))
        OR (%(dead_age)s::float8 IS NOT NULL AND status = 'dead'

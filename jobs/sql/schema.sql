@@ -48,8 +48,12 @@ CREATE TABLE jobs (
     -- When a lease was last extended (migration 0011, set by job_heartbeat): a worker's
     -- heartbeat age is now - greatest(heartbeat_at, locked_at). Not indexed.
     heartbeat_at timestamptz,
+    -- The instant after which the job must not start (migration 0016): run_at (or the
+    -- occurrence) plus the enqueue's max_lateness. A worker that claims it later ends it
+    -- 'expired' without running it. NULL: no limit (the common job; not indexed).
+    expires_at timestamptz,
     CONSTRAINT jobs_status_check CHECK (
-        status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled')
+        status IN ('pending', 'leased', 'retrying', 'succeeded', 'dead', 'cancelled', 'expired')
     ),
     CONSTRAINT jobs_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     CONSTRAINT jobs_job_type_check CHECK (length(job_type) BETWEEN 1 AND 200),
@@ -88,6 +92,10 @@ CREATE INDEX jobs_leased_idx ON jobs (locked_until) WHERE status = 'leased';
 
 -- Dead letters for inspection and requeue.
 CREATE INDEX jobs_dead_idx ON jobs (queue, job_type, completed_at) WHERE status = 'dead';
+
+-- Expired jobs (migration 0016): not started within their maximum lateness, kept for
+-- inspection and requeue like dead letters, deleted with the finished jobs' retention.
+CREATE INDEX jobs_expired_idx ON jobs (id) WHERE status = 'expired';
 
 -- The operator dashboard's filters and counts (migration 0011): retrying per queue (an
 -- index-only count), dead letters newest first, an error code newest first, one organization's

@@ -443,6 +443,18 @@ def log_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
 
 
+def list_args(parser: argparse.ArgumentParser, *, default: int = 100) -> None:
+    """``--limit N`` (1 to :data:`MAX_COUNT`) and ``--json`` of a command that lists rows."""
+    parser.add_argument(
+        "--limit",
+        type=positive_int("--limit", MAX_COUNT),
+        default=default,
+        metavar="N",
+        help=f"at most this many (1 to {MAX_COUNT:,})",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+
+
 def metrics_args(parser: argparse.ArgumentParser, default_max_lag: timedelta) -> None:
     """``--metrics-port``, ``--metrics-host`` and ``--max-scheduler-lag`` of a service."""
     parser.add_argument(

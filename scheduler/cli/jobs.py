@@ -347,7 +347,7 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     q = jsub.add_parser(
         "requeue",
         help="put dead jobs back to pending (a filter is required)",
-        description="Put dead (or cancelled) jobs back to pending with a fresh set of "
+        description="Put dead (or cancelled, or expired) jobs back to pending with a fresh set of "
         f"attempts. A filter is required: {FILTER_FLAGS}. Exits 1 when an --id matched no job "
         "in the given statuses.",
     )
@@ -365,8 +365,9 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     q.add_argument(
         "--status",
         action="append",
-        choices=["dead", "cancelled"],
-        help="requeue jobs in this status (repeatable; default: dead)",
+        choices=["dead", "cancelled", "expired"],
+        help="requeue jobs in this status (repeatable; default: dead; an expired job requeued "
+        "runs without its lateness limit)",
     )
     q.add_argument(
         "--dry-run", action="store_true", help="say what would be requeued, change nothing"

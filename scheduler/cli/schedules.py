@@ -1,4 +1,5 @@
-"""``tockwork scheduler`` (a replica) and ``tockwork schedules sync|list|show|preview``."""
+"""``tockwork scheduler`` (a replica) and ``tockwork schedules
+sync|list|show|preview|overdue``."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     instant,
+    list_args,
     log_args,
     metrics_args,
     positive_int,
     resolve_url,
+    seconds,
     text,
 )
 from scheduler.definitions import load_file, load_limits, sync
@@ -197,7 +200,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "last_occurrence_at", "last_job_id", "enqueued_count", "missed_count", "skipped_count",
         "tzdb_version", "version", "source", "created_at", "updated_at", "overlap",
         "overlap_skipped_count", "pause_note", "paused_until", "start_at", "end_at", "max_runs",
-        "remaining_runs", "finished_at",
+        "remaining_runs", "finished_at", "max_lateness_seconds",
     ):  # fmt: skip
         print(f"{name:>22}: {getattr(s, name)}")
     print(f"{'state':>22}: {state(s)}")
@@ -292,6 +295,31 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_overdue(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        items = health.overdue_schedules(conn, after=args.after, limit=args.limit)
+    if args.json:
+        print(json.dumps([
+            {"id": o.id, "key": o.key, "subject": o.subject, "job_type": o.job_type,
+             "organization_id": None if o.organization_id is None else str(o.organization_id),
+             "next_run_at": o.next_run_at.isoformat(), "occurrence_key": o.next_occurrence_key,
+             "overdue_seconds": round(o.overdue_seconds, 3)}
+            for o in items
+        ]))  # fmt: skip
+        return 0
+    print(f"{'id':>7} {'key/subject':<24} {'job_type':<22} {'next_run_at':<26} overdue")
+    for o in items:
+        name = o.key or (f"subject={o.subject}" if o.subject else "-")
+        print(
+            f"{o.id:>7} {name:<24} {o.job_type:<22} {o.next_run_at.isoformat():<26} "
+            f"{o.overdue_seconds:,.0f} s"
+        )
+    after = int(args.after.total_seconds())
+    why = "; no scheduler replica is enqueueing them" if items else ""
+    print(f"({len(items)} schedule(s) overdue by more than {after} s{why})")
+    return 0
+
+
 def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "scheduler",
@@ -378,6 +406,23 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     q.add_argument("--json", action="store_true", help="print a JSON list")
     q.set_defaults(func=cmd_preview)
+    q = ssub.add_parser(
+        "overdue",
+        help="schedules whose next occurrence is past with no job for it",
+        description="Active schedules whose next occurrence is more than --after seconds past: "
+        "no job exists for it (no scheduler replica ran, or none keeps up). Most overdue first.",
+    )
+    database_arg(q)
+    q.add_argument(
+        "--after",
+        type=seconds("--after"),
+        default=str(int(health.DEFAULT_OVERDUE_AFTER.total_seconds())),
+        metavar="SECONDS",
+        help="overdue by more than this (seconds; default "
+        f"{int(health.DEFAULT_OVERDUE_AFTER.total_seconds())})",
+    )
+    list_args(q)
+    q.set_defaults(func=cmd_overdue)
     _register_operations(ssub)
 
 

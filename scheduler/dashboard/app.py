@@ -41,7 +41,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from jobs import JobNotFound, processes
+from jobs import JobNotFound, JobStatus, processes
 from jobs.internal import default_name
 from jobs.processes import ProcessFacts
 from scheduler.dashboard import views
@@ -480,7 +480,7 @@ async def jobs_page(request: Request) -> Response:
             "filters": {n: request.query_params.get(n, "") for n in JOB_FILTERS},
             "next_query": _filters_query(request, JOB_FILTERS, before=nxt) if nxt else None,
             "first_query": _filters_query(request, JOB_FILTERS) if before else None,
-            "statuses": ["pending", "leased", "retrying", "succeeded", "dead", "cancelled"],
+            "statuses": [s.value for s in JobStatus],
         },
     )
 

@@ -517,6 +517,10 @@ def recent_audit(conn: psycopg.Connection[Any], limit: int = 20) -> list[dict[st
     ]
 
 
+# What the dashboard's requeue and cancel act on: dead letters and expired jobs (issue 24).
+_FINISHED_UNRUN = ("dead", "expired")
+
+
 def act_on_dead(
     conn: psycopg.Connection[Any],
     action: str,
@@ -526,15 +530,20 @@ def act_on_dead(
     selection: dict[str, Any],
     now: datetime | None,
 ) -> list[int]:
-    """Requeue or cancel these dead jobs (those still dead) and record it, in one transaction."""
+    """Requeue or cancel these dead (or expired) jobs (those still so) and record it, in one
+    transaction."""
     done: list[int]
     with conn.transaction():
         if action == "requeue":
             # A job whose unique key an active job holds is skipped (not in done).
-            done = jobs.requeue(conn, ids=ids, now=now)
+            done = jobs.requeue(conn, ids=ids, statuses=_FINISHED_UNRUN, now=now)
         elif action == "cancel":
             done = jobs.cancel(
-                conn, ids=ids, statuses=("dead",), reason="cancelled from the dashboard", now=now
+                conn,
+                ids=ids,
+                statuses=_FINISHED_UNRUN,
+                reason="cancelled from the dashboard",
+                now=now,
             )
         else:
             raise InvalidInput("action", action, "must be requeue or cancel")

@@ -8,7 +8,7 @@ quiet_end, quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
 last_occurrence_key, last_occurrence_at, last_job_id, enqueued_count, missed_count,
 skipped_count, tzdb_version, version, source, created_at, updated_at, overlap,
 overlap_skipped_count, pause_note, paused_until, start_at, end_at, max_runs, finished_at,
-overlap_job_ids
+overlap_job_ids, max_lateness_seconds
 
 -- name: schedule_insert
 INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
@@ -16,14 +16,14 @@ INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, 
                        catch_up_grace_seconds, catch_up_max, quiet_start, quiet_end,
                        quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
                        tzdb_version, source, created_at, updated_at, overlap, start_at,
-                       end_at, max_runs, finished_at)
+                       end_at, max_runs, finished_at, max_lateness_seconds)
 VALUES (%(organization_id)s::uuid, %(key)s::text, %(subject)s::text, %(job_type)s, %(queue)s,
         %(payload)s::jsonb, %(rule)s::jsonb, %(zone)s, %(gap)s::text, %(fold)s::text,
         %(jitter)s, %(catch_up)s, %(grace)s::int, %(catch_up_max)s, %(quiet_start)s::time,
         %(quiet_end)s::time, %(quiet_action)s::text, %(paused)s, %(cursor_at)s,
         %(next_run_at)s::timestamptz, %(next_key)s::text, %(tzdb)s, %(source)s,
         %(now)s, %(now)s, %(overlap)s, %(start_at)s::timestamptz, %(end_at)s::timestamptz,
-        %(max_runs)s::int, %(finished_at)s::timestamptz)
+        %(max_runs)s::int, %(finished_at)s::timestamptz, %(max_lateness)s::int)
 ON CONFLICT (organization_id, key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -41,7 +41,8 @@ SET subject = %(subject)s::text, job_type = %(job_type)s, queue = %(queue)s,
     version = version + %(version_step)s, updated_at = %(now)s, overlap = %(overlap)s,
     start_at = %(start_at)s::timestamptz, end_at = %(end_at)s::timestamptz,
     max_runs = %(max_runs)s::int, pause_note = %(pause_note)s::text,
-    paused_until = %(paused_until)s::timestamptz, finished_at = %(finished_at)s::timestamptz
+    paused_until = %(paused_until)s::timestamptz, finished_at = %(finished_at)s::timestamptz,
+    max_lateness_seconds = %(max_lateness)s::int
 WHERE id = %(id)s;
 
 -- name: schedule_due_lock
@@ -123,6 +124,30 @@ SELECT coalesce(extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(n
 FROM schedules
 WHERE (NOT paused OR paused_until IS NOT NULL)
   AND next_run_at <= coalesce(%(now)s::timestamptz, now());
+
+-- name: schedule_overdue
+-- The overdue detector (scheduler/health.py, `tockwork schedules overdue`): active schedules
+-- whose next occurrence is more than the threshold (after, in seconds) past, most overdue first.
+-- A tick enqueues an occurrence and advances next_run_at in one transaction, so a next_run_at
+-- in the past is an occurrence no job exists for: no replica ran, or none kept up. A range
+-- scan of schedules_due_idx.
+SELECT id, organization_id, key, subject, job_type, next_run_at, next_occurrence_key,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - next_run_at)::float8
+FROM schedules
+WHERE NOT paused AND next_run_at IS NOT NULL
+  AND next_run_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
+ORDER BY next_run_at, id
+LIMIT %(limit)s;
+
+-- name: schedule_overdue_count
+-- How many active schedules are overdue by more than the threshold (after, seconds), counting
+-- at most limit of them (a scrape must stay cheap however far behind the scheduler is).
+SELECT count(*)
+FROM (SELECT 1 FROM schedules
+      WHERE NOT paused AND next_run_at IS NOT NULL
+        AND next_run_at < coalesce(%(now)s::timestamptz, now())
+                          - make_interval(secs => %(after)s)
+      LIMIT %(limit)s) AS overdue;
 
 -- name: schedule_table_exists
 -- The scheduler-lag probe of /healthz and /metrics: a database without the scheduler's

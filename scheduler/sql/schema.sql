@@ -56,6 +56,10 @@ CREATE TABLE schedules (
     end_at timestamptz,
     max_runs integer,
     finished_at timestamptz,
+    -- How late the schedule's jobs may start (migration 0007): each job's expires_at is its
+    -- run_at plus this; a job claimed later ends 'expired' unrun (recorded as a skip). NULL:
+    -- no limit.
+    max_lateness_seconds integer,
     CONSTRAINT schedules_queue_check CHECK (queue ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     CONSTRAINT schedules_key_check CHECK (length(key) BETWEEN 1 AND 200),
     CONSTRAINT schedules_jitter_check CHECK (jitter_seconds >= 0),
@@ -72,7 +76,8 @@ CREATE TABLE schedules (
     ),
     CONSTRAINT schedules_pause_note_check CHECK (length(pause_note) <= 500),
     CONSTRAINT schedules_lifetime_check CHECK (end_at > start_at),
-    CONSTRAINT schedules_max_runs_check CHECK (max_runs >= 1)
+    CONSTRAINT schedules_max_runs_check CHECK (max_runs >= 1),
+    CONSTRAINT schedules_max_lateness_check CHECK (max_lateness_seconds > 0)
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
 
 -- Due work for the tick: only schedules that have a next occurrence and are not paused, or
@@ -91,8 +96,10 @@ CREATE INDEX schedules_subject_idx ON schedules (organization_id, subject)
     WHERE subject IS NOT NULL;
 
 -- Occurrences that were not delivered, kept visible: missed (downtime beyond the catch-up
--- grace), skipped (quiet hours, pause), superseded (the schedule changed before they ran) and
--- overlap (the previous occurrence's job was still active: the overlap policy).
+-- grace), skipped (quiet hours, pause), superseded (the schedule changed before they ran),
+-- overlap (the previous occurrence's job was still active: the overlap policy), expired (not
+-- started within the schedule's max_lateness) and capped (the subject's cap of deliveries per
+-- window was reached; migration 0007).
 -- Partitioned by day (UTC) of recorded_at (migration 0009): the built-in maintenance creates the
 -- days ahead (schedule_skips_pYYYYMMDD) and retention drops whole days; a row of a day without a
 -- partition lands in the default partition, which retention empties by bounded deletes. No
@@ -108,7 +115,7 @@ CREATE TABLE schedule_skips (
     reason text,
     recorded_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT schedule_skips_kind_check CHECK (
-        kind IN ('missed', 'skipped', 'superseded', 'overlap')
+        kind IN ('missed', 'skipped', 'superseded', 'overlap', 'expired', 'capped')
     )
 ) PARTITION BY RANGE (recorded_at);
 
@@ -118,6 +125,22 @@ CREATE INDEX schedule_skips_schedule_idx ON schedule_skips (schedule_id, occurre
 CREATE INDEX schedule_skips_recorded_idx ON schedule_skips (recorded_at);
 
 CREATE TABLE schedule_skips_default PARTITION OF schedule_skips DEFAULT;
+
+-- Per-subject caps of reminders (migration 0007; scheduler.delivery.SubjectCap): the
+-- deliveries each subject was admitted in its cap's last window, as (job id, instant) pairs in
+-- two parallel arrays, pruned at every admission (as job_rate_limits keeps its last second). A
+-- job already in the list is admitted again without counting twice (a retry, a re-run after a
+-- crash). The row is also the subject's mutex: an admission locks it, so concurrent workers
+-- never admit past the cap. A missing organization is the nil UUID (one organization).
+CREATE TABLE subject_deliveries (
+    organization_id uuid NOT NULL,
+    subject text NOT NULL,
+    recent_job_ids bigint[] NOT NULL DEFAULT '{}',
+    recent_at timestamptz[] NOT NULL DEFAULT '{}',
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, subject),
+    CONSTRAINT subject_deliveries_subject_check CHECK (length(subject) BETWEEN 1 AND 200)
+);
 
 -- The operator dashboard's audit trail (migration 0003): who did what from the dashboard, when,
 -- with which filter (the ids or the queue / job type / error code it selected), and how many rows

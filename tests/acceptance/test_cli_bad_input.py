@@ -63,6 +63,7 @@ MINIMAL: dict[str, list[str]] = {
         "--end",
         "2026-01-02T00:00Z",
     ],
+    "tockwork schedules overdue": [],
     "tockwork relay": ["--app", "tests.acceptance.apps_not_a_mapping:HANDLERS"],
     "tockwork outbox dead": [],
     "tockwork outbox retry": ["--all"],

@@ -123,6 +123,7 @@ ENQUEUE_BAD: dict[str, list[tuple[str, Any]]] = {
     "priority": [("high", 1001), ("low", -1001), *BAD_INT4[:6], ("nan", float("nan"))],
     "max_attempts": [("zero", 0), ("over", 1001), *BAD_INT4[:6]],
     "concurrency_key": [("empty", ""), ("long", "k" * 513), ("nul", NUL), ("surrogate", SURROGATE), ("int", 5), ("list", ["k"])],
+    "max_lateness": [("zero", 0), ("negative", -1), ("negative-td", timedelta(seconds=-1)), ("nan", float("nan")), ("inf", float("inf")), ("text", "1h"), ("bool", True), ("over", timedelta(days=367))],
     "now": BAD_INSTANTS,
 }  # fmt: skip
 

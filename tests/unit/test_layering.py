@@ -203,6 +203,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "dashboard_audit",
             "devices",
             "apns_provider_tokens",
+            "subject_deliveries",
             "webhook_endpoints",
             "webhook_secrets",
             "webhook_attempts",

@@ -135,6 +135,7 @@ def test_query_names_start_with_their_table_and_never_collide_across_packages() 
             "device_",
             "webhook_",
             "apns_provider_token_",
+            "subject_delivery_",
         ),
         "scheduler.simulated": ("simulated_push_",),
     }

@@ -35,6 +35,7 @@ ROW: dict[str, Any] = {
     "paused_until": datetime(2026, 1, 3, tzinfo=UTC), "start_at": datetime(2025, 1, 4, tzinfo=UTC),
     "end_at": datetime(2027, 1, 5, tzinfo=UTC), "max_runs": 15,
     "finished_at": datetime(2026, 1, 6, tzinfo=UTC), "overlap_job_ids": [16, 17],
+    "max_lateness_seconds": 900,
 }  # fmt: skip
 
 

@@ -161,6 +161,7 @@ def _general_params(job_type: Any, payload: Any, queue: Any) -> dict[str, Any]:
         "unique_key": validate.unique_key(None),
         "concurrency_key": validate.concurrency_key(None),
         "on_active": validate.on_active("keep", None),
+        "max_lateness": validate.max_lateness(None),
     }
 
 

@@ -69,7 +69,7 @@ def test_the_derived_field_sets() -> None:
     assert ScheduleSpec.updatable() == {
         "job_type", "rule", "zone", "payload", "queue", "subject", "jitter", "catch_up",
         "catch_up_grace", "catch_up_max", "quiet_hours", "gap", "fold",
-        "overlap", "start_at", "end_at", "max_runs",
+        "overlap", "start_at", "end_at", "max_runs", "max_lateness",
     }  # fmt: skip
     assert ScheduleSpec.timing() == {
         "rule", "zone", "gap", "fold", "quiet_hours", "jitter", "start_at", "end_at",
@@ -78,7 +78,7 @@ def test_the_derived_field_sets() -> None:
     assert {n for n, s in Definition.settings().items() if s.definition} == {
         "key", "rule", "zone", "job_type", "queue", "payload", "jitter", "catch_up",
         "catch_up_grace", "catch_up_max", "gap", "fold", "overlap", "start_at", "end_at",
-        "max_runs",
+        "max_runs", "max_lateness",
     }  # fmt: skip
     assert Definition.synced() == Definition.updatable() - {"subject", "quiet_hours"}
 
@@ -155,6 +155,12 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"jitter": "5"}, "jitter"),
     ({"jitter": 86_401}, "jitter"),
     ({"jitter": True}, "jitter"),
+    ({"max_lateness": -1}, "max_lateness"),
+    ({"max_lateness": 0}, "max_lateness"),
+    ({"max_lateness": 0.5}, "max_lateness"),
+    ({"max_lateness": "60"}, "max_lateness"),
+    ({"max_lateness": float("inf")}, "max_lateness"),
+    ({"max_lateness": timedelta(days=400)}, "max_lateness"),
     ({"catch_up": "sometimes"}, "catch_up"),
     ({"catch_up_grace": -1}, "catch_up_grace"),
     ({"catch_up_grace": "60"}, "catch_up_grace"),
