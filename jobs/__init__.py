@@ -9,7 +9,17 @@ is not a stable API.
 
 import logging
 
-from jobs import effects, limits, maintenance, metrics, outbox, partitions, primary, processes, tracing
+from jobs import (
+    effects,
+    limits,
+    maintenance,
+    metrics,
+    outbox,
+    partitions,
+    primary,
+    processes,
+    tracing,
+)
 from jobs.admin import (
     cancel,
     cancel_async,

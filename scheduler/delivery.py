@@ -771,6 +771,7 @@ class _Sent:
 # The resolvers whose read and record the handler folds into one statement each.
 _FOLDED: frozenset[type] = frozenset({RegistryResolver, SubjectAsToken})
 
+
 def _admit_steps(params: dict[str, Any]) -> Steps[list[Any]]:
     """The subject cap's two statements: the subjects' rows, then the admission."""
     yield query("subject_delivery_ensure"), params

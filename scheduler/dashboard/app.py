@@ -1144,9 +1144,7 @@ def create_app(
         or not 0 <= refresh <= 3600
     ):
         raise InvalidInput("refresh", refresh, "must be a number of seconds from 0 to 3600")
-    state = Dashboard(
-        database_url, token, read_only, clock, pool_size, read_url, float(refresh)
-    )
+    state = Dashboard(database_url, token, read_only, clock, pool_size, read_url, float(refresh))
     static = resources.files("scheduler.dashboard").joinpath("static")
     routes = [
         Route("/", overview_page),
