@@ -514,7 +514,7 @@ async def job_action(request: Request) -> Response:
     job_id = _job_id(request)
     action = "requeue" if request.url.path.endswith("/requeue") else "cancel"
     state = _state(request)
-    changed = await _db(
+    changed = await _act(
         request,
         views.act_on_job,
         action,
@@ -731,7 +731,7 @@ async def schedule_trigger(request: Request) -> Response:
     schedule_id = _schedule_id(request)
     at = Params({"at": _form_text(form, "at")}, ["at"]).instant("at")
     state = _state(request)
-    await _db(
+    await _act(
         request,
         views.trigger_now,
         schedule_id,
@@ -758,7 +758,7 @@ async def schedule_backfill(request: Request) -> Response:
     overlap = p.choice("overlap", [str(o) for o in Overlap])
     dry_run = p.choice("action", ["preview", "run"], "preview") == "preview"
     state = _state(request)
-    result = await _db(
+    result = await _act(
         request,
         views.backfill,
         schedule_id,
@@ -931,7 +931,7 @@ async def webhook_action(request: Request) -> Response:
     if action == "redeliver":
         since = Params({"since": _form_text(form, "since")}, ["since"]).instant("since")
     state = _state(request)
-    n = await _db(
+    n = await _act(
         request,
         views.webhook_action,
         endpoint_id,
