@@ -34,5 +34,6 @@ ALTER TABLE schedule_skips ADD CONSTRAINT schedule_skips_kind_check CHECK (
 
 ALTER TABLE dashboard_audit DROP CONSTRAINT dashboard_audit_action_check;
 ALTER TABLE dashboard_audit ADD CONSTRAINT dashboard_audit_action_check CHECK (
-    action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry', 'trigger', 'backfill')
+    action IN ('requeue', 'cancel', 'pause', 'resume', 'outbox_retry', 'webhook_disable',
+               'webhook_enable', 'webhook_redeliver', 'trigger', 'backfill')
 );

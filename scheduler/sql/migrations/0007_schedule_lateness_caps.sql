@@ -11,7 +11,8 @@ ALTER TABLE schedules VALIDATE CONSTRAINT schedules_max_lateness_check;
 -- and 'capped' (the subject had its cap of deliveries in the window already).
 ALTER TABLE schedule_skips DROP CONSTRAINT schedule_skips_kind_check;
 ALTER TABLE schedule_skips ADD CONSTRAINT schedule_skips_kind_check
-    CHECK (kind IN ('missed', 'skipped', 'superseded', 'expired', 'capped')) NOT VALID;
+    CHECK (kind IN ('missed', 'skipped', 'superseded', 'overlap', 'expired',
+                   'capped')) NOT VALID;
 ALTER TABLE schedule_skips VALIDATE CONSTRAINT schedule_skips_kind_check;
 
 -- Per-subject caps of reminders (scheduler.delivery.SubjectCap): the deliveries each subject
