@@ -48,7 +48,13 @@ def test_the_overview_counts_live_workers_and_flags_an_unserved_queue(
     with psycopg.connect(db_url) as conn, conn.transaction():
         jobs.enqueue(conn, "send", {}, queue="mail")
         jobs.enqueue(conn, "send", {}, queue="orphan")
+        jobs.set_queue_policy(conn, "fairq", fair=True)
+        jobs.limits.set_limit(conn, jobs.RateLimit(queue="limitedq", per_second=5))
+        jobs.limits.set_limit(conn, jobs.RateLimit(job_type="send", per_second=5))
     page = browser.get("/").text
+    # Queues without unfinished jobs: served by a live worker, or with a policy or a limit.
+    assert '<tr id="queue-fairq">' in page and '<tr id="queue-limitedq">' in page
+    assert '<tr id="queue-send">' not in page  # a job type's limit names no queue
     row = {
         q: re.search(rf'<tr id="queue-{q}">(.*?)</tr>', page, re.S)
         for q in ("idle", "mail", "orphan")
