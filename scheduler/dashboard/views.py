@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 import jobs
 import timezones
-from jobs import outbox, processes
+from jobs import limits, outbox, processes
 from scheduler import runs
 from scheduler import schedules as schedule_api
 from scheduler.errors import WebhookEndpointNotFound
@@ -192,11 +192,16 @@ def _live_minutes(
 
 def served_queues(conn: psycopg.Connection[Any], now: datetime | None) -> list[dict[str, Any]]:
     """:func:`queues`, with the live workers of each (the registry of processes), and the
-    queues a live worker serves that hold no unfinished job (all zeros). ``unserved``: ready
-    jobs and no live worker to run them."""
+    known queues that hold no unfinished job (all zeros): those a live worker serves or that
+    have a claim policy or a rate limit. ``unserved``: ready jobs and no live worker."""
     served = {w.queue: w for w in processes.queue_workers(conn, now=now)}
     rows = {q["queue"]: q for q in queues(conn, now)}
-    for name in served.keys() - rows.keys():
+    known = set(served)
+    known.update(p.queue for p in jobs.queue_policies(conn))
+    known.update(
+        s.limit.name for s in limits.list_limits(conn, now=now) if s.limit.scope == "queue"
+    )
+    for name in known - rows.keys():
         rows[name] = {
             "queue": name,
             **dict.fromkeys(QUEUE_COUNTS, 0),

@@ -30,6 +30,12 @@ from timezones import FrozenClock
 from timezones.errors import InvalidInput
 
 
+def stale_since() -> datetime:
+    """Five minutes ago: stale (three 10 s heartbeats missed), not yet pruned (15 minutes after
+    that) by the heartbeat of the dashboard under test, which runs at the same time."""
+    return datetime.now(UTC) - timedelta(minutes=5)
+
+
 def _beat(db_url: str, facts: ProcessFacts, now: datetime | None = None) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         processes.beat(conn, facts, now=now)
@@ -43,12 +49,18 @@ def test_the_overview_counts_live_workers_and_flags_an_unserved_queue(
     _beat(
         db_url,
         ProcessFacts(kind="worker", name="dead", queues={"orphan": 1}),
-        now=datetime(2020, 1, 1, tzinfo=UTC),
+        now=stale_since(),
     )
     with psycopg.connect(db_url) as conn, conn.transaction():
         jobs.enqueue(conn, "send", {}, queue="mail")
         jobs.enqueue(conn, "send", {}, queue="orphan")
+        jobs.set_queue_policy(conn, "fairq", fair=True)
+        jobs.limits.set_limit(conn, jobs.RateLimit(queue="limitedq", per_second=5))
+        jobs.limits.set_limit(conn, jobs.RateLimit(job_type="send", per_second=5))
     page = browser.get("/").text
+    # Queues without unfinished jobs: served by a live worker, or with a policy or a limit.
+    assert '<tr id="queue-fairq">' in page and '<tr id="queue-limitedq">' in page
+    assert '<tr id="queue-send">' not in page  # a job type's limit names no queue
     row = {
         q: re.search(rf'<tr id="queue-{q}">(.*?)</tr>', page, re.S)
         for q in ("idle", "mail", "orphan")
@@ -71,7 +83,7 @@ def test_the_overview_counts_live_workers_and_flags_an_unserved_queue(
 
 def test_the_processes_page_and_api(db_url: str, browser: TestClient, api: TestClient) -> None:
     _beat(db_url, ProcessFacts(kind="scheduler", name="s1"))
-    _beat(db_url, ProcessFacts(kind="relay", name="r-old"), now=datetime(2020, 1, 1, tzinfo=UTC))
+    _beat(db_url, ProcessFacts(kind="relay", name="r-old"), now=stale_since())
     page = browser.get("/processes")
     assert page.status_code == 200
     table = re.search(r'<table id="processes">(.*?)</table>', page.text, re.S)
