@@ -99,17 +99,18 @@ RESULT_TIMEOUT = 3600.0
 RESET: LiteralString = "TRUNCATE schedules, schedule_skips, jobs, job_attempts RESTART IDENTITY"
 
 # The columns and values create_schedule writes (scheduler/sql/queries.sql: insert_schedule) for a
-# reminder: subject = the user, no key, catch-up 'latest' with the default grace, no quiet hours.
+# reminder: subject = the user, no key, catch-up 'latest' with the default grace, no quiet hours,
+# the default max_lateness of reminders (an hour: each job carries its expires_at).
 # Schedule g (1-based) is in zone (g - 1) % len(zones).
 LOAD: LiteralString = """
 INSERT INTO schedules (organization_id, key, subject, job_type, queue, payload, rule, zone,
                        gap_policy, fold_policy, jitter_seconds, catch_up,
                        catch_up_grace_seconds, catch_up_max, quiet_start, quiet_end,
                        quiet_action, paused, cursor_at, next_run_at, next_occurrence_key,
-                       tzdb_version, source, created_at, updated_at)
+                       tzdb_version, source, created_at, updated_at, max_lateness_seconds)
 SELECT NULL, NULL, 'user-' || g, %(job_type)s, %(queue)s, %(payload)s::jsonb, %(rule)s::jsonb,
        z.zone, NULL, NULL, %(jitter)s, 'latest', NULL, 100, NULL, NULL, NULL, false,
-       %(created)s, z.next_run_at, z.next_key, %(tzdb)s, 'api', %(created)s, %(created)s
+       %(created)s, z.next_run_at, z.next_key, %(tzdb)s, 'api', %(created)s, %(created)s, 3600
 FROM generate_series(1, %(n)s) AS g
 JOIN unnest(%(zones)s::text[], %(nexts)s::timestamptz[], %(keys)s::text[]) WITH ORDINALITY
      AS z(zone, next_run_at, next_key, ord)
@@ -131,7 +132,7 @@ WITH due AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, priority,
-                      run_at, max_attempts, created_at)
+                      run_at, max_attempts, created_at, expires_at)
     SELECT job_id, organization_id, queue, job_type,
            payload || jsonb_build_object('tockwork_schedule', jsonb_build_object(
                'id', id, 'occurrence', next_occurrence_key, 'at', next_run_at,
@@ -141,7 +142,11 @@ ins AS (
                THEN (abs(hashtextextended(id || ':' || next_occurrence_key, 0))
                      %% (jitter_seconds * 1000)) * interval '1 millisecond'
                ELSE interval '0' END,
-           10, %(now)s
+           10, %(now)s,
+           next_run_at + interval '1 hour' + CASE WHEN jitter_seconds > 0
+               THEN (abs(hashtextextended(id || ':' || next_occurrence_key, 0))
+                     %% (jitter_seconds * 1000)) * interval '1 millisecond'
+               ELSE interval '0' END
     FROM due
     ON CONFLICT (organization_id, job_type, idempotency_key)
         WHERE idempotency_key IS NOT NULL DO NOTHING

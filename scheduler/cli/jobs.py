@@ -45,6 +45,7 @@ def _print_record(record: jobs.JobRecord) -> None:
         "concurrency_key",
         "priority",
         "run_at",
+        "expires_at",
         "attempts",
         "max_attempts",
         "locked_by",
@@ -110,6 +111,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
                         "last_error_code": r.last_error_code,
                         "last_error_summary": r.last_error_summary,
                         "completed_at": r.completed_at.isoformat() if r.completed_at else None,
+                        "expires_at": r.expires_at.isoformat() if r.expires_at else None,
                     }
                     for r in records
                 ]

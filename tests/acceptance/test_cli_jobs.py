@@ -130,3 +130,26 @@ def test_an_app_that_fails_to_load_is_one_line_and_exit_2(
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_expired_jobs_are_listed_and_requeued(db_url: str, conn: psycopg.Connection[Any]) -> None:
+    """Issue 24: a job claimed after its max_lateness ends 'expired'; the CLI lists it, with
+    its expires_at, and requeues it like a dead letter."""
+    job_id = jobs.enqueue(conn, "pill", {}, queue="reminders", max_lateness=60).id
+    conn.execute(
+        "UPDATE jobs SET status = 'expired', last_error_code = 'expired', completed_at = now()"
+        " WHERE id = %s",
+        (job_id,),
+    )
+    conn.commit()
+    listed = tockwork("jobs", "list", "--status", "expired", "--json", "--database-url", db_url)
+    assert listed.returncode == 0, listed.stderr
+    (item,) = json.loads(listed.stdout)
+    assert (item["id"], item["status"]) == (job_id, "expired")
+    assert item["expires_at"] is not None
+    done = tockwork(
+        "jobs", "requeue", "--id", str(job_id), "--status", "expired", "--database-url", db_url
+    )
+    assert done.returncode == 0 and f"requeued 1 job(s): {job_id}" in done.stdout, done.stderr
+    record = jobs.get_job(conn, job_id)
+    assert (record.status, record.expires_at) == ("pending", None)
