@@ -27,7 +27,7 @@ from psycopg import conninfo as pg_conninfo
 from jobs import connect as jobs_connect
 from jobs import connect_kwargs as jobs_connect_kwargs
 from jobs import pooler_mode
-from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
+from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, redaction
 from jobs.internal import config_settings as jobs_settings
 from jobs.internal import listen_url as jobs_listen_url
 from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
@@ -461,13 +461,30 @@ def _line(exc: BaseException, limit: int = 300) -> str:
 
 # -- the database URL -------------------------------------------------------------------------
 
-_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+
+def redact(text: str) -> str:
+    """``text`` (a URL, a message) with every secret masked: the password of a URL or conninfo,
+    tokens, keys, and the secrets this process was given (:mod:`jobs.redaction`)."""
+    return redaction.redact(text)
 
 
-def redact(url: str) -> str:
-    """``url`` with a password replaced by ``***`` (URL form and ``password=`` form)."""
-    url = _PASSWORD_RE.sub(r"\1***@", url)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
+def register_secrets(args: argparse.Namespace) -> None:
+    """Register the secrets a command was given, so that nothing it prints shows them: the
+    passwords of its database URLs (flags and environment) and the dashboard's token."""
+    for url in (
+        getattr(args, "database_url", None),
+        os.environ.get("DATABASE_URL"),
+        getattr(args, "listen_url", None),
+        os.environ.get(LISTEN_URL_ENV),
+    ):
+        if url:
+            try:
+                password = pg_conninfo.conninfo_to_dict(url).get("password")
+            except Exception:  # unparsable: its password is masked by pattern
+                password = None
+            redaction.register(str(password) if password else None)
+    redaction.register(getattr(args, "token", None))
+    redaction.register(os.environ.get("TOCKWORK_DASHBOARD_TOKEN"))
 
 
 def check_url(url: str, field: str) -> str:

@@ -82,6 +82,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from jobs.internal import redaction
 from scheduler.errors import InvalidPushConfig
 from scheduler.push.http2 import (
     ConnectFailed,
@@ -213,6 +214,7 @@ class ProviderToken:
             algorithm="ES256",
             headers={"kid": self._key_id},
         )
+        redaction.register(token)  # never in a message or a log line (jobs/redaction.py)
         self._token, self._issued_at = token, float(int(now))
         self.signed += 1
         logger.debug("apns: provider token signed for key %s", self._key_id)
