@@ -30,7 +30,7 @@ from jobs import pooler_mode
 from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, redaction
 from jobs.internal import config_settings as jobs_settings
 from jobs.internal import listen_url as jobs_listen_url
-from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
+from scheduler.devdb import DEFAULT_DIR, DEV_DB_VARIABLE, database_url, dev_db_allowed, is_running
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
 
@@ -295,7 +295,8 @@ def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -
         + (
             f"refuses to start unless --dev-db or {DEV_DB_VARIABLE}=1)"
             if production
-            else "the embedded development server in ./.pgdata, started if needed)"
+            else "the embedded development server of the project when it runs: see "
+            "'tockwork dev-db')"
         ),
     )
     parser.add_argument(
@@ -311,8 +312,8 @@ def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -
         parser.add_argument(
             "--dev-db",
             action="store_true",
-            help="without a URL, run against the embedded development server in ./.pgdata "
-            f"(also {DEV_DB_VARIABLE}=1); never in production",
+            help="without a URL, run against the project's embedded development server, "
+            f"starting it if needed (also {DEV_DB_VARIABLE}=1); never in production",
         )
 
 
@@ -521,6 +522,14 @@ def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str
         raise InputError(
             "no database given: set DATABASE_URL or pass --database-url "
             f"(for development, --dev-db or {DEV_DB_VARIABLE}=1 uses the embedded server)"
+        )
+    if not production and not is_running(DEFAULT_DIR):
+        # Only what says so starts the embedded server (--dev-db, 'tockwork dev-db url'): a
+        # command typed in a new shell must not start one, empty, where it happens to run.
+        raise InputError(
+            "no database given: set DATABASE_URL or pass --database-url (for development, "
+            f"'tockwork dev-db url' starts the embedded server in {DEFAULT_DIR}, which the "
+            "commands then use)"
         )
     return database_url()
 
