@@ -40,8 +40,9 @@ dist: $(STAMP)
 	$(PY) -m build --outdir $(DIST_DIR) .
 
 # Builds the wheel with `make dist`, installs it with its extras into a fresh venv outside the
-# repository and runs docs/quickstart.md against it (tests/install; about a minute, mostly pip):
-# what proves the install lines of the docs. .ci/run runs it after the suite.
+# repository and runs docs/quickstart.md against it, and runs the pytest plugin where no server
+# runs (tests/install; about a minute and a half, mostly pip and initdb): what proves the
+# install lines of the docs. .ci/run runs it after the suite.
 test-install: $(STAMP)
 	$(VENV)/bin/pytest -q -m install tests/install
 

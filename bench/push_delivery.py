@@ -321,9 +321,14 @@ def run_herd(url: str, args: argparse.Namespace, jitter: int, fake: Fake, logs: 
     fake_cpu0 = server_cpu(fake.process.pid)
     try:
         for i in range(2):
-            procs.start(f"scheduler{i}", ["scheduler", *args.scheduler_args], env)
+            # The herd alone: no built-in maintenance in the figures (issue 26 made it default).
+            procs.start(
+                f"scheduler{i}", ["scheduler", "--no-maintenance", *args.scheduler_args], env
+            )
         for i in range(2):
-            procs.start(f"worker{i}", ["worker", "--app", APP, *args.worker_args], env)
+            procs.start(
+                f"worker{i}", ["worker", "--app", APP, "--no-maintenance", *args.worker_args], env
+            )
         print(
             f"  {result.name}: started 2 replicas and 2 workers ({APP} "
             f"{' '.join(args.worker_args)}); creating {args.size:,} reminders in {len(zones)} "

@@ -8,7 +8,7 @@ tracebacks go to the logs only; the jobs table keeps a bounded summary.
 (a ``--log-json`` stream stays one JSON object per line). psycopg's "error ignored ..." warnings
 (a pipeline or transaction that could not be closed on a connection already lost) come with an
 error the service handles and logs itself ("database connection lost"): they are demoted to
-debug.
+debug. Every record passes :class:`jobs.redaction.RedactingFilter`: no secret reaches a line.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
+
+from jobs.redaction import RedactingFilter
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,7 +35,9 @@ class JsonFormatter(logging.Formatter):
         job = getattr(record, "job", None)
         if isinstance(job, dict):
             data.update(job)
-        if record.exc_info:
+        if record.exc_text:  # RedactingFilter's, secrets masked
+            data["traceback"] = record.exc_text
+        elif record.exc_info:
             data["traceback"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str)
 
@@ -71,6 +75,8 @@ def configure(level: str = "info", *, json_lines: bool = False) -> None:
     # On the handler, not the logger: psycopg's child loggers (psycopg.transaction) propagate
     # to it past the parent logger's filters.
     handler.addFilter(DemoteIgnoredErrors())
+    # No secret in a log line: passwords, tokens, keys (jobs/redaction.py).
+    handler.addFilter(RedactingFilter())
     for name in ("tockwork", "psycopg"):
         logger = logging.getLogger(name)
         logger.handlers[:] = [handler]

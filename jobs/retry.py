@@ -16,6 +16,7 @@ from datetime import timedelta
 from jobs.errors import InvalidJob
 from jobs.model import Job, JobStatus
 from jobs.outcomes import Cancel, PermanentError, RateLimited, Retry, Snooze, TransientError
+from jobs.redaction import redact
 
 SUMMARY_BYTES = 1024
 MAX_SHIFT = 10
@@ -83,8 +84,10 @@ class Decision:
 
 
 def summarize(exc: BaseException) -> str:
-    """A bounded one-line summary of an error (the full traceback goes to the logs)."""
-    message = str(exc)
+    """A bounded one-line summary of an error (the full traceback goes to the logs), its
+    secrets masked (:func:`jobs.redaction.redact`): what the jobs table keeps is shown by the
+    CLI and the dashboard."""
+    message = redact(str(exc))
     # Without a message, the class alone (not "KeyError: ", issue 26).
     text = (f"{type(exc).__name__}: {message}" if message else type(exc).__name__).replace(
         "\n", " "

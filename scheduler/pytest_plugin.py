@@ -5,8 +5,10 @@ Tockwork has these fixtures without configuration; ``-p no:tockwork`` turns it o
 docs/testing.md shows them in use.
 
 - ``tockwork_database``: the URL of a database migrated with Tockwork's tables, created once per
-  test session (on ``DATABASE_URL``'s server, else the embedded development server) and dropped
-  at the end; every test that asks for it starts with those tables empty.
+  test session (on ``DATABASE_URL``'s server, else the project's embedded development server:
+  used when it runs, otherwise started for the session, said so in pytest's output, and
+  stopped at the end) and dropped at the end; every test that asks for it starts with those
+  tables empty.
 - ``frozen_clock``: a :class:`timezones.FrozenClock` at ``2026-01-05T09:00:00Z`` (a Monday), or
   at the instant of the test's ``@pytest.mark.tockwork_now("...")`` marker. ``drain`` runs the
   scheduler and the worker on it, so Python and SQL see the same "now"; pass
@@ -60,18 +62,61 @@ class _SessionDatabase:
     tables: tuple[str, ...]
 
 
+_SAID = pytest.StashKey[list[str]]()
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """A line for pytest's terminal summary (output during a fixture is captured)."""
+    config.stash.setdefault(_SAID, []).append(line)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for line in config.stash.get(_SAID, []):
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
-def _tockwork_session_database(request: pytest.FixtureRequest) -> Iterator[_SessionDatabase]:
+def _tockwork_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server of ``DATABASE_URL``; else the project's embedded server, used as it is when it
+    runs, or started for the session, said so, and stopped at its end (whoever starts it stops
+    it: no server is left running in the project's folder without a word)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    from scheduler import devdb
+
+    pgdata = devdb.project_pgdata(request.config.rootpath)
+    if devdb.is_running(pgdata):
+        yield devdb.ensure_embedded(pgdata)
+        return
+    url = devdb.ensure_embedded(pgdata)
+    _say(
+        request.config,
+        f"tockwork: started the embedded development PostgreSQL (data in {pgdata.resolve()}) "
+        "for this test session, as DATABASE_URL is not set; it is stopped at the end",
+    )
+    try:
+        yield url
+    finally:
+        devdb.stop_embedded(pgdata)
+        _say(request.config, f"tockwork: stopped the embedded PostgreSQL it started ({pgdata})")
+
+
+@pytest.fixture(scope="session")
+def _tockwork_session_database(
+    request: pytest.FixtureRequest, _tockwork_server: str
+) -> Iterator[_SessionDatabase]:
     import psycopg
 
-    from scheduler.devdb import database_url, throwaway_database
+    from scheduler.devdb import throwaway_database
     from scheduler.migrations import COMPONENTS
     from scheduler.queries import query
 
     extra = [str(c) for c in request.config.getini("tockwork_components")]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     name = f"tockwork_pytest_{os.getpid()}_{worker}"
-    with throwaway_database(database_url(), name, components=(*COMPONENTS, *extra)) as url:
+    with throwaway_database(_tockwork_server, name, components=(*COMPONENTS, *extra)) as url:
         with psycopg.connect(url) as conn:
             rows = conn.execute(query("pg_tables_of_schema")).fetchall()
         tables = tuple(r[0] for r in rows if r[0] != MIGRATION_TABLE)

@@ -56,7 +56,14 @@ from scheduler.cli import (
     worker,
 )
 from scheduler.cli import jobs as jobs_commands
-from scheduler.cli.common import Parser, SubParsers, check_argv, redact, unmigrated
+from scheduler.cli.common import (
+    Parser,
+    SubParsers,
+    check_argv,
+    redact,
+    register_secrets,
+    unmigrated,
+)
 from timezones.errors import InvalidInput, TockworkError
 
 # Each entry adds its sub-commands to the parser.
@@ -162,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(arguments)
     except KeyboardInterrupt:
         return 130
+    register_secrets(args)  # before anything can print them
     debug = bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_VARIABLE, "") == "1"
     prog: str = getattr(args, "prog", "tockwork")
     func: Callable[[argparse.Namespace], int] = args.func
@@ -191,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as exc:
         if debug:
-            traceback.print_exc()
+            print(redact(traceback.format_exc()), end="", file=sys.stderr)
         else:
             print(
                 f"{prog}: unexpected error: {type(exc).__name__}: {_one_line(exc)} "

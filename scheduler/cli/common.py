@@ -27,11 +27,11 @@ from psycopg import conninfo as pg_conninfo
 from jobs import connect as jobs_connect
 from jobs import connect_kwargs as jobs_connect_kwargs
 from jobs import pooler_mode
-from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler
+from jobs.internal import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, redaction
 from jobs.internal import config_settings as jobs_settings
 from jobs.internal import listen_url as jobs_listen_url
 from jobs.primary import REQUIRE_SYNC_ENV, require_sync_replication
-from scheduler.devdb import DEV_DB_VARIABLE, database_url, dev_db_allowed
+from scheduler.devdb import DEFAULT_DIR, DEV_DB_VARIABLE, database_url, dev_db_allowed, is_running
 from scheduler.migrations import COMPONENTS
 from timezones.errors import InvalidInput, shown
 
@@ -306,7 +306,8 @@ def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -
         + (
             f"refuses to start unless --dev-db or {DEV_DB_VARIABLE}=1)"
             if production
-            else "the embedded development server in ./.pgdata, started if needed)"
+            else "the embedded development server of the project when it runs: see "
+            "'tockwork dev-db')"
         ),
     )
     parser.add_argument(
@@ -323,8 +324,8 @@ def database_arg(parser: argparse.ArgumentParser, *, production: bool = False) -
         parser.add_argument(
             "--dev-db",
             action="store_true",
-            help="without a URL, run against the embedded development server in ./.pgdata "
-            f"(also {DEV_DB_VARIABLE}=1); never in production",
+            help="without a URL, run against the project's embedded development server, "
+            f"starting it if needed (also {DEV_DB_VARIABLE}=1); never in production",
         )
 
 
@@ -529,13 +530,30 @@ def _line(exc: BaseException, limit: int = 300) -> str:
 
 # -- the database URL -------------------------------------------------------------------------
 
-_PASSWORD_RE = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+
+def redact(text: str) -> str:
+    """``text`` (a URL, a message) with every secret masked: the password of a URL or conninfo,
+    tokens, keys, and the secrets this process was given (:mod:`jobs.redaction`)."""
+    return redaction.redact(text)
 
 
-def redact(url: str) -> str:
-    """``url`` with a password replaced by ``***`` (URL form and ``password=`` form)."""
-    url = _PASSWORD_RE.sub(r"\1***@", url)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
+def register_secrets(args: argparse.Namespace) -> None:
+    """Register the secrets a command was given, so that nothing it prints shows them: the
+    passwords of its database URLs (flags and environment) and the dashboard's token."""
+    for url in (
+        getattr(args, "database_url", None),
+        os.environ.get("DATABASE_URL"),
+        getattr(args, "listen_url", None),
+        os.environ.get(LISTEN_URL_ENV),
+    ):
+        if url:
+            try:
+                password = pg_conninfo.conninfo_to_dict(url).get("password")
+            except Exception:  # unparsable: its password is masked by pattern
+                password = None
+            redaction.register(str(password) if password else None)
+    redaction.register(getattr(args, "token", None))
+    redaction.register(os.environ.get("TOCKWORK_DASHBOARD_TOKEN"))
 
 
 def check_url(url: str, field: str) -> str:
@@ -572,6 +590,14 @@ def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str
         raise InputError(
             "no database given: set DATABASE_URL or pass --database-url "
             f"(for development, --dev-db or {DEV_DB_VARIABLE}=1 uses the embedded server)"
+        )
+    if not production and not is_running(DEFAULT_DIR):
+        # Only what says so starts the embedded server (--dev-db, 'tockwork dev-db url'): a
+        # command typed in a new shell must not start one, empty, where it happens to run.
+        raise InputError(
+            "no database given: set DATABASE_URL or pass --database-url (for development, "
+            f"'tockwork dev-db url' starts the embedded server in {DEFAULT_DIR}, which the "
+            "commands then use)"
         )
     return database_url()
 

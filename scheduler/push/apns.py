@@ -88,6 +88,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
+from jobs.internal import redaction
 from scheduler.errors import InvalidPushConfig
 from scheduler.push.http2 import (
     ConnectFailed,
@@ -278,6 +279,7 @@ class ProviderToken:
         token = sign_provider_token(
             self._key, key_id=self._key_id, team_id=self._team_id, issued_at=issued_at
         )
+        redaction.register(token)  # never in a message or a log line (jobs/redaction.py)
         self._token, self._issued_at = token, float(issued_at)
         self.signed += 1
         logger.debug("apns: provider token signed for key %s", self._key_id)

@@ -63,6 +63,7 @@ from typing import Any
 import jwt
 import orjson
 
+from jobs.internal import redaction
 from scheduler.errors import InvalidPushConfig, SchedulerError
 from scheduler.push.http2 import (
     ConnectFailed,
@@ -278,6 +279,8 @@ class FcmChannel:
         self._email = info["client_email"]
         self._key = info["private_key"]
         self._key_id = info.get("private_key_id")
+        redaction.register(self._key)
+        redaction.register(self._key_id)
         token_uri = urllib.parse.urlsplit(info["token_uri"])
         self._token_path = token_uri.path or "/"
         # the grant goes over HTTP/2 too (Google's token endpoint speaks it; so does the fake)
@@ -369,7 +372,9 @@ class FcmChannel:
             raise _TokenError(code, permanent=status in (400, 401, 403))
         try:
             answer = json.loads(body)
-            return str(answer["access_token"]), float(answer.get("expires_in", 3600))
+            token = str(answer["access_token"])
+            redaction.register(token)  # never in a message or a log line (jobs/redaction.py)
+            return token, float(answer.get("expires_in", 3600))
         except (ValueError, KeyError, TypeError):
             raise _TokenError("token_response_malformed", permanent=False) from None
 

@@ -31,6 +31,22 @@ def _first_line_then_stop(proc: subprocess.Popen[bytes]) -> tuple[str, str]:
     return line, rest.decode()
 
 
+def _until(
+    conn: psycopg.Connection[Any], proc: subprocess.Popen[bytes], *conditions: str
+) -> tuple[str, str]:
+    """Run a service until each condition holds in the database, then SIGTERM: it exits 0
+    without a traceback; its stdout and stderr."""
+    try:
+        for condition in conditions:
+            wait_for(conn, condition)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert TRACEBACK not in err.decode()
+    return out.decode(), err.decode()
+
+
 def _count(conn: psycopg.Connection[Any], query: str) -> int:
     row = conn.execute(query).fetchone()
     assert row is not None
@@ -46,25 +62,16 @@ def test_the_scheduler_syncs_the_builtin_definitions_unless_told_not_to(db_url: 
         with conn.transaction():
             maintenance.sync_maintenance(conn, retention={"succeeded_days": 3})
         conn.execute("DELETE FROM schedules WHERE key = 'tockwork.attempt_rollup'")
-        proc = start_tockwork(db_url, "scheduler", "--interval", "0.2")
-        try:
-            # All four back, on their own queue, and the every-minute ones enqueued ahead.
-            wait_for(
-                conn,
-                "SELECT count(*) = 4 FROM schedules WHERE key LIKE 'tockwork.%%' "
-                "AND queue = 'tockwork.maintenance'",
-            )
-            wait_for(
-                conn,
-                "SELECT EXISTS (SELECT FROM jobs WHERE queue = 'tockwork.maintenance' "
-                "AND job_type = 'tockwork.attempt_rollup')",
-            )
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode()
-        assert b"maintenance definitions: created 1, updated 0" in out, out
-        assert TRACEBACK not in err.decode()
+        # All four back, on their own queue, and the every-minute ones enqueued ahead.
+        out, _ = _until(
+            conn,
+            start_tockwork(db_url, "scheduler", "--interval", "0.2"),
+            "SELECT count(*) = 4 FROM schedules WHERE key LIKE 'tockwork.%%' "
+            "AND queue = 'tockwork.maintenance'",
+            "SELECT EXISTS (SELECT FROM jobs WHERE queue = 'tockwork.maintenance' "
+            "AND job_type = 'tockwork.attempt_rollup')",
+        )
+        assert "maintenance definitions: created 1, updated 0" in out, out
         row = conn.execute(
             "SELECT payload->>'succeeded_days' FROM schedules WHERE key = 'tockwork.retention'"
         ).fetchone()
@@ -77,19 +84,13 @@ def test_every_worker_serves_the_maintenance_queue_unless_told_not_to(db_url: st
         jobs.enqueue(conn, "tockwork.attempt_rollup", {}, queue=maintenance.QUEUE)
         line, _ = _first_line_then_stop(start_tockwork(db_url, "worker", *app, "--no-maintenance"))
         assert "queues other=1," in line, line
-        proc = start_tockwork(db_url, "worker", *app, "--poll", "0.05")
-        try:
-            wait_for(
-                conn,
-                "SELECT bool_and(status = 'succeeded') FROM jobs "
-                "WHERE job_type = 'tockwork.attempt_rollup'",
-            )
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode()
-        assert "queues other=1, tockwork.maintenance=1," in err.decode()
-        assert TRACEBACK not in err.decode()
+        _, err = _until(
+            conn,
+            start_tockwork(db_url, "worker", *app, "--poll", "0.05"),
+            "SELECT bool_and(status = 'succeeded') FROM jobs "
+            "WHERE job_type = 'tockwork.attempt_rollup'",
+        )
+        assert "queues other=1, tockwork.maintenance=1," in err
 
 
 def test_an_explicit_maintenance_concurrency_is_kept() -> None:

@@ -91,3 +91,23 @@ def test_the_demo_database_is_dropped_only_when_a_demo_made_it(server_url: str) 
     finally:
         drop_database(server_url, name)
         drop_database(server_url, foreign)
+
+
+def test_a_command_without_a_database_does_not_start_a_server(tmp_path: Path) -> None:
+    """Issue 26: in a new shell, `tockwork migrate` in the quickstart's folder started a second,
+    empty server there. Only what says so starts it (`tockwork dev-db url`, `--dev-db`); the
+    others say how to, on one line, exit 2, and create nothing."""
+    pgdata = tmp_path / "project" / ".pgdata"
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TOCKWORK_DEV_DB"}}
+    for args in (["migrate"], ["stats"], ["schedules", "list"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", *args],
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(ROOT), "TOCKWORK_PGDATA": str(pgdata)},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert "no database given: set DATABASE_URL" in line
+        assert f"'tockwork dev-db url' starts the embedded server in {pgdata}" in line
+    assert not pgdata.exists()
