@@ -780,7 +780,9 @@ async def schedule_backfill(request: Request) -> Response:
         "resume_from": result.resume_from,
         "occurrences": result.occurrences[:50],
     }
-    return _page(request, "schedule.html", detail)
+    return _page(
+        request, "schedule.html", {**detail, "form": {"after": "", "count": ""}, "marked": False}
+    )
 
 
 async def preview_page(request: Request) -> Response:
