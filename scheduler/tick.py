@@ -422,6 +422,7 @@ class Scheduler(Service[TickResult]):
             ("duplicate", result.duplicates),
         ):
             self.metrics.occurrences.labels(outcome).inc(n)
+        self.metrics.overlap_skips.inc(result.overlapped)
         if result.enqueued or result.missed or result.skipped:
             log.info(
                 "tick: enqueued %d, missed %d, skipped %d, locked elsewhere %d",

@@ -43,6 +43,7 @@ from starlette.templating import Jinja2Templates
 
 from jobs import JobNotFound, JobStatus, processes
 from jobs.internal import default_name
+from jobs.metrics import Metrics
 from jobs.processes import ProcessFacts
 from scheduler.dashboard import views
 from scheduler.dashboard.auth import (
@@ -771,6 +772,8 @@ async def schedule_backfill(request: Request) -> Response:
     )
     detail = await _db(request, views.schedule_detail, schedule_id, state.now())
     counts = {k: result.count(k) for k in sorted({o.outcome for o in result.occurrences})}
+    if not dry_run:  # committed by the action's transaction
+        Metrics.for_registry().backfilled.inc(counts.get("created", 0))
     detail["backfill"] = {
         "dry_run": dry_run,
         "start": start,

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 import jobs
 import scheduler
 from jobs import outbox
+from jobs.metrics import REGISTRY
 from scheduler.dashboard import close, create_app
 from scheduler.tick import Scheduler
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, dead_jobs, sign_in, succeed
@@ -408,10 +409,13 @@ def test_pause_with_a_note_trigger_and_backfill_from_the_schedule_page(
     backfill = {"csrf": csrf, "start": start.isoformat(), "end": end, "overlap": ""}
     preview = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "preview"})
     assert preview.status_code == 200 and "would_create 2" in preview.text
+    metric = "tockwork_scheduler_backfilled_occurrences_total"
+    counted = REGISTRY.get_sample_value(metric) or 0.0
     run = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "run"})
     assert "created 2" in run.text
     again = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "action": "run"})
     assert "existing 2" in again.text
+    assert REGISTRY.get_sample_value(metric) == counted + 2  # the preview and "existing": none
     bad = browser.post(f"/schedules/{s.id}/backfill", data={**backfill, "end": "later"})
     assert bad.status_code == 400
     actions = [(r[0], r[1], r[2]) for r in audit_rows(db_url)]
