@@ -392,6 +392,7 @@ def test_pause_with_a_note_trigger_and_backfill_from_the_schedule_page(
     page = browser.get(f"/schedules/{s.id}")
     csrf = csrf_of(page.text)
     assert 'id="overlap">skip' in page.text
+    assert 'id="max-lateness">runs however late' in page.text
     assert browser.post(f"/schedules/{s.id}/trigger", data={}).status_code == 403
     until = "2031-01-01T00:00Z"
     form = {"csrf": csrf, "note": "disk <full>", "until": until}
@@ -425,6 +426,15 @@ def test_pause_with_a_note_trigger_and_backfill_from_the_schedule_page(
     ]  # fmt: skip
     assert audit_rows(db_url)[0][3] == {"schedule_id": s.id, "note": "disk <full>",
                                         "until": "2031-01-01T00:00:00+00:00"}  # fmt: skip
+
+
+def test_a_schedule_page_shows_its_maximum_lateness(db_url: str, browser: TestClient) -> None:
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        s = scheduler.create_schedule(
+            conn, job_type="pill", rule="daily@08:00", zone="UTC", subject="u", max_lateness=900
+        )
+    page = browser.get(f"/schedules/{s.id}")
+    assert 'id="max-lateness">a job not started within 900 s' in page.text
 
 
 def test_the_preview_form_marks_dst_as_tockwork_preview_does(browser: TestClient) -> None:
