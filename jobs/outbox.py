@@ -39,7 +39,7 @@ from jobs import validate
 from jobs.errors import InvalidJob
 from jobs.model import JobSpec
 from jobs.queries import query
-from jobs.steps import Steps
+from jobs.steps import Steps, forms
 
 CHANNEL = "outbox_ready"
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
@@ -291,9 +291,9 @@ class OutboxStats:
     oldest_pending_age: float
 
 
-def dead_events(
-    conn: psycopg.Connection[Any], *, limit: int = 100, after: uuid.UUID | str | None = None
-) -> list[DeadEvent]:
+def _dead_events(
+    *, limit: int = 100, after: uuid.UUID | str | None = None
+) -> Steps[list[DeadEvent]]:
     """One page of dead events, oldest first: at most ``limit``, after the event ``after``
     (the last id of the previous page; a keyset on when each died). Page through any number
     until a page comes back short."""
@@ -305,9 +305,12 @@ def dead_events(
             cursor = after if isinstance(after, uuid.UUID) else uuid.UUID(str(after))
         except ValueError:
             raise InvalidJob("after", after, "must be None or an event id (a UUID)") from None
-    with conn.cursor() as cur:
-        cur.execute(query("outbox_event_list_dead"), {"limit": limit, "after": cursor})
-        return [DeadEvent(*row) for row in cur.fetchall()]
+    rows = yield query("outbox_event_list_dead"), {"limit": limit, "after": cursor}
+    return [DeadEvent(*row) for row in rows]
+
+
+# Written once as steps; the sync and async forms (paging with ``after=``, issue 24):
+dead_events, dead_events_async = forms(_dead_events, "dead_events")
 
 
 def retry_dead(

@@ -79,6 +79,30 @@ def test_dead_outbox_events_page_in_the_order_they_died(conn: psycopg.Connection
         outbox.dead_events(conn, after="not-a-uuid")
 
 
+def test_dead_outbox_events_page_in_async_too(conn: psycopg.Connection[Any], db_url: str) -> None:
+    for i in range(5):
+        outbox.record(
+            conn, aggregate_type="trip", aggregate_id=str(i), event_type="booked", payload={"i": i}
+        )
+    conn.execute("UPDATE outbox_events SET dead_at = %s + seq * interval '1 second'", (T0,))
+    conn.commit()
+
+    async def scenario(c: psycopg.AsyncConnection[Any]) -> None:
+        seen: list[str] = []
+        after = None
+        while True:
+            page = await outbox.dead_events_async(c, limit=2, after=after)
+            seen.extend(e.aggregate_id for e in page)
+            if len(page) < 2:
+                break
+            after = page[-1].id
+        assert seen == [str(i) for i in range(5)]
+        with pytest.raises(jobs.InvalidJob):
+            await outbox.dead_events_async(c, limit=0)
+
+    run_async(db_url, scenario)
+
+
 def test_the_async_forms_page_pause_trigger_and_backfill(db_url: str) -> None:
     async def scenario(c: psycopg.AsyncConnection[Any]) -> None:
         ids = await scheduler.create_schedules_async(
