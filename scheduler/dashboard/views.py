@@ -26,7 +26,7 @@ from jobs import limits, outbox, processes
 from scheduler import runs
 from scheduler import schedules as schedule_api
 from scheduler.errors import WebhookEndpointNotFound
-from scheduler.health import scheduler_lag
+from scheduler.health import DEFAULT_OVERDUE_AFTER, overdue_count, scheduler_lag
 from scheduler.occurrence_job import occurrence_idempotency_key
 from scheduler.queries import query
 from scheduler.webhooks import delivery as webhook_delivery
@@ -228,13 +228,18 @@ def overview(conn: psycopg.Connection[Any], now: datetime | None) -> dict[str, A
     workers = conn.execute(query("dashboard_workers"), {"now": now}).fetchall()
     maintenance = conn.execute(query("dashboard_maintenance_runs")).fetchall()
     box = outbox.stats(conn, now=now)
+    lag = scheduler_lag(conn, now)
     return {
         "queues": served_queues(conn, now),
         "processes": process_list(conn, now),
         "minutes": chart["minutes"],
         "chart_lacking": chart["lacking"],
         "chart_not_counted": chart["not_counted"],
-        "scheduler_lag_s": scheduler_lag(conn, now),
+        "scheduler_lag_s": lag,
+        # Schedules past their next occurrence with no job for it (scheduler.health: every
+        # replica stopped or stuck); the same count as `tockwork schedules overdue`.
+        "overdue": None if lag is None else overdue_count(conn, now=now),
+        "overdue_after_s": DEFAULT_OVERDUE_AFTER.total_seconds(),
         "outbox": {"pending": box.pending, "dead": box.dead, "lag_s": box.oldest_pending_age},
         "workers": [
             {

@@ -69,6 +69,21 @@ def test_the_overview_shows_queues_chart_workers_and_lags(db_url: str, browser: 
     assert "0 completed, 3 failed" in page.text  # the last hour's attempts
     assert "<svg" in page.text and "Scheduler lag" in page.text and "Outbox" in page.text
     assert "no leases held" in page.text
+    assert '<p id="overdue">none</p>' in page.text
+
+
+def test_the_overview_flags_overdue_schedules(db_url: str, browser: TestClient) -> None:
+    """A schedule whose next occurrence is an hour past with no job (no scheduler ran): the
+    overview counts it, as `tockwork schedules overdue` does."""
+    with psycopg.connect(db_url) as conn, conn.transaction():
+        scheduler.create_schedule(
+            conn, job_type="m", rule="every:10m", zone="UTC", key="late",
+            now=datetime.now(UTC) - timedelta(hours=1),
+        )  # fmt: skip
+    page = browser.get("/")
+    assert (
+        '<p id="overdue" class="warn">1 past their next occurrence by more than 60 s' in page.text
+    )
 
 
 # -- jobs -----------------------------------------------------------------------------------------
