@@ -573,6 +573,14 @@ def check_url(url: str, field: str) -> str:
     return url
 
 
+def demo_url() -> str:
+    """The server of a command that says it starts the embedded development server (``make
+    demo``, ``make demo-queue``): ``DATABASE_URL`` when set (checked), else the embedded server
+    in the checkout's ``.pgdata``, started if needed (and said so)."""
+    env = os.environ.get("DATABASE_URL")
+    return check_url(env, "DATABASE_URL") if env else database_url(DEFAULT_DIR)
+
+
 def resolve_url(flag: str | None, args: argparse.Namespace | None = None) -> str:
     """``--database-url`` if given, else ``DATABASE_URL``, else the embedded development server.
 

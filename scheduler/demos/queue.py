@@ -20,7 +20,7 @@ import psycopg
 
 import jobs
 from jobs import Job, JobSpec
-from scheduler.cli.common import redact, resolve_url
+from scheduler.cli.common import demo_url, redact
 from scheduler.devdb import NotAScratchDatabase, scratch_database
 from scheduler.migrations import COMPONENTS
 
@@ -126,7 +126,7 @@ def _progress(conn: psycopg.Connection[Any]) -> tuple[str, int]:
 
 def main() -> int:
     started = time.perf_counter()
-    server = resolve_url(None)
+    server = demo_url()
     print(
         f"tockwork demo: 3,000 jobs on 3 queues, in a scratch database {DEMO_DB} (created by "
         f"this demo, dropped by its next run) on {redact(server)}"

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 import scheduler
-from scheduler.cli.common import redact, resolve_url
+from scheduler.cli.common import demo_url, redact
 from scheduler.devdb import NotAScratchDatabase, scratch_database
 from scheduler.migrations import ALL_COMPONENTS
 from timezones import available_zones, get_zone
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     n: int = args.reminders
     started = time.monotonic()
-    server = resolve_url(None)
+    server = demo_url()
     print(
         f"tockwork demo: {n:,} reminders in {ZONES} zones, delivered through FCM HTTP v1 to a "
         f"local fake, in a scratch database {DEMO_DB} (created by this demo, dropped by its next "
