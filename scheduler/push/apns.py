@@ -75,7 +75,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from ssl import SSLContext
 from time import time
@@ -90,6 +89,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from jobs.internal import redaction
 from scheduler.errors import InvalidPushConfig
+from scheduler.http_headers import retry_after
 from scheduler.push.http2 import (
     ConnectFailed,
     ConnectionLost,
@@ -352,22 +352,6 @@ def request_headers(message: PushMessage, *, topic: str, now: datetime) -> list[
 
 
 # -- the answer --------------------------------------------------------------------------------
-
-
-def retry_after(value: str | None, now: datetime) -> timedelta | None:
-    """A ``Retry-After`` header (delay-seconds or an HTTP date) as a delay from ``now``."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return timedelta(seconds=int(value))
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(when - now, timedelta(0))
 
 
 def reason_of(body: bytes) -> tuple[str | None, int | None]:

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import json
 import logging
 import os
@@ -65,6 +64,7 @@ import orjson
 
 from jobs.internal import redaction
 from scheduler.errors import InvalidPushConfig, SchedulerError
+from scheduler.http_headers import retry_after
 from scheduler.push.http2 import (
     ConnectFailed,
     ConnectionLost,
@@ -141,21 +141,8 @@ def load_service_account(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _retry_after(response: Response, now: datetime) -> timedelta | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        after = timedelta(seconds=int(value))
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        after = when - now
-    return min(max(after, MIN_RETRY_AFTER), MAX_RETRY_AFTER)
+    after = retry_after(response.headers.get("retry-after"), now)
+    return None if after is None else min(max(after, MIN_RETRY_AFTER), MAX_RETRY_AFTER)
 
 
 def _parse_error(body: bytes) -> tuple[str | None, str | None, bool]:

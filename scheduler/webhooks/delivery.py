@@ -49,7 +49,6 @@ at most that many of the worker's slots.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import math
@@ -58,7 +57,7 @@ import ssl
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -69,6 +68,7 @@ import jobs
 from jobs import Job
 from jobs.internal import steps
 from scheduler.errors import InvalidWebhook
+from scheduler.http_headers import retry_after as parse_retry_after
 from scheduler.queries import database_now_steps, query
 from scheduler.webhooks.endpoints import (
     _aware,
@@ -177,17 +177,7 @@ def summary(text: str | bytes | None) -> str | None:
 def retry_after(value: str | None, now: datetime) -> timedelta | None:
     """A ``Retry-After`` header (seconds or an HTTP date) as a delay capped at
     :data:`MAX_RETRY_AFTER`; None when absent or malformed."""
-    if value is None:
-        return None
-    text = value.strip()
-    delay: timedelta | None = None
-    if text.isdigit():
-        delay = timedelta(seconds=min(int(text[:9]), int(MAX_RETRY_AFTER.total_seconds())))
-    else:
-        with suppress(TypeError, ValueError, IndexError, OverflowError):
-            when = email.utils.parsedate_to_datetime(text)
-            if when.tzinfo is not None:
-                delay = max(when - now, timedelta(0))
+    delay = parse_retry_after(value, now)
     return None if delay is None else min(delay, MAX_RETRY_AFTER)
 
 
