@@ -15,8 +15,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 DEBIAN_PG = Path("/usr/lib/postgresql/15/bin")
 
@@ -140,3 +144,25 @@ class LocalServer:
 
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()
+
+
+@contextmanager
+def primary_and_standby() -> Iterator[tuple[LocalServer, LocalServer]]:
+    """A started primary and a standby not made yet (``standby.standby_of(primary)``), both
+    stopped and removed at the end; skips the test when no server binaries or no user to run
+    them as are there."""
+    bindir = pg_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (Debian's postgresql-15 or embedded)")
+    if os.geteuid() == 0 and server_user() is None:
+        pytest.skip("running as root without a user to run PostgreSQL as (postgres)")
+    root = scratch_dir()
+    primary = LocalServer(bindir, root / "primary").initdb().start()
+    standby = LocalServer(bindir, root / "standby")
+    try:
+        yield primary, standby
+    finally:
+        for server in (primary, standby):
+            if server.running():
+                server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)

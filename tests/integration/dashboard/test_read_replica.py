@@ -8,8 +8,6 @@ would fail: a replica is read-only) and reaches the standby's pages once replaye
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -22,30 +20,17 @@ import scheduler
 from scheduler.dashboard import create_app
 from scheduler.errors import ScheduleNotFound
 from scheduler.migrations import COMPONENTS
-from tests.failover.servers import LocalServer, pg_bindir, scratch_dir, server_user
+from tests.failover.servers import LocalServer, primary_and_standby
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, sign_in
 
 
 @pytest.fixture
 def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
-    bindir = pg_bindir()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (Debian's postgresql-15 or embedded)")
-    if os.geteuid() == 0 and server_user() is None:
-        pytest.skip("running as root without a user to run PostgreSQL as (postgres)")
-    root = scratch_dir()
-    primary = LocalServer(bindir, root / "primary").initdb().start()
-    standby = LocalServer(bindir, root / "standby")
-    try:
+    with primary_and_standby() as (primary, standby):
         with psycopg.connect(primary.url, autocommit=True) as conn:
             jobs.migrate(conn, COMPONENTS)
         standby.standby_of(primary).start()
         yield primary, standby
-    finally:
-        for server in (primary, standby):
-            if server.running():
-                server.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _replayed(standby: LocalServer, schedule_id: int, paused: bool) -> bool:

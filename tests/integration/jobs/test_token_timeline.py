@@ -12,8 +12,6 @@ timeline 1, A is fenced, and each service notices the change of primary once.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -24,7 +22,7 @@ import jobs
 from jobs.primary import PrimaryWatch, server_identity
 from jobs.retry import SUCCEEDED
 from jobs.store import Finished, PgJobStore
-from tests.failover.servers import LocalServer, pg_bindir, scratch_dir, server_user
+from tests.failover.servers import LocalServer, primary_and_standby
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -32,21 +30,8 @@ LEASE = timedelta(seconds=30)
 
 @pytest.fixture
 def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
-    bindir = pg_bindir()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (Debian's postgresql-15 or embedded)")
-    if os.geteuid() == 0 and server_user() is None:
-        pytest.skip("running as root without a user to run PostgreSQL as (postgres)")
-    root = scratch_dir()
-    primary = LocalServer(bindir, root / "primary").initdb().start()
-    standby = LocalServer(bindir, root / "standby")
-    try:
-        yield primary, standby
-    finally:
-        for server in (primary, standby):
-            if server.running():
-                server.stop("immediate")
-        shutil.rmtree(root, ignore_errors=True)
+    with primary_and_standby() as servers:
+        yield servers
 
 
 def test_a_token_issued_before_a_lossy_promotion_is_never_issued_again(
