@@ -242,6 +242,10 @@ class DatabaseCollector(Collector):
     transaction under ``statement_timeout``, and closes it: no connection is held between
     scrapes, and a slow or absent database costs a scrape at most ``timeout`` seconds and
     reports ``tockwork_database_up 0`` rather than an error.
+
+    ``primary``: ``conninfo`` is a read replica (``--read-url``), and the replication gauges
+    are read on a connection to the primary instead, since a replica's settings and timeline
+    are not the primary's; the primary unreachable leaves them out of the scrape (logged).
     """
 
     def __init__(
@@ -252,8 +256,10 @@ class DatabaseCollector(Collector):
         probes: Sequence[Probe] = (),
         now: Callable[[], datetime] | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
+        primary: str | None = None,
     ) -> None:
         self.conninfo = conninfo
+        self.primary = primary
         self.timeout = timeout
         self.probes = list(probes)
         self.now = now
@@ -291,18 +297,36 @@ class DatabaseCollector(Collector):
             connect(self.conninfo, autocommit=True, **kwargs) as conn,
             conn.transaction(),
         ):
-            conn.execute(query("pg_set_transaction_read_only"))
-            conn.execute(
-                query("pg_set_local_statement_timeout"),
-                {"timeout": f"{int(self.timeout * 1000)}ms"},
-            )
+            self._begin(conn)
             families = self._queue_families(conn, now)
-            families.extend(replication_families(conn))
+            if self.primary is None:
+                families.extend(replication_families(conn))
             if conn.execute(query("outbox_event_table_exists")).fetchone() == (True,):
                 families.extend(self._outbox_families(conn, now))
             for probe in self.probes:
                 families.extend(probe(conn, now))
+        if self.primary is not None:
+            try:
+                with (
+                    connect(self.primary, autocommit=True, **kwargs) as conn,
+                    conn.transaction(),
+                ):
+                    self._begin(conn)
+                    families.extend(replication_families(conn))
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "metrics scrape: the primary is unavailable for the replication gauges (%s)",
+                    exc,
+                )
         return families
+
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        """Read-only, under the scrape's statement timeout (local to the transaction)."""
+        conn.execute(query("pg_set_transaction_read_only"))
+        conn.execute(
+            query("pg_set_local_statement_timeout"),
+            {"timeout": f"{int(self.timeout * 1000)}ms"},
+        )
 
     @staticmethod
     def _queue_families(conn: psycopg.Connection[Any], now: datetime | None) -> list[Metric]:
@@ -359,10 +383,14 @@ def register_database(
     timeout: float = 2.0,
     probes: Sequence[Probe] = (),
     now: Callable[[], datetime] | None = None,
+    primary: str | None = None,
 ) -> DatabaseCollector:
-    """Add the scrape-time database gauges to ``registry`` (replacing an earlier one)."""
+    """Add the scrape-time database gauges to ``registry`` (replacing an earlier one);
+    ``primary``: ``conninfo`` is a read replica (:class:`DatabaseCollector`)."""
     registry = REGISTRY if registry is None else registry
-    collector = DatabaseCollector(conninfo, timeout=timeout, probes=probes, now=now)
+    collector = DatabaseCollector(
+        conninfo, timeout=timeout, probes=probes, now=now, primary=primary
+    )
     previous = _collectors.get(registry)
     if previous is not None:
         registry.unregister(previous)

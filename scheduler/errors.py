@@ -92,3 +92,7 @@ class WebhookEndpointNotFound(SchedulerError, LookupError):
     def __init__(self, endpoint_id: Any) -> None:
         self.endpoint_id = endpoint_id
         super().__init__(f"no webhook endpoint {endpoint_id}")
+
+
+class ReadReplicaUnavailable(SchedulerError):
+    """The read replica (``--read-url``) cannot be reached when a command starts."""

@@ -14,6 +14,16 @@ acknowledged work can be lost at failover`` (jobs/primary.py; ``value`` 1 or 0).
 when synchronous replication is required (``require_sync``, ``--require-sync-replication``,
 ``TOCKWORK_REQUIRE_SYNC_REPLICATION=1``) and absent.
 
+**From a read replica** (``read_conninfo``, ``--read-url``, ``TOCKWORK_READ_URL``): the checks
+that only read (``schema``, ``scheduler_lag``) read the replica, and a ``replica`` check says
+how far behind the primary it replays (:func:`replica_state`; ``value`` in seconds). It fails
+when the URL reaches a primary (a failover promoted it, or it was never a replica), when no WAL
+receiver runs there (it follows no primary: its figures stop at the last thing it replayed), or
+when the lag is above ``max_replica_lag`` (:data:`DEFAULT_MAX_REPLICA_LAG`). What needs the
+primary stays on ``conninfo``: ``database``, ``listen`` (a replica refuses LISTEN) and
+``replication`` (the primary's synchronous standbys and timeline). Each connection failing is
+reported on its own: a replica down leaves the primary's checks standing, and the other way.
+
 The overdue detector (:func:`overdue_schedules`, ``tockwork schedules overdue``, the gauge
 ``tockwork_schedules_overdue``): active schedules whose ``next_run_at`` is past by more than a
 threshold (:data:`DEFAULT_OVERDUE_AFTER`). A tick enqueues an occurrence and advances
@@ -60,6 +70,9 @@ from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
+DEFAULT_MAX_REPLICA_LAG = timedelta(seconds=30)
+"""How far behind the primary a read replica may replay before the health check fails: the
+pages, figures and health read there are that old."""
 DEFAULT_OVERDUE_AFTER = timedelta(minutes=1)
 """How far past its next_run_at a schedule must be to count as overdue: a replica ticks at
 least once a second and enqueues ahead, so a minute means none ran."""
@@ -73,6 +86,47 @@ class Check:
     ok: bool
     detail: str
     value: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """What a read replica says of itself (``pg_replica_state``)."""
+
+    in_recovery: bool  # False: the server is a primary
+    lag: float | None  # seconds behind the primary (module docstring); None: unknown or primary
+    receiving: bool  # a WAL receiver runs: it follows a primary
+    status: str | None  # the receiver's status ('streaming'...), None when hidden from the role
+
+    def problem(self) -> str | None:
+        """Why the server cannot serve as a read replica now (a phrase whose subject is the
+        read URL), or None."""
+        if not self.in_recovery:
+            return (
+                "reaches a primary, not a streaming replica (promoted by a failover, or never "
+                "a replica): give a replica's URL, or none to read from the primary"
+            )
+        if not self.receiving:
+            return (
+                "reaches a replica where no WAL receiver runs: it follows no primary (is the "
+                "primary down, or unreachable from it?), and what it serves stops at what it "
+                "replayed"
+            )
+        if self.status is not None and self.status != "streaming":
+            return f"reaches a replica whose WAL receiver is {self.status}, not streaming"
+        return None
+
+
+def replica_state(conn: psycopg.Connection[Any], now: datetime | None = None) -> ReplicaState:
+    """Read :class:`ReplicaState` on ``conn``; ``now`` pins the clock the lag is measured at."""
+    row = conn.execute(query("pg_replica_state"), {"now": now}).fetchone()
+    assert row is not None
+    in_recovery, lag, receiving, status = row
+    return ReplicaState(
+        bool(in_recovery),
+        None if lag is None else max(0.0, float(lag)),
+        bool(receiving),
+        None if status is None else str(status),
+    )
 
 
 def scheduler_lag(conn: psycopg.Connection[Any], now: datetime | None = None) -> float | None:
@@ -154,17 +208,52 @@ def scheduler_lag_probe(conn: psycopg.Connection[Any], now: datetime | None) -> 
     return [family, overdue]
 
 
+def replica_probe(conn: psycopg.Connection[Any], now: datetime | None) -> Iterable[Metric]:
+    """A :data:`jobs.metrics.Probe`: on a read replica (none on a primary),
+    ``tockwork_replica_lag_seconds`` and ``tockwork_replica_streaming``."""
+    state = replica_state(conn, now)
+    if not state.in_recovery:
+        return []
+    streaming = GaugeMetricFamily(
+        "tockwork_replica_streaming",
+        "1 if the read replica the gauges come from follows a primary (a WAL receiver runs), "
+        "else 0: its figures stop at what it replayed.",
+    )
+    streaming.add_metric([], 1.0 if state.problem() is None else 0.0)
+    if state.lag is None:
+        return [streaming]
+    lag = GaugeMetricFamily(
+        "tockwork_replica_lag_seconds",
+        "How far behind the primary the read replica the gauges come from replays (0 when it "
+        "replayed all it received): the gauges are that old.",
+    )
+    lag.add_metric([], state.lag)
+    return [lag, streaming]
+
+
 def register_metrics(
     conninfo: str,
     registry: CollectorRegistry | None = None,
     *,
     timeout: float = 2.0,
     now: Callable[[], datetime] | None = None,
+    primary: str | None = None,
 ) -> DatabaseCollector:
-    """Register the scrape-time gauges: queues, outbox and scheduler lag."""
+    """Register the scrape-time gauges: queues, outbox, scheduler lag, and a replica's lag.
+
+    ``primary``: ``conninfo`` is a read replica, and the replication gauges (what the
+    primary's commits wait for, its timeline) are read there (:class:`DatabaseCollector`)."""
     return register_database(
-        conninfo, registry, timeout=timeout, probes=[scheduler_lag_probe], now=now
+        conninfo,
+        registry,
+        timeout=timeout,
+        probes=[scheduler_lag_probe, replica_probe],
+        now=now,
+        primary=primary,
     )
+
+
+_Step = Callable[[psycopg.Connection[Any]], Check]
 
 
 class Health:
@@ -172,6 +261,8 @@ class Health:
 
     ``listening`` reports whether this process's LISTEN is alive (a worker's
     ``lambda: worker.listening``); without it, the check asks the database to accept a LISTEN.
+    ``read_conninfo``: a streaming replica for the checks that only read, with a ``replica``
+    check of its own (module docstring).
     """
 
     def __init__(
@@ -184,6 +275,8 @@ class Health:
         timeout: float = 2.0,
         now: Callable[[], datetime] | None = None,
         require_sync: bool | None = None,
+        read_conninfo: str | None = None,
+        max_replica_lag: timedelta | None = DEFAULT_MAX_REPLICA_LAG,
     ) -> None:
         self.conninfo = conninfo
         self.require_sync = require_sync_replication(require_sync)
@@ -192,42 +285,62 @@ class Health:
         self.max_scheduler_lag = max_scheduler_lag
         self.timeout = timeout
         self.now = now
+        self.read_conninfo = read_conninfo
+        self.max_replica_lag = max_replica_lag
+
+    def _connect(self, conninfo: str) -> psycopg.Connection[Any]:
+        # The pooler mode of the process (TOCKWORK_POOLER): see jobs/connection.py.
+        return connect(conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout)))
 
     def checks(self) -> dict[str, Check]:
-        try:
-            # The pooler mode of the process (TOCKWORK_POOLER): see jobs/connection.py.
-            conn = connect(
-                self.conninfo, autocommit=True, connect_timeout=max(1, round(self.timeout))
-            )
-        except (psycopg.Error, OSError) as exc:
-            skipped = Check(False, "not checked: database unreachable")
-            return {
-                "database": Check(False, f"unreachable: {type(exc).__name__}: {exc}".strip()),
-                "schema": skipped,
-                "listen": skipped,
-                "scheduler_lag": skipped,
-                "replication": skipped,
-            }
+        replica = self.read_conninfo is not None
+        # (name, step, whether it only reads: then it runs on the replica when there is one)
+        plan: list[tuple[str, _Step, bool]] = [
+            ("database", self._database, False),
+            ("schema", self._schema, True),
+            ("listen", self._listen, False),
+            ("scheduler_lag", self._lag, True),
+            ("replication", self._replication, False),
+        ]
+        if replica:
+            plan.append(("replica", self._replica, True))
+        opened: dict[bool, psycopg.Connection[Any] | Exception] = {}
+        for reads in (False, True) if replica else (False,):
+            target = self.read_conninfo if reads and self.read_conninfo else self.conninfo
+            try:
+                opened[reads] = self._connect(target)
+            except (psycopg.Error, OSError) as exc:
+                opened[reads] = exc
         result: dict[str, Check] = {}
-        with conn:
-            steps: list[tuple[str, Callable[[psycopg.Connection[Any]], Check]]] = [
-                ("database", self._database),
-                ("schema", self._schema),
-                ("listen", self._listen),
-                ("scheduler_lag", self._lag),
-                ("replication", self._replication),
-            ]
-            timeout = {"timeout": f"{int(self.timeout * 1000)}ms"}
-            for name, step in steps:
-                try:
-                    # One transaction per check, its timeout local to it: nothing is left on
-                    # the session (a transaction-mode pooler hands it to other clients).
-                    with conn.transaction():
-                        conn.execute(query("pg_set_local_statement_timeout_health"), timeout)
-                        result[name] = step(conn)
-                except psycopg.Error as exc:
-                    result[name] = Check(False, f"{type(exc).__name__}: {exc}".strip())
+        try:
+            for name, step, reads in plan:
+                conn = opened[reads and replica]
+                if isinstance(conn, Exception):
+                    result[name] = self._unreachable(name, conn, replica=reads and replica)
+                else:
+                    result[name] = self._run(conn, step)
+        finally:
+            for conn in opened.values():
+                if not isinstance(conn, Exception):
+                    conn.close()
         return result
+
+    @staticmethod
+    def _unreachable(name: str, exc: Exception, *, replica: bool) -> Check:
+        if name in ("database", "replica"):
+            return Check(False, f"unreachable: {type(exc).__name__}: {_one_line(exc)}")
+        return Check(False, f"not checked: {'replica' if replica else 'database'} unreachable")
+
+    def _run(self, conn: psycopg.Connection[Any], step: _Step) -> Check:
+        try:
+            # One transaction per check, its timeout local to it: nothing is left on the
+            # session (a transaction-mode pooler hands it to other clients).
+            with conn.transaction():
+                timeout = {"timeout": f"{int(self.timeout * 1000)}ms"}
+                conn.execute(query("pg_set_local_statement_timeout_health"), timeout)
+                return step(conn)
+        except psycopg.Error as exc:
+            return Check(False, f"{type(exc).__name__}: {exc}".strip())
 
     def _database(self, conn: psycopg.Connection[Any]) -> Check:
         conn.execute(query("pg_ping"))
@@ -280,10 +393,30 @@ class Health:
             return Check(False, f"{detail} (synchronous replication is required)", value)
         return Check(True, detail, value)
 
+    def _replica(self, conn: psycopg.Connection[Any]) -> Check:
+        state = replica_state(conn, self.now() if self.now is not None else None)
+        problem = state.problem()
+        if problem is not None:
+            return Check(False, f"the read URL {problem}", state.lag)
+        if state.lag is None:
+            return Check(True, "streaming; lag unknown: no transaction replayed since it started")
+        behind = f"{state.lag:.1f}s behind the primary"
+        if self.max_replica_lag is None:
+            return Check(True, f"{behind} (not checked)", state.lag)
+        limit = self.max_replica_lag.total_seconds()
+        if state.lag <= limit:
+            return Check(True, f"{behind} <= {limit:g}s", state.lag)
+        return Check(False, f"{behind} > {limit:g}s: what is read there is that old", state.lag)
+
     def __call__(self) -> tuple[bool, dict[str, Any]]:
         checks = self.checks()
         ok = all(c.ok for c in checks.values())
         return ok, {"checks": {name: asdict(c) for name, c in checks.items()}}
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's text on one line (libpq's connection errors span several)."""
+    return " ".join(str(exc).split())
 
 
 def serve(
@@ -297,10 +430,12 @@ def serve(
 ) -> MetricsServer:
     """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread.
 
-    ``read_conninfo`` (a streaming replica) serves the database gauges; the health checks stay
-    on ``conninfo`` (the primary)."""
-    register_metrics(read_conninfo or conninfo, registry)
-    app = make_wsgi_app(registry, health=health or Health(conninfo))
+    ``read_conninfo`` (a streaming replica) serves the database gauges, with its lag
+    (:func:`replica_probe`), and the default health's checks that only read; the replication
+    gauges and the checks that need the primary stay on ``conninfo``."""
+    primary = conninfo if read_conninfo else None
+    register_metrics(read_conninfo or conninfo, registry, primary=primary)
+    app = make_wsgi_app(registry, health=health or Health(conninfo, read_conninfo=read_conninfo))
     server = MetricsServer(app, port, host).start()
     log.info("serving /metrics and /healthz on %s:%d", server.host, server.port)
     return server

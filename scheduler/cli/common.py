@@ -344,13 +344,21 @@ def replication_arg(parser: argparse.ArgumentParser) -> None:
 READ_URL_ENV = "TOCKWORK_READ_URL"
 
 
-def read_url_arg(parser: argparse.ArgumentParser) -> None:
-    """``--read-url``: what only reads (the dashboard's pages, stats, the metrics' gauges)."""
+def read_url_arg(parser: argparse.ArgumentParser, *, health_checks: bool = False) -> None:
+    """``--read-url``: what only reads (the dashboard's pages, stats, the metrics' gauges, the
+    health checks that only read)."""
+    what = (
+        "what only reads (the gauges; the schema and scheduler-lag checks, with a check of "
+        "the replica's lag); the database, LISTEN and replication checks stay on "
+        "--database-url"
+        if health_checks
+        else "what only reads (figures, pages); actions always go to --database-url"
+    )
     parser.add_argument(
         "--read-url",
         metavar="URL",
-        help="a streaming replica's PostgreSQL URL for what only reads (figures, pages); "
-        f"actions always go to --database-url (default: ${READ_URL_ENV}, else --database-url)",
+        help=f"a streaming replica's PostgreSQL URL for {what} "
+        f"(default: ${READ_URL_ENV}, else --database-url)",
     )
 
 
@@ -358,6 +366,39 @@ def read_url(args: argparse.Namespace) -> str | None:
     """``--read-url``, else ``$TOCKWORK_READ_URL``, else None (read from the primary)."""
     given = getattr(args, "read_url", None) or os.environ.get(READ_URL_ENV) or None
     return None if given is None else check_url(given, "--read-url")
+
+
+def read_replica(
+    args: argparse.Namespace, *, reachable: bool = True, timeout: float = 5.0
+) -> str | None:
+    """:func:`read_url`, checked to reach a replica when the command starts.
+
+    A server that is not in recovery is refused (:class:`InputError`, exit code 2): the read
+    URL would put the reads on a primary while saying they come from a replica. One that cannot
+    be reached raises :class:`scheduler.errors.ReadReplicaUnavailable` (exit code 1), unless
+    ``reachable`` is False (``healthz``, whose ``replica`` check reports it). ``timeout``: the
+    connection's (seconds).
+    """
+    url = read_url(args)
+    if url is None:
+        return None
+    from scheduler.errors import ReadReplicaUnavailable
+    from scheduler.health import replica_state
+
+    try:
+        with jobs_connect(url, autocommit=True, connect_timeout=max(1, round(timeout))) as conn:
+            state = replica_state(conn)
+    except (psycopg.OperationalError, OSError) as exc:
+        if not reachable:
+            return url
+        raise ReadReplicaUnavailable(
+            f"--read-url {database_name(url)}: cannot connect ({redact(_line(exc))})"
+        ) from None
+    if not state.in_recovery:
+        problem = state.problem()
+        assert problem is not None
+        raise InputError("--read-url", redact(url), problem)
+    return url
 
 
 def require_sync(args: argparse.Namespace) -> bool:
@@ -545,6 +586,8 @@ def register_secrets(args: argparse.Namespace) -> None:
         os.environ.get("DATABASE_URL"),
         getattr(args, "listen_url", None),
         os.environ.get(LISTEN_URL_ENV),
+        getattr(args, "read_url", None),
+        os.environ.get(READ_URL_ENV),
     ):
         if url:
             try:

@@ -20,7 +20,7 @@ from scheduler.cli.common import (
     database_arg,
     ensure_schema,
     pooler,
-    read_url,
+    read_replica,
     read_url_arg,
     replication_arg,
     require_sync,
@@ -112,7 +112,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         token=token,
         read_only=args.read_only,
         no_auth=args.no_auth,
-        read_url=read_url(args),
+        read_url=read_replica(args),
         **refresh,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -25,11 +25,12 @@ from scheduler.cli.common import (
     pooler,
     positive_float,
     positive_int,
-    read_url,
+    read_replica,
     read_url_arg,
     resolve_url,
     text,
 )
+from scheduler.health import replica_state
 from scheduler.queries import query as scheduler_query
 
 
@@ -254,11 +255,20 @@ def _more_stats(conn: psycopg.Connection[Any]) -> str:
     )
 
 
+def _replica_line(conn: psycopg.Connection[Any]) -> str:
+    """Where the figures were read, as the dashboard's banner says it."""
+    state = replica_state(conn)
+    problem = state.problem()
+    if problem is not None:
+        return f"read from --read-url, which {problem}"
+    return f"read from a replica, {state.lag or 0.0:.1f} s behind the primary"
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
     pooler(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=False)
-    replica = read_url(args)
+    replica = read_replica(args)  # refuses a primary; names --read-url when unreachable
     opened = (
         jobs.connect(replica, autocommit=True)
         if replica is not None
@@ -274,6 +284,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
                     print("\033[2J\033[H", end="")
                 print(_stats_table(stats))
                 print(_more_stats(conn))
+                if replica is not None:
+                    print(_replica_line(conn))
             if not args.watch:
                 return 0
             time.sleep(args.interval)

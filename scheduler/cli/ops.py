@@ -18,7 +18,7 @@ from scheduler.cli.common import (
     pooler,
     port,
     positive_float,
-    read_url,
+    read_replica,
     read_url_arg,
     replication_arg,
     require_sync,
@@ -27,20 +27,26 @@ from scheduler.cli.common import (
 )
 
 
-def _health(args: argparse.Namespace) -> health.Health:
+def _health(args: argparse.Namespace, read: str | None) -> health.Health:
     lag: timedelta = args.max_scheduler_lag
-    pooler(args)  # exported: the checks and the scrapes connect in the pooler mode
+    replica_lag: timedelta = args.max_replica_lag
     return health.Health(
         resolve_url(args.database_url),
         poll_only=args.poll_only,
         max_scheduler_lag=lag or None,
         timeout=args.timeout,
         require_sync=require_sync(args),
+        read_conninfo=read,
+        max_replica_lag=replica_lag or None,
     )
 
 
 def cmd_healthz(args: argparse.Namespace) -> int:
-    ok, details = _health(args)()
+    resolve_url(args.database_url)  # a bad URL is a usage error before any connection
+    pooler(args)  # exported: the checks connect in the pooler mode
+    # A replica down is a failing check; a primary given as the replica is a usage error.
+    read = read_replica(args, reachable=False, timeout=args.timeout)
+    ok, details = _health(args, read)()
     print(json.dumps({"ok": ok, **details}, indent=None if args.compact else 2))
     return 0 if ok else 1
 
@@ -49,6 +55,7 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
     url = resolve_url(args.database_url)
     pooler(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=False)
+    read = read_replica(args)
     stop = threading.Event()
 
     def handle(_signum: int, _frame: FrameType | None) -> None:
@@ -58,7 +65,7 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
     # line stops it cleanly (exit 0) instead of killing it.
     previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
     server = health.serve(
-        url, args.port, host=args.host, health=_health(args), read_conninfo=read_url(args)
+        url, args.port, host=args.host, health=_health(args, read), read_conninfo=read
     )
     print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
     try:
@@ -80,6 +87,15 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="unhealthy when a schedule is overdue by more (seconds; 0: do not check)",
     )
+    read_url_arg(p, health_checks=True)
+    p.add_argument(
+        "--max-replica-lag",
+        type=seconds("--max-replica-lag"),
+        default=str(int(health.DEFAULT_MAX_REPLICA_LAG.total_seconds())),
+        metavar="SECONDS",
+        help="with --read-url: unhealthy when the replica replays further behind the primary "
+        "(seconds; 0: do not check)",
+    )
     p.add_argument(
         "--poll-only",
         action="store_true",
@@ -98,8 +114,9 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "healthz",
         help="check database, LISTEN and scheduler lag; exit 0 or 1",
-        description="Check the database, LISTEN and the scheduler's lag; print JSON; exit 0 "
-        "when healthy, 1 when not, 2 on a usage error.",
+        description="Check the database, LISTEN and the scheduler's lag (and, with --read-url, "
+        "read what only reads from a replica and check its lag); print JSON; exit 0 when "
+        "healthy, 1 when not, 2 on a usage error.",
     )
     _common(p)
     p.add_argument("--compact", action="store_true", help="one JSON line")
@@ -116,5 +133,4 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--port", type=port("--port"), required=True, help="port (0: any free port; required)"
     )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    read_url_arg(p)
     p.set_defaults(func=cmd_metrics_server)

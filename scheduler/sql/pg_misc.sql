@@ -43,10 +43,18 @@ COMMENT ON DATABASE {} IS {}
 -- class is Tockwork's own ('tock', as the migrations' lock, object 1); this is object 2.
 SELECT pg_advisory_xact_lock(1953457003, 2);
 
--- name: pg_replica_lag
--- The dashboard's read replica: seconds since the last transaction it replayed was committed on
--- the primary, 0 when it has replayed all it received (an idle primary sends nothing new); NULL
--- on a primary.
-SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+-- name: pg_replica_state
+-- A read replica (--read-url: the dashboard's banner, healthz's replica check, the gauge
+-- tockwork_replica_lag_seconds): whether the server is in recovery (false on a primary); its
+-- replay lag in seconds, the time from the commit on the primary of the last transaction it
+-- replayed to the now parameter (default: its clock), 0 when it has replayed all it received
+-- (an idle primary sends nothing new), NULL on a primary or before it replayed any; whether a
+-- WAL receiver runs (the row is visible to every role: without one it follows no primary); and
+-- the receiver's status (NULL unless the role may read the details: pg_read_all_stats).
+SELECT pg_is_in_recovery(),
+       CASE WHEN NOT pg_is_in_recovery() THEN NULL
             WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
-            ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END::float8;
+            ELSE extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                                    - pg_last_xact_replay_timestamp()) END::float8,
+       EXISTS (SELECT FROM pg_stat_wal_receiver),
+       (SELECT status FROM pg_stat_wal_receiver);

@@ -106,6 +106,7 @@ def test_no_planted_secret_is_ever_printed(db_url: str, tmp_path: Path) -> None:
                       (f"postgresql://u:{PASSWORD}@127.0.0.1:1/db", 1)):  # fmt: skip
         tockwork.command("stats", env={"DATABASE_URL": bad}, code=code)
         tockwork.command("healthz", "--database-url", bad, code=code)
+        tockwork.command("healthz", "--read-url", bad, code=code)
 
     # The services, all at once (each start costs a second of imports), at debug level: two
     # workers whose handler's error carries secrets (text and JSON logs), each until its jobs

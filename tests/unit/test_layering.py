@@ -225,6 +225,8 @@ KNOWN_FOREIGN_TABLES = {
     ("scheduler/sql/pg_misc.sql", "pg_database"),
     # A system view: the synchronous standbys attached to the primary (jobs/primary.py).
     ("jobs/sql/pg_misc.sql", "pg_stat_replication"),
+    # A system view: whether a read replica's WAL receiver runs (scheduler/health.py).
+    ("scheduler/sql/pg_misc.sql", "pg_stat_wal_receiver"),
     # The operator dashboard is the composition root's view over every component: it reads the
     # queue's tables (keyset pages, bounded counts, lateness). It writes them only through the
     # jobs API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead).
