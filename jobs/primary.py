@@ -67,6 +67,12 @@ class ServerIdentity:
         return self.standby_names.strip() != "" and self.commit_level in _WAITING_LEVELS
 
     @property
+    def stalled(self) -> bool:
+        """Synchronous, and no synchronous standby is attached: every commit waits until one
+        attaches (nothing is lost, nothing is written meanwhile)."""
+        return self.synchronous and self.sync_standbys == 0
+
+    @property
     def primary(self) -> tuple[int, int | None]:
         """The server as a failover changes it: (system identifier, timeline)."""
         return (self.system_identifier, self.timeline)
@@ -75,9 +81,10 @@ class ServerIdentity:
         """The replication mode in words, as the logs, healthz and the dashboard say it."""
         if self.synchronous:
             attached = "" if self.sync_standbys is None else f", {self.sync_standbys} attached"
+            stalled = ": none attached, every commit waits until one is" if self.stalled else ""
             return (
                 f"synchronous (synchronous_standby_names '{self.standby_names}'{attached}, "
-                f"synchronous_commit {self.commit_level})"
+                f"synchronous_commit {self.commit_level}){stalled}"
             )
         return f"asynchronous ({self._why()}): acknowledged work can be lost at failover"
 
@@ -153,7 +160,9 @@ class PrimaryWatch:
             # A warning where a failover can lose acknowledged work: standbys are attached and
             # none is synchronous. A server without any standby (development, tests) has no
             # failover to lose work in: said as information.
-            level = logging.WARNING if found.standbys and not found.synchronous else logging.INFO
+            # So is a synchronous primary with no synchronous standby: its commits wait.
+            lossy = found.standbys and not found.synchronous
+            level = logging.WARNING if lossy or found.stalled else logging.INFO
             self.log.log(
                 level,
                 "%s: primary system %d timeline %s; replication %s",

@@ -10,9 +10,10 @@ body, and the whole is healthy only if every check passes:
   stopped or overwhelmed scheduler shows here first). No ``schedules`` table passes.
 
 and says what a failover may lose: ``replication`` is ``synchronous`` or ``asynchronous:
-acknowledged work can be lost at failover`` (jobs/primary.py; ``value`` 1 or 0). It fails only
+acknowledged work can be lost at failover`` (jobs/primary.py; ``value`` 1 or 0). It fails
 when synchronous replication is required (``require_sync``, ``--require-sync-replication``,
-``TOCKWORK_REQUIRE_SYNC_REPLICATION=1``) and absent.
+``TOCKWORK_REQUIRE_SYNC_REPLICATION=1``) and absent, and when the primary is synchronous with
+no synchronous standby attached (every commit waits until one attaches).
 
 **From a read replica** (``read_conninfo``, ``--read-url``, ``TOCKWORK_READ_URL``): the checks
 that only read (``schema``, ``scheduler_lag``) read the replica, and a ``replica`` check says
@@ -391,6 +392,8 @@ class Health:
             detail = f"{detail}; timeline {found.timeline}"
         if self.require_sync and not found.synchronous:
             return Check(False, f"{detail} (synchronous replication is required)", value)
+        if found.stalled:
+            return Check(False, f"{detail} (nothing can be written)", value)
         return Check(True, detail, value)
 
     def _replica(self, conn: psycopg.Connection[Any]) -> Check:

@@ -11,6 +11,7 @@ reaches a primary is a usage error (exit 2, one line); one that cannot be reache
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import jobs
+from jobs.primary import PrimaryWatch
 from scheduler import health
 from scheduler.migrations import COMPONENTS
 from tests.acceptance.cli_harness import Result, run
@@ -244,3 +246,39 @@ def test_a_replica_that_follows_no_primary_is_a_finding() -> None:
     assert replica["ok"] is False
     assert replica["detail"].startswith("the read URL reaches a replica ")
     assert "no WAL receiver runs" in replica["detail"] or "not streaming" in replica["detail"]
+
+
+def test_a_synchronous_primary_with_no_synchronous_standby_fails_replication(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``synchronous_standby_names`` names a standby that is not attached: every commit waits
+    until it attaches, so nothing can be written. The replication check fails and says so, and
+    a service says it at start-up as a warning; with the standby attached, it passes."""
+    with primary_and_standby() as (primary, standby):
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            jobs.migrate(conn, COMPONENTS)  # before: a commit would wait from now on
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'walreceiver'")
+            conn.execute("SELECT pg_reload_conf()")
+        _wait_for(primary.url, "SELECT current_setting('synchronous_standby_names') = %s",
+                  "the reload", "walreceiver")  # fmt: skip
+        ok, details = health.Health(primary.url, max_scheduler_lag=None)()
+        replication = details["checks"]["replication"]
+        assert not ok and replication["ok"] is False, details
+        assert replication["value"] == 1.0
+        assert replication["detail"] == (
+            "synchronous (synchronous_standby_names 'walreceiver', 0 attached, synchronous_commit "
+            "on): none attached, every commit waits until one is; timeline 1 (nothing can be "
+            "written)"
+        )
+        caplog.set_level(logging.INFO, "tockwork.test")
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            PrimaryWatch("worker", logging.getLogger("tockwork.test")).observe(conn)
+        (record,) = [r for r in caplog.records if r.name == "tockwork.test"]
+        assert record.levelno == logging.WARNING and "every commit waits" in record.getMessage()
+
+        standby.standby_of(primary).start()
+        _wait_for(primary.url, "SELECT EXISTS (SELECT FROM pg_stat_replication "
+                  "WHERE sync_state = 'sync')", "a synchronous standby")  # fmt: skip
+        ok, details = health.Health(primary.url, max_scheduler_lag=None)()
+        assert ok, details
+        assert "1 attached" in details["checks"]["replication"]["detail"]
