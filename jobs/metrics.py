@@ -47,7 +47,7 @@ from prometheus_client.registry import Collector
 
 from jobs.admin import queue_stats
 from jobs.connection import connect
-from jobs.primary import replication_families
+from jobs.primary import PrimaryWatch, replication_families
 from jobs.queries import query
 
 log = logging.getLogger("tockwork.metrics")
@@ -246,6 +246,10 @@ class DatabaseCollector(Collector):
     ``primary``: ``conninfo`` is a read replica (``--read-url``), and the replication gauges
     are read on a connection to the primary instead, since a replica's settings and timeline
     are not the primary's; the primary unreachable leaves them out of the scrape (logged).
+
+    ``watch``: a process whose only connections are the scrapes' (``tockwork metrics-server``)
+    follows the primary through them, and logs a change of primary once
+    (:class:`jobs.primary.PrimaryWatch`); a worker's or scheduler's service has its own.
     """
 
     def __init__(
@@ -257,9 +261,11 @@ class DatabaseCollector(Collector):
         now: Callable[[], datetime] | None = None,
         connect_kwargs: Mapping[str, Any] | None = None,
         primary: str | None = None,
+        watch: PrimaryWatch | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.primary = primary
+        self.watch = watch
         self.timeout = timeout
         self.probes = list(probes)
         self.now = now
@@ -300,7 +306,7 @@ class DatabaseCollector(Collector):
             self._begin(conn)
             families = self._queue_families(conn, now)
             if self.primary is None:
-                families.extend(replication_families(conn))
+                families.extend(self._replication_families(conn))
             if conn.execute(query("outbox_event_table_exists")).fetchone() == (True,):
                 families.extend(self._outbox_families(conn, now))
             for probe in self.probes:
@@ -312,13 +318,17 @@ class DatabaseCollector(Collector):
                     conn.transaction(),
                 ):
                     self._begin(conn)
-                    families.extend(replication_families(conn))
+                    families.extend(self._replication_families(conn))
             except (psycopg.Error, OSError) as exc:
                 log.warning(
                     "metrics scrape: the primary is unavailable for the replication gauges (%s)",
                     exc,
                 )
         return families
+
+    def _replication_families(self, conn: psycopg.Connection[Any]) -> list[Metric]:
+        found = self.watch.observe(conn) if self.watch is not None else None
+        return replication_families(conn, found)
 
     def _begin(self, conn: psycopg.Connection[Any]) -> None:
         """Read-only, under the scrape's statement timeout (local to the transaction)."""
@@ -384,12 +394,14 @@ def register_database(
     probes: Sequence[Probe] = (),
     now: Callable[[], datetime] | None = None,
     primary: str | None = None,
+    watch: PrimaryWatch | None = None,
 ) -> DatabaseCollector:
     """Add the scrape-time database gauges to ``registry`` (replacing an earlier one);
-    ``primary``: ``conninfo`` is a read replica (:class:`DatabaseCollector`)."""
+    ``primary``: ``conninfo`` is a read replica; ``watch``: log a change of primary
+    (:class:`DatabaseCollector`)."""
     registry = REGISTRY if registry is None else registry
     collector = DatabaseCollector(
-        conninfo, timeout=timeout, probes=probes, now=now, primary=primary
+        conninfo, timeout=timeout, probes=probes, now=now, primary=primary, watch=watch
     )
     previous = _collectors.get(registry)
     if previous is not None:

@@ -195,10 +195,13 @@ class PrimaryWatch:
         return found
 
 
-def replication_families(conn: psycopg.Connection[Any]) -> list[Metric]:
+def replication_families(
+    conn: psycopg.Connection[Any], found: ServerIdentity | None = None
+) -> list[Metric]:
     """The scrape-time gauges of the primary (:class:`jobs.metrics.DatabaseCollector`):
-    ``tockwork_replication_synchronous`` and ``tockwork_server_timeline``."""
-    found = server_identity(conn)
+    ``tockwork_replication_synchronous`` and ``tockwork_server_timeline`` (of ``found``, the
+    identity already read on ``conn``, else read here)."""
+    found = server_identity(conn) if found is None else found
     synchronous = GaugeMetricFamily(
         "tockwork_replication_synchronous",
         "1 if a commit waits for a synchronous standby (nothing acknowledged is lost at "

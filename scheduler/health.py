@@ -65,7 +65,7 @@ from jobs.metrics import (
     make_wsgi_app,
     register_database,
 )
-from jobs.primary import require_sync_replication, server_identity
+from jobs.primary import PrimaryWatch, require_sync_replication, server_identity
 from scheduler.errors import InvalidSchedule
 from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
@@ -239,11 +239,13 @@ def register_metrics(
     timeout: float = 2.0,
     now: Callable[[], datetime] | None = None,
     primary: str | None = None,
+    watch: PrimaryWatch | None = None,
 ) -> DatabaseCollector:
     """Register the scrape-time gauges: queues, outbox, scheduler lag, and a replica's lag.
 
     ``primary``: ``conninfo`` is a read replica, and the replication gauges (what the
-    primary's commits wait for, its timeline) are read there (:class:`DatabaseCollector`)."""
+    primary's commits wait for, its timeline) are read there; ``watch``: the scrapes log a
+    change of primary (:class:`DatabaseCollector`)."""
     return register_database(
         conninfo,
         registry,
@@ -251,6 +253,7 @@ def register_metrics(
         probes=[scheduler_lag_probe, replica_probe],
         now=now,
         primary=primary,
+        watch=watch,
     )
 
 
@@ -430,14 +433,16 @@ def serve(
     registry: CollectorRegistry | None = None,
     health: Health | None = None,
     read_conninfo: str | None = None,
+    watch: PrimaryWatch | None = None,
 ) -> MetricsServer:
     """Serve ``/metrics`` (instruments + database gauges) and ``/healthz`` in a thread.
 
     ``read_conninfo`` (a streaming replica) serves the database gauges, with its lag
     (:func:`replica_probe`), and the default health's checks that only read; the replication
-    gauges and the checks that need the primary stay on ``conninfo``."""
+    gauges and the checks that need the primary stay on ``conninfo``. ``watch``: the scrapes
+    log a change of primary (a process with no service of its own: ``metrics-server``)."""
     primary = conninfo if read_conninfo else None
-    register_metrics(read_conninfo or conninfo, registry, primary=primary)
+    register_metrics(read_conninfo or conninfo, registry, primary=primary, watch=watch)
     app = make_wsgi_app(registry, health=health or Health(conninfo, read_conninfo=read_conninfo))
     server = MetricsServer(app, port, host).start()
     log.info("serving /metrics and /healthz on %s:%d", server.host, server.port)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
-import sys
 import threading
 from datetime import timedelta
 from types import FrameType
 
+from jobs.internal import logs
+from jobs.primary import PrimaryWatch
 from scheduler import health
 from scheduler.cli.common import (
     SubParsers,
     database_arg,
     ensure_schema,
+    log_args,
     pooler,
     port,
     positive_float,
@@ -52,6 +55,7 @@ def cmd_healthz(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_server(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level, json_lines=args.log_json)
     url = resolve_url(args.database_url)
     pooler(args)  # before ensure_schema: exports the pooler mode
     ensure_schema(url, apply=False)
@@ -64,10 +68,17 @@ def cmd_metrics_server(args: argparse.Namespace) -> int:
     # The handlers are in place before the server says it serves: a SIGTERM right after that
     # line stops it cleanly (exit 0) instead of killing it.
     previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    # This process has no service of its own: its scrapes follow the primary, and say once
+    # when it changed (a failover), as the services do.
+    watch = PrimaryWatch("metrics-server", logging.getLogger("tockwork.metrics"))
     server = health.serve(
-        url, args.port, host=args.host, health=_health(args, read), read_conninfo=read
+        url,
+        args.port,
+        host=args.host,
+        health=_health(args, read),
+        read_conninfo=read,
+        watch=watch,
     )
-    print(f"serving /metrics and /healthz on {server.host}:{server.port}", file=sys.stderr)
     try:
         stop.wait()
     finally:
@@ -133,4 +144,5 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "--port", type=port("--port"), required=True, help="port (0: any free port; required)"
     )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    log_args(p)
     p.set_defaults(func=cmd_metrics_server)

@@ -282,3 +282,31 @@ def test_a_synchronous_primary_with_no_synchronous_standby_fails_replication(
         ok, details = health.Health(primary.url, max_scheduler_lag=None)()
         assert ok, details
         assert "1 attached" in details["checks"]["replication"]["detail"]
+
+
+def test_the_scrapes_of_metrics_server_log_a_change_of_primary_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``tockwork metrics-server`` has no service of its own: its scrapes, through a multi-host
+    URL, follow the primary and say once that it changed when the standby is promoted."""
+    with primary_and_standby() as (primary, standby):
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            jobs.migrate(conn, COMPONENTS)
+        standby.standby_of(primary).start()
+        hosts = f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
+        url = f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
+        registry = CollectorRegistry()
+        watch = PrimaryWatch("metrics-server", logging.getLogger("tockwork.test"))
+        health.register_metrics(url, registry, watch=watch)
+        caplog.set_level(logging.INFO, "tockwork.test")
+        for _ in range(2):
+            assert "tockwork_server_timeline 1.0" in generate_latest(registry).decode()
+        primary.stop("fast")
+        standby.promote()
+        for _ in range(2):
+            assert "tockwork_server_timeline 2.0" in generate_latest(registry).decode()
+    lines = [r.getMessage() for r in caplog.records if r.name == "tockwork.test"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("metrics-server: primary system ")
+    assert "the primary changed" in lines[1] and "timeline 1 -> system" in lines[1]
+    assert watch.changes == 1
