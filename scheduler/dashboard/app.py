@@ -54,9 +54,10 @@ from scheduler.dashboard.auth import (
     check_actor,
     check_token,
 )
-from scheduler.dashboard.db import ConnectionPool, replica_lag
+from scheduler.dashboard.db import ConnectionPool
 from scheduler.dashboard.params import Params, id_list
 from scheduler.errors import ScheduleNotFound, SchedulerError, WebhookEndpointNotFound
+from scheduler.health import ReplicaState, replica_state
 from scheduler.model import Overlap
 from scheduler.schedules import MAX_NOTE
 from timezones import Clock, FoldPolicy, GapPolicy, SystemClock
@@ -99,7 +100,7 @@ class Dashboard:
         # What only reads may go to a replica (read_url); actions always go to the primary.
         self.read_url = read_url
         self.read_pool = ConnectionPool(read_url, size=pool_size) if read_url else self.pool
-        self.replica_lag: float | None = None  # seconds behind, read with the last page
+        self.replica: ReplicaState | None = None  # the read replica, read with the last page
         self.refresh = refresh
         self.auth = Authenticator(token)
         self.read_only = read_only
@@ -218,7 +219,7 @@ def _page(request: Request, name: str, context: dict[str, Any], status: int = 20
         "read_only": state.read_only,
         "replication": state.pool.primary.current,
         "read_replica": state.read_url is not None,
-        "replica_lag": state.replica_lag,
+        "replica": state.replica,
         "csrf": state.auth.csrf(principal),
         "principal": principal,
         "auth_enabled": state.auth.enabled,
@@ -238,7 +239,7 @@ async def _db(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: An
         with state.read_pool.connection() as conn:
             result = fn(conn, *args, **kwargs)
             if state.read_url is not None:
-                state.replica_lag = replica_lag(conn)
+                state.replica = replica_state(conn)
             return result
 
     return await run_in_threadpool(call)

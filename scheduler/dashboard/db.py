@@ -17,7 +17,6 @@ from psycopg.pq import TransactionStatus
 
 from jobs import connect
 from jobs.primary import PrimaryWatch
-from scheduler.health import replica_state
 from scheduler.queries import query
 
 log = logging.getLogger("tockwork.dashboard")
@@ -71,11 +70,3 @@ class ConnectionPool:
                 self._idle.get_nowait().close()
             except queue.Empty:
                 return
-
-
-def replica_lag(conn: psycopg.Connection[Any]) -> float | None:
-    """How far behind its primary the server of ``conn`` replays (seconds; 0 when it has
-    replayed everything it received, or before it replayed any); None when it is not a
-    replica (:func:`scheduler.health.replica_state`)."""
-    state = replica_state(conn)
-    return (state.lag or 0.0) if state.in_recovery else None

@@ -22,13 +22,16 @@ from typing import Any, LiteralString
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from starlette.testclient import TestClient
 
 import jobs
 from jobs.primary import PrimaryWatch
 from scheduler import health
+from scheduler.dashboard import create_app
 from scheduler.migrations import COMPONENTS
 from tests.acceptance.cli_harness import Result, run
 from tests.failover.servers import LocalServer, primary_and_standby
+from tests.integration.dashboard.conftest import TOKEN, sign_in
 
 DOWN = "postgresql://nobody@127.0.0.1:1/nothing"
 
@@ -310,3 +313,31 @@ def test_the_scrapes_of_metrics_server_log_a_change_of_primary_once(
     assert lines[0].startswith("metrics-server: primary system ")
     assert "the primary changed" in lines[1] and "timeline 1 -> system" in lines[1]
     assert watch.changes == 1
+
+
+def test_the_dashboard_says_when_its_replica_follows_no_primary() -> None:
+    """The standby's ``primary_conninfo`` emptied (its WAL receiver stops; the primary stays
+    up): its lag alone would say 0 s behind, the banner says it follows no primary."""
+    with primary_and_standby() as (primary, standby):
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            jobs.migrate(conn, COMPONENTS)
+        standby.standby_of(primary).start()
+        _wait_for(standby.url, "SELECT EXISTS (SELECT FROM pg_stat_wal_receiver "
+                  "WHERE status = 'streaming')", "streaming")  # fmt: skip
+        app = create_app(primary.url, token=TOKEN, read_url=standby.url)
+        with TestClient(app, follow_redirects=False) as client:
+            sign_in(client)
+            page = client.get("/schedules")
+            assert page.status_code == 200
+            assert '<p class="notice" id="replica">Read from a replica, ' in page.text
+            with psycopg.connect(standby.url, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+                conn.execute("SELECT pg_reload_conf()")
+            _wait_for(standby.url, "SELECT NOT EXISTS (SELECT FROM pg_stat_wal_receiver)",
+                      "the WAL receiver to stop")  # fmt: skip
+            page = client.get("/schedules")
+            assert page.status_code == 200
+            assert (
+                '<p class="warning" id="replica">Read from --read-url, which reaches a replica '
+                "where no WAL receiver runs"
+            ) in page.text
