@@ -161,7 +161,7 @@ class PrimaryWatch:
             # none is synchronous. A server without any standby (development, tests) has no
             # failover to lose work in: said as information.
             # So is a synchronous primary with no synchronous standby: its commits wait.
-            lossy = found.standbys and not found.synchronous
+            lossy = found.standbys > 0 and not found.synchronous
             level = logging.WARNING if lossy or found.stalled else logging.INFO
             self.log.log(
                 level,
