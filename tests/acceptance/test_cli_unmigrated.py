@@ -10,6 +10,7 @@ suite, a real app where the command loads one.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,9 +35,13 @@ REAL_APPS = {
 
 @pytest.fixture(params=["empty", "behind"])
 def stale_db(request: pytest.FixtureRequest, server_url: str) -> Iterator[tuple[str, str]]:
-    """A database with no schema, or migrated except the last jobs migration."""
+    """A database with no schema, or migrated except the last jobs migration.
+
+    Its name carries the process id: two suites sharing a server (worktrees, CI jobs) each
+    drop their own database, never the other's.
+    """
     state: str = request.param
-    name = f"tockwork_stale_{state}"
+    name = f"tockwork_stale_{state}_{os.getpid()}"
     components = COMPONENTS if state == "behind" else ()
     with throwaway_database(server_url, name, components=components) as url:
         if state == "behind":
@@ -84,7 +89,7 @@ def test_every_command_says_what_to_run(stale_db: tuple[str, str], tmp_path: Pat
             result.code == 2
             and len(lines) == 1
             and expected in lines[0]
-            and f"'tockwork_stale_{state}'" in lines[0]
+            and f"'tockwork_stale_{state}_{os.getpid()}'" in lines[0]
             and "run 'tockwork migrate'" in lines[0]
             and "Traceback" not in result.err
             and result.out == ""
