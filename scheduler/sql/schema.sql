@@ -268,6 +268,14 @@ CREATE TABLE webhook_attempts (
 CREATE INDEX webhook_attempts_endpoint_idx ON webhook_attempts (endpoint_id, attempted_at);
 CREATE INDEX webhook_attempts_event_idx ON webhook_attempts (event_id);
 
+-- The rate limit of each endpoint that has one, shared by every worker process (migration
+-- 0011): the first send slot no delivery holds (scheduler/sql/webhook_endpoint_rate.sql). The
+-- row is made at the endpoint's first limited delivery and goes with the endpoint.
+CREATE TABLE webhook_endpoint_rates (
+    endpoint_id bigint PRIMARY KEY REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
+    next_at timestamptz NOT NULL
+);
+
 -- The APNs provider token of each (team, signing key), shared by every worker process
 -- (migration 0008): Apple refuses a second token of one key within 20 minutes
 -- (TooManyProviderTokenUpdates). Only the token's issue time (its iat, epoch seconds) is kept,
