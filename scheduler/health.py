@@ -58,6 +58,7 @@ from jobs.primary import require_sync_replication, server_identity
 from scheduler.errors import InvalidSchedule
 from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
+from scheduler.webhooks.metrics import webhook_probe
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
 DEFAULT_OVERDUE_AFTER = timedelta(minutes=1)
@@ -161,9 +162,10 @@ def register_metrics(
     timeout: float = 2.0,
     now: Callable[[], datetime] | None = None,
 ) -> DatabaseCollector:
-    """Register the scrape-time gauges: queues, outbox and scheduler lag."""
+    """Register the scrape-time gauges: queues, outbox, scheduler lag and webhooks
+    (:func:`scheduler.webhooks.metrics.webhook_probe`)."""
     return register_database(
-        conninfo, registry, timeout=timeout, probes=[scheduler_lag_probe], now=now
+        conninfo, registry, timeout=timeout, probes=[scheduler_lag_probe, webhook_probe], now=now
     )
 
 

@@ -96,6 +96,7 @@ from scheduler.webhooks.http import (
     Response,
     SendError,
 )
+from scheduler.webhooks.metrics import WebhookMetrics, error_class
 from scheduler.webhooks.signing import headers as signed_headers
 from scheduler.webhooks.signing import secret_key
 from scheduler.webhooks.ssrf import Guard, WebhookUrl, parse_url
@@ -134,6 +135,7 @@ class _Result:
     error: str | None = None
     response: str | None = None
     retry_after: timedelta | None = None
+    send_error: str | None = None  # the SendError kind of a request without a response
 
 
 @dataclass
@@ -208,7 +210,8 @@ class WebhookHandler:
     secrets read for one delivery serve the next ones; ``connections``: database connections
     at most (the writes of concurrent deliveries share transactions); ``rate_horizon``: how far
     ahead a delivery to a rate-limited endpoint may reserve its send slot and wait for it in
-    the process (farther: snoozed).
+    the process (farther: snoozed); ``metrics``: where the deliveries are counted
+    (:mod:`.metrics`; default: in :data:`jobs.metrics.REGISTRY`).
     """
 
     def __init__(
@@ -227,6 +230,7 @@ class WebhookHandler:
         refresh: timedelta = DEFAULT_REFRESH,
         connections: int = 4,
         rate_horizon: timedelta = DEFAULT_RATE_HORIZON,
+        metrics: WebhookMetrics | None = None,
     ) -> None:
         for name, value in (("connect_timeout", connect_timeout), ("timeout", timeout)):
             if not isinstance(value, int | float) or not 0 < value <= 3600 or math.isnan(value):
@@ -266,6 +270,7 @@ class WebhookHandler:
         self.refresh = refresh.total_seconds()
         self.connections = connections
         self.rate_horizon = rate_horizon
+        self.metrics = metrics if metrics is not None else WebhookMetrics.for_registry()
         self._loop: _Loop | None = None
 
     def __repr__(self) -> str:
@@ -328,6 +333,7 @@ class WebhookHandler:
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         if target is None:
+            self.metrics.attempt("cancelled", "removed")
             raise jobs.Cancel("the endpoint was removed", code="endpoint_removed")
         result = _Result(job, endpoint_id, event_id, "failed")
         if not target.enabled:
@@ -337,6 +343,7 @@ class WebhookHandler:
             if target.rate_limit is not None:
                 later = await self._reserve(state, endpoint_id, target.rate_limit)
                 if later is not None:
+                    self.metrics.attempt("snoozed", "rate_limit")
                     raise jobs.Snooze(later)
             await self._send(state.client, result, target, body_of(payload))
         else:
@@ -347,6 +354,7 @@ class WebhookHandler:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         if disabled:
             state.targets.pop(endpoint_id, None)  # read it anew: it is disabled now
+        self._count(result)
         self._outcome(result)
 
     async def _target(self, state: _Loop, endpoint_id: int) -> _Target | None:
@@ -421,6 +429,7 @@ class WebhookHandler:
         except SendError as exc:
             result.duration_ms = (time.monotonic() - start) * 1000.0
             result.error = f"{exc.kind}: {exc}"
+            result.send_error = exc.kind
             return
         result.duration_ms = (time.monotonic() - start) * 1000.0
         self._classify(result, response)
@@ -529,11 +538,28 @@ class WebhookHandler:
                 if not newly:
                     continue
                 disabled.add(endpoint_id)
+                self.metrics.disables.labels("410" if health[endpoint_id][2] else "failures").inc()
                 log.warning("webhook endpoint %d disabled: %s", endpoint_id, reason)
                 await steps.on_async(
                     conn, disabled_fact_steps(endpoint_id, organization_id, url, reason, at)
                 )
         return disabled
+
+    def _count(self, r: _Result) -> None:
+        """Count an attempt recorded (:mod:`.metrics`: bounded labels only)."""
+        if r.duration_ms is not None:
+            self.metrics.attempt_duration.labels(r.outcome).observe(r.duration_ms / 1000.0)
+        if r.outcome == "delivered":
+            self.metrics.attempt("delivered")
+        elif r.outcome == "held":
+            self.metrics.attempt("held", "410" if r.status == 410 else "disabled")
+        else:
+            if r.status is None and r.send_error is None:
+                why = "no_secret"
+            else:
+                why = error_class(r.status, r.send_error)
+            last = r.job.attempt >= r.job.max_attempts
+            self.metrics.attempt("dead" if last else "retried", why)
 
     def _outcome(self, r: _Result) -> None:
         """Return (delivered) or raise the job's outcome (the table in the module docstring)."""
