@@ -150,3 +150,12 @@ SELECT count(*) FILTER (WHERE enabled),
        (SELECT count(*)
         FROM (SELECT 1 FROM webhook_attempts WHERE outcome = 'held' LIMIT %(limit)s) AS h)
 FROM webhook_endpoints;
+
+-- name: webhook_endpoint_set_rate_limit
+-- Change an endpoint's rate limit (NULL lifts it). Deliveries read it at their next reservation
+-- (webhook_endpoint_rate_reserve): the slots already reserved stand.
+UPDATE webhook_endpoints
+SET rate_limit = %(rate_limit)s::integer,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s::bigint
+RETURNING {{webhook_endpoint_columns}};

@@ -321,6 +321,23 @@ def _remove(endpoint_id: int) -> Steps[bool]:
     return bool(rows)
 
 
+def _set_rate_limit(
+    endpoint_id: int, rate_limit: int | None, *, now: datetime | None = None
+) -> Steps[Endpoint]:
+    """Set an endpoint's rate limit (deliveries a second, 1 to 100,000; None lifts it), in the
+    caller's transaction. Every worker process applies it at the endpoint's next delivery (the
+    limit is read with each reservation of a send slot, :mod:`.delivery`)."""
+    params = {
+        "id": check_endpoint_id(endpoint_id),
+        "rate_limit": check_rate_limit(rate_limit),
+        "now": _aware("now", now),
+    }
+    rows = yield query("webhook_endpoint_set_rate_limit"), params
+    if not rows:
+        raise WebhookEndpointNotFound(endpoint_id)
+    return _endpoint(rows[0])
+
+
 def disabled_fact_steps(
     endpoint_id: int,
     organization_id: uuid.UUID | None,
@@ -528,6 +545,7 @@ recent_attempts, recent_attempts_async = forms(_attempts, "recent_attempts")
 get_endpoint, get_endpoint_async = forms(_get, "get_endpoint")
 list_endpoints, list_endpoints_async = forms(_list, "list_endpoints")
 remove_endpoint, remove_endpoint_async = forms(_remove, "remove_endpoint")
+set_rate_limit, set_rate_limit_async = forms(_set_rate_limit, "set_rate_limit")
 disable_endpoint, disable_endpoint_async = forms(_disable, "disable_endpoint")
 rotate_secret, rotate_secret_async = forms(_rotate, "rotate_secret")
 endpoint_secrets, endpoint_secrets_async = forms(_secrets, "endpoint_secrets")

@@ -9,6 +9,7 @@ when each request arrived.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -22,12 +23,20 @@ import pytest
 
 import jobs
 from jobs import JobSpec
+from scheduler.errors import InvalidWebhook, WebhookEndpointNotFound
 from scheduler.push.fakes.server import FakeRequest, FakeResponse, FakeServer
 from scheduler.queries import query
-from scheduler.webhooks import WebhookHandler, add_endpoint, remove_endpoint
+from scheduler.webhooks import (
+    WebhookHandler,
+    add_endpoint,
+    remove_endpoint,
+    set_rate_limit,
+    set_rate_limit_async,
+)
 from scheduler.webhooks.delivery import bound_endpoints
 from scheduler.webhooks.fanout import JOB_TYPE, QUEUE, concurrency_key, idempotency_key
 from scheduler.webhooks.ssrf import Guard, networks
+from tests.acceptance.cli_harness import run
 
 LOCAL = Guard(allow=networks(["127.0.0.1/32"]))
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -220,3 +229,49 @@ def test_three_workers_share_the_limit_and_a_limited_endpoint_does_not_slow_anot
             "SELECT status::text, count(*), max(attempts) FROM jobs GROUP BY status"
         ).fetchall()
     assert rows == [("succeeded", 2 * N, 1)]  # snoozes used no attempt
+
+
+def test_set_rate_limit_api_async_and_cli_change_what_the_next_reservation_uses(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    endpoint_id = _endpoint(conn, "http://127.0.0.1:9/a", 10)
+    assert _reserve(conn, endpoint_id, T0) == (0.0, True)
+    assert _reserve(conn, endpoint_id, T0) == (0.1, True)
+    with conn.transaction():
+        changed = set_rate_limit(conn, endpoint_id, 4, now=T0)
+    assert (changed.rate_limit, changed.updated_at) == (4, T0)
+    assert _reserve(conn, endpoint_id, T0) == (0.2, True)  # the reserved slots stand
+    assert _reserve(conn, endpoint_id, T0) == (0.45, True)  # then a quarter second apart
+
+    async def lift() -> Any:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            lifted = await set_rate_limit_async(aconn, endpoint_id, None)
+            await aconn.commit()
+            return lifted
+
+    assert asyncio.run(lift()).rate_limit is None
+    assert _reserve(conn, endpoint_id, T0) is None
+    bad_rates: list[Any] = [0, 100_001, 2.5, "10", True]
+    for bad_rate in bad_rates:
+        with pytest.raises(InvalidWebhook) as caught:
+            set_rate_limit(conn, endpoint_id, bad_rate)
+        assert caught.value.field == "rate_limit"
+    with pytest.raises(WebhookEndpointNotFound):
+        set_rate_limit(conn, endpoint_id + 1000, 5)
+    conn.rollback()
+
+    shown = str(endpoint_id)
+    done = run(
+        ["webhooks", "set-rate-limit", shown, "--per-second", "25", "--database-url", db_url]
+    )
+    assert (done.code, done.out.strip()) == (0, f"endpoint {endpoint_id}: 25/s")
+    done = run(["webhooks", "set-rate-limit", shown, "--none", "--database-url", db_url])
+    assert (done.code, done.out.strip()) == (0, f"endpoint {endpoint_id}: no rate limit")
+    for bad_args in (["--per-second", "0"], ["--per-second", "ten"], ["--per-second", "100001"],
+                     [], ["--none", "--per-second", "3"]):  # fmt: skip
+        refused = run(["webhooks", "set-rate-limit", shown, *bad_args, "--database-url", db_url])
+        assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+        assert "Traceback" not in refused.err
+    missing = run(["webhooks", "set-rate-limit", "999999", "--per-second", "5",
+                   "--database-url", db_url])  # fmt: skip
+    assert missing.code != 0 and "Traceback" not in missing.err
