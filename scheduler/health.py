@@ -69,6 +69,7 @@ from jobs.primary import PrimaryWatch, require_sync_replication, server_identity
 from scheduler.errors import InvalidSchedule
 from scheduler.migrations import COMPONENTS
 from scheduler.queries import database_now, query
+from scheduler.webhooks.metrics import webhook_probe
 
 DEFAULT_MAX_SCHEDULER_LAG = timedelta(minutes=5)
 DEFAULT_MAX_REPLICA_LAG = timedelta(seconds=30)
@@ -241,7 +242,8 @@ def register_metrics(
     primary: str | None = None,
     watch: PrimaryWatch | None = None,
 ) -> DatabaseCollector:
-    """Register the scrape-time gauges: queues, outbox, scheduler lag, and a replica's lag.
+    """Register the scrape-time gauges: queues, outbox, scheduler lag, a replica's lag and
+    webhooks (:func:`scheduler.webhooks.metrics.webhook_probe`).
 
     ``primary``: ``conninfo`` is a read replica, and the replication gauges (what the
     primary's commits wait for, its timeline) are read there; ``watch``: the scrapes log a
@@ -250,7 +252,7 @@ def register_metrics(
         conninfo,
         registry,
         timeout=timeout,
-        probes=[scheduler_lag_probe, replica_probe],
+        probes=[scheduler_lag_probe, replica_probe, webhook_probe],
         now=now,
         primary=primary,
         watch=watch,

@@ -1,5 +1,5 @@
-"""``tockwork webhooks add|list|show|disable|enable|rotate-secret|remove|redeliver``: outbound
-webhook endpoints (scheduler.webhooks, docs/webhooks.md).
+"""``tockwork webhooks add|list|show|disable|enable|rotate-secret|set-rate-limit|remove|redeliver``:
+outbound webhook endpoints (scheduler.webhooks, docs/webhooks.md).
 
 A signing secret is printed once, by ``add`` and ``rotate-secret`` (the receiver needs it);
 no other command prints one, ``--json`` included. Every argument is checked before the database
@@ -209,6 +209,14 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_set_rate_limit(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        endpoint = api.set_rate_limit(conn, args.id, None if args.none else args.per_second)
+    limit = "no rate limit" if endpoint.rate_limit is None else f"{endpoint.rate_limit}/s"
+    print(f"endpoint {endpoint.id}: {limit}")
+    return 0
+
+
 def cmd_remove(args: argparse.Namespace) -> int:
     with connect(args) as conn:
         removed = api.remove_endpoint(conn, args.id)
@@ -237,7 +245,8 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "webhooks",
         help="outbound webhook endpoints",
         description="Register, list, show, disable, enable and remove webhook endpoints; rotate "
-        "their signing secrets; redeliver events. Secrets are shown once.",
+        "their signing secrets; change their rate limits; redeliver events. Secrets are shown "
+        "once.",
     )
     wsub = webhooks.add_subparsers(dest="webhooks_command", required=True, metavar="ACTION")
     endpoint_id = job_id("ID")
@@ -321,6 +330,25 @@ def register(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="why (shown by show and in the endpoint.disabled fact)",
     )
     q.set_defaults(func=cmd_disable)
+
+    q = wsub.add_parser(
+        "set-rate-limit",
+        help="change an endpoint's rate limit (deliveries a second; none: no limit)",
+        description="Change an endpoint's rate limit, shared by every worker process: at most "
+        "--per-second deliveries a second, or --none to lift it. Applies at the endpoint's "
+        "next delivery.",
+    )
+    database_arg(q)
+    q.add_argument("id", type=endpoint_id, metavar="ID", help="the endpoint's id")
+    rate = q.add_mutually_exclusive_group(required=True)
+    rate.add_argument(
+        "--per-second",
+        type=integer("--per-second", 1, api.MAX_RATE_LIMIT),
+        metavar="N",
+        help=f"at most N deliveries a second (1 to {api.MAX_RATE_LIMIT:,})",
+    )
+    rate.add_argument("--none", action="store_true", help="lift the endpoint's limit")
+    q.set_defaults(func=cmd_set_rate_limit)
 
     q = wsub.add_parser(
         "enable",

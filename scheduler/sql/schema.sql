@@ -267,6 +267,17 @@ CREATE TABLE webhook_attempts (
 );
 CREATE INDEX webhook_attempts_endpoint_idx ON webhook_attempts (endpoint_id, attempted_at);
 CREATE INDEX webhook_attempts_event_idx ON webhook_attempts (event_id);
+-- The deliveries held while their endpoint is disabled (migration 0011): released when it is
+-- enabled, and counted by the tockwork_webhook_deliveries_held gauge at each scrape.
+CREATE INDEX webhook_attempts_held_idx ON webhook_attempts (endpoint_id) WHERE outcome = 'held';
+
+-- The rate limit of each endpoint that has one, shared by every worker process (migration
+-- 0011): the first send slot no delivery holds (scheduler/sql/webhook_endpoint_rate.sql). The
+-- row is made at the endpoint's first limited delivery and goes with the endpoint.
+CREATE TABLE webhook_endpoint_rates (
+    endpoint_id bigint PRIMARY KEY REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
+    next_at timestamptz NOT NULL
+);
 
 -- The APNs provider token of each (team, signing key), shared by every worker process
 -- (migration 0008): Apple refuses a second token of one key within 20 minutes

@@ -136,3 +136,26 @@ SET consecutive_failures = d.streak,
 FROM decided AS d
 WHERE e.id = d.id
 RETURNING e.id, e.organization_id, e.url, e.disabled_reason, e.disabled_at, d.disable;
+
+-- name: webhook_endpoint_table_exists
+-- The webhook probe of /metrics: a database without the scheduler's migrations has no gauges.
+SELECT to_regclass('webhook_endpoints') IS NOT NULL;
+
+-- name: webhook_endpoint_gauges
+-- The scrape-time gauges (scheduler/webhooks/metrics.py): endpoints enabled and disabled, and
+-- the deliveries held while their endpoint is disabled, counted up to the limit parameter on
+-- the partial index of held attempts (a held delivery has one held attempt until released).
+SELECT count(*) FILTER (WHERE enabled),
+       count(*) FILTER (WHERE NOT enabled),
+       (SELECT count(*)
+        FROM (SELECT 1 FROM webhook_attempts WHERE outcome = 'held' LIMIT %(limit)s) AS h)
+FROM webhook_endpoints;
+
+-- name: webhook_endpoint_set_rate_limit
+-- Change an endpoint's rate limit (NULL lifts it). Deliveries read it at their next reservation
+-- (webhook_endpoint_rate_reserve): the slots already reserved stand.
+UPDATE webhook_endpoints
+SET rate_limit = %(rate_limit)s::integer,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE id = %(id)s::bigint
+RETURNING {{webhook_endpoint_columns}};

@@ -43,6 +43,8 @@ from scheduler.webhooks.endpoints import (
     remove_endpoint_async,
     rotate_secret,
     rotate_secret_async,
+    set_rate_limit,
+    set_rate_limit_async,
 )
 from scheduler.webhooks.fanout import JOB_TYPE, QUEUE, Fanout, projection
 from scheduler.webhooks.signing import generate_secret
@@ -83,4 +85,6 @@ __all__ = [
     "remove_endpoint_async",
     "rotate_secret",
     "rotate_secret_async",
+    "set_rate_limit",
+    "set_rate_limit_async",
 ]

@@ -8,8 +8,10 @@ delivery holds one slot and nothing else. For a delivery it
    ``refresh``, one second by default, and read once for the concurrent deliveries to one
    endpoint);
 2. holds it if the endpoint is disabled (the job is cancelled and recorded ``held``;
-   :func:`scheduler.webhooks.enable_endpoint` requeues it), or snoozes it beyond the endpoint's
-   rate limit (no attempt used; the limit is per worker process);
+   :func:`scheduler.webhooks.enable_endpoint` requeues it); under the endpoint's rate limit,
+   reserves a send slot shared by every worker process and waits for it (at most
+   ``rate_horizon``), or snoozes the job when the next free slot is farther (no attempt used;
+   "Rate limits" below);
 3. sends it signed per Standard Webhooks (:mod:`.signing`) through one
    :class:`~.http.HttpClient` per event loop (keep-alive connections per origin, the SSRF guard
    at each connection, connect and total timeouts, a bounded response body);
@@ -39,6 +41,16 @@ fails its last attempt (:data:`scheduler.webhooks.fanout.MAX_ATTEMPTS`) is dead 
 and :func:`redeliver_failed` requeues it. Delivery is at least once: a worker that dies between
 a receiver's answer and the outcome sends again, with the same ``webhook-id`` (the event id),
 the receiver's idempotency key.
+
+Rate limits: an endpoint's ``rate_limit`` (deliveries a second) holds across every worker
+process. Its sends are slots ``1/rate_limit`` seconds apart in ``webhook_endpoint_rates``
+(scheduler/sql/webhook_endpoint_rate.sql): a delivery reserves the next free slot in one
+statement (the database's clock, or ``clock``), then sleeps until it, which spaces the sends of
+all processes evenly; one whose slot is more than ``rate_horizon`` away reserves nothing and is
+snoozed until it could reserve. The sleep holds one of the worker's slots, and a limited
+endpoint holds at most its per-key concurrency of them (below), so it does not slow the others.
+The jobs' own rate limits (:mod:`jobs.limits`) are per queue or job type, not per key, so they
+could not express a limit per endpoint.
 
 Per-endpoint concurrency: each delivery job carries the concurrency key of its endpoint, and
 :func:`app` sets the ``webhooks`` queue's per-key limit (:data:`DEFAULT_PER_ENDPOINT` leased
@@ -84,6 +96,7 @@ from scheduler.webhooks.http import (
     Response,
     SendError,
 )
+from scheduler.webhooks.metrics import WebhookMetrics, error_class
 from scheduler.webhooks.signing import headers as signed_headers
 from scheduler.webhooks.signing import secret_key
 from scheduler.webhooks.ssrf import Guard, WebhookUrl, parse_url
@@ -96,6 +109,8 @@ MAX_RETRY_AFTER = timedelta(hours=1)
 DISABLE_AFTER_FAILURES = 20
 DISABLE_AFTER = timedelta(hours=24)
 DEFAULT_PER_ENDPOINT = 8
+DEFAULT_RATE_HORIZON = timedelta(seconds=1)
+MAX_RATE_HORIZON = timedelta(minutes=1)
 SUMMARY_CHARS = 1000
 HELD = "endpoint_disabled"  # the cancel reason (error code) of a held delivery
 
@@ -120,24 +135,18 @@ class _Result:
     error: str | None = None
     response: str | None = None
     retry_after: timedelta | None = None
-
-
-@dataclass(slots=True)
-class _Bucket:
-    tokens: float
-    at: float
+    send_error: str | None = None  # the SendError kind of a request without a response
 
 
 @dataclass
 class _Loop:
     """What the handler keeps on one event loop: its HTTP client, its database connections,
-    the endpoints read lately, the rate-limit buckets, the results waiting to be written, and
+    the endpoints read lately, the results waiting to be written, and
     the keeper that closes it all when the loop shuts down."""
 
     loop: asyncio.AbstractEventLoop
     client: HttpClient
     connections: asyncio.Semaphore
-    buckets: dict[int, _Bucket] = field(default_factory=dict)
     idle: list[psycopg.AsyncConnection[Any]] = field(default_factory=list)
     targets: dict[int, _Target | None] = field(default_factory=dict)
     reading: dict[int, asyncio.Future[_Target | None]] = field(default_factory=dict)
@@ -199,7 +208,10 @@ class WebhookHandler:
     ``backoff``; ``disable_after_failures`` consecutive failures spanning at least
     ``disable_after`` disable an endpoint; ``refresh``: how long an endpoint's state and
     secrets read for one delivery serve the next ones; ``connections``: database connections
-    at most (the writes of concurrent deliveries share transactions).
+    at most (the writes of concurrent deliveries share transactions); ``rate_horizon``: how far
+    ahead a delivery to a rate-limited endpoint may reserve its send slot and wait for it in
+    the process (farther: snoozed); ``metrics``: where the deliveries are counted
+    (:mod:`.metrics`; default: in :data:`jobs.metrics.REGISTRY`).
     """
 
     def __init__(
@@ -217,6 +229,8 @@ class WebhookHandler:
         ssl_context: ssl.SSLContext | None = None,
         refresh: timedelta = DEFAULT_REFRESH,
         connections: int = 4,
+        rate_horizon: timedelta = DEFAULT_RATE_HORIZON,
+        metrics: WebhookMetrics | None = None,
     ) -> None:
         for name, value in (("connect_timeout", connect_timeout), ("timeout", timeout)):
             if not isinstance(value, int | float) or not 0 < value <= 3600 or math.isnan(value):
@@ -237,6 +251,12 @@ class WebhookHandler:
             raise InvalidWebhook("refresh", refresh, "must be a timedelta >= 0")
         if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
             raise InvalidWebhook("connections", connections, "must be a positive integer")
+        if not isinstance(rate_horizon, timedelta) or not (
+            timedelta(0) <= rate_horizon <= MAX_RATE_HORIZON
+        ):
+            raise InvalidWebhook(
+                "rate_horizon", rate_horizon, f"must be a timedelta from 0 to {MAX_RATE_HORIZON}"
+            )
         self.conninfo = conninfo
         self.guard = guard if guard is not None else Guard.from_env()
         self.clock = clock
@@ -249,6 +269,8 @@ class WebhookHandler:
         self.ssl_context = ssl_context
         self.refresh = refresh.total_seconds()
         self.connections = connections
+        self.rate_horizon = rate_horizon
+        self.metrics = metrics if metrics is not None else WebhookMetrics.for_registry()
         self._loop: _Loop | None = None
 
     def __repr__(self) -> str:
@@ -311,25 +333,28 @@ class WebhookHandler:
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         if target is None:
+            self.metrics.attempt("cancelled", "removed")
             raise jobs.Cancel("the endpoint was removed", code="endpoint_removed")
         result = _Result(job, endpoint_id, event_id, "failed")
         if not target.enabled:
             result.outcome = "held"
             result.error = "the endpoint is disabled"
+        elif target.keys:
+            if target.rate_limit is not None:
+                later = await self._reserve(state, endpoint_id, target.rate_limit)
+                if later is not None:
+                    self.metrics.attempt("snoozed", "rate_limit")
+                    raise jobs.Snooze(later)
+            await self._send(state.client, result, target, body_of(payload))
         else:
-            wait = _spend(state.buckets, endpoint_id, target.rate_limit)
-            if wait > 0:
-                raise jobs.Snooze(timedelta(seconds=wait))
-            if target.keys:
-                await self._send(state.client, result, target, body_of(payload))
-            else:
-                result.error = "the endpoint has no signing secret that signs now"
+            result.error = "the endpoint has no signing secret that signs now"
         try:
             disabled = await self._recorded(state, result)
         except psycopg.OperationalError as exc:
             raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
         if disabled:
             state.targets.pop(endpoint_id, None)  # read it anew: it is disabled now
+        self._count(result)
         self._outcome(result)
 
     async def _target(self, state: _Loop, endpoint_id: int) -> _Target | None:
@@ -364,6 +389,35 @@ class WebhookHandler:
         finally:
             del state.reading[endpoint_id]
 
+    async def _reserve(self, state: _Loop, endpoint_id: int, rate: int) -> timedelta | None:
+        """Reserve this delivery's send slot in the endpoint's shared rate limit and sleep until
+        it (module docstring, "Rate limits"); or, when the next free slot is more than
+        ``rate_horizon`` away, the delay to snooze for (nothing reserved)."""
+        params = {
+            "id": endpoint_id,
+            "horizon": self.rate_horizon,
+            "now": self.clock.now() if self.clock is not None else None,
+        }
+        try:
+            async with self._connection(state) as conn:
+                cur = await conn.execute(query("webhook_endpoint_rate_reserve"), params)
+                row = await cur.fetchone()
+                if row is None:  # no rate row yet (or no limit any more)
+                    await conn.execute(query("webhook_endpoint_rate_ensure"), {"id": endpoint_id})
+                    cur = await conn.execute(query("webhook_endpoint_rate_reserve"), params)
+                    row = await cur.fetchone()
+        except psycopg.OperationalError as exc:
+            raise jobs.TransientError(f"database unavailable: {exc}", code="db") from exc
+        if row is None:
+            return None  # the limit was lifted since the endpoint was read
+        wait, reserved = float(row[0]), bool(row[1])
+        if not reserved:
+            # Back when the slot it saw is within the horizon (other deliveries may take it).
+            return timedelta(seconds=max(wait - self.rate_horizon.total_seconds(), 1.0 / rate))
+        if wait > 0:
+            await asyncio.sleep(wait)
+        return None
+
     async def _send(
         self, client: HttpClient, result: _Result, target: _Target, body: bytes
     ) -> None:
@@ -375,6 +429,7 @@ class WebhookHandler:
         except SendError as exc:
             result.duration_ms = (time.monotonic() - start) * 1000.0
             result.error = f"{exc.kind}: {exc}"
+            result.send_error = exc.kind
             return
         result.duration_ms = (time.monotonic() - start) * 1000.0
         self._classify(result, response)
@@ -483,11 +538,28 @@ class WebhookHandler:
                 if not newly:
                     continue
                 disabled.add(endpoint_id)
+                self.metrics.disables.labels("410" if health[endpoint_id][2] else "failures").inc()
                 log.warning("webhook endpoint %d disabled: %s", endpoint_id, reason)
                 await steps.on_async(
                     conn, disabled_fact_steps(endpoint_id, organization_id, url, reason, at)
                 )
         return disabled
+
+    def _count(self, r: _Result) -> None:
+        """Count an attempt recorded (:mod:`.metrics`: bounded labels only)."""
+        if r.duration_ms is not None:
+            self.metrics.attempt_duration.labels(r.outcome).observe(r.duration_ms / 1000.0)
+        if r.outcome == "delivered":
+            self.metrics.attempt("delivered")
+        elif r.outcome == "held":
+            self.metrics.attempt("held", "410" if r.status == 410 else "disabled")
+        else:
+            if r.status is None and r.send_error is None:
+                why = "no_secret"
+            else:
+                why = error_class(r.status, r.send_error)
+            last = r.job.attempt >= r.job.max_attempts
+            self.metrics.attempt("dead" if last else "retried", why)
 
     def _outcome(self, r: _Result) -> None:
         """Return (delivered) or raise the job's outcome (the table in the module docstring)."""
@@ -512,23 +584,6 @@ def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
         return
     future.set_exception(exc)
     future.exception()  # retrieved here: each waiter re-raises it
-
-
-def _spend(buckets: dict[int, _Bucket], endpoint_id: int, rate: int | None) -> float:
-    """Take a token of the endpoint's bucket (``rate`` a second, a second's burst); the
-    seconds to wait when none is left (0: go)."""
-    if rate is None:
-        return 0.0
-    now = time.monotonic()
-    bucket = buckets.get(endpoint_id)
-    if bucket is None:
-        bucket = buckets[endpoint_id] = _Bucket(float(rate), now)
-    bucket.tokens = min(float(rate), bucket.tokens + (now - bucket.at) * rate)
-    bucket.at = now
-    if bucket.tokens >= 1.0:
-        bucket.tokens -= 1.0
-        return 0.0
-    return (1.0 - bucket.tokens) / rate
 
 
 def _parse(job: Job) -> tuple[int, uuid.UUID, Mapping[str, Any]] | str:

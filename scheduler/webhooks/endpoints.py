@@ -14,7 +14,9 @@ overlap (default :data:`DEFAULT_OVERLAP`), so a receiver can switch to the new o
 refusing a request meanwhile.
 
 Registration runs the SSRF guard (:mod:`.ssrf`): the URL's host is resolved and every address
-checked; delivery checks again, at each connection.
+checked; delivery checks again, at each connection. The resolution is bounded by the guard's
+``resolve_timeout``; ``add_endpoint_async`` resolves on the event loop (``loop.getaddrinfo``),
+so it never blocks the loop.
 
 Disabling an endpoint (an operator, a 410 Gone, or too many consecutive failures: see
 :mod:`.delivery`) records the outbox fact ``endpoint.disabled`` in the same transaction, and its
@@ -247,9 +249,11 @@ def _add(
 
     ``url`` is checked by ``guard`` (default: :meth:`Guard.from_env`): http or https, no
     credentials, and a host none of whose addresses is internal (:mod:`.ssrf`); a refused URL
-    raises :class:`scheduler.errors.UnsafeWebhookUrl`. ``secret`` (``whsec_`` + base64 of 24 to
-    64 bytes) is made when not given. Runs in the caller's transaction. The guard resolves the
-    URL's host with the system's resolver, a blocking call (in the async form too).
+    raises :class:`scheduler.errors.UnsafeWebhookUrl`, a host that does not resolve within the
+    guard's ``resolve_timeout`` :class:`scheduler.errors.InvalidWebhook` on ``url``. ``secret``
+    (``whsec_`` + base64 of 24 to 64 bytes) is made when not given. Runs in the caller's
+    transaction. The async form resolves on the event loop (``loop.getaddrinfo``), without
+    blocking it.
     """
     params = {
         "organization_id": check_organization_id(organization_id),
@@ -315,6 +319,23 @@ def _remove(endpoint_id: int) -> Steps[bool]:
     """Delete an endpoint, its secrets and its attempts; False if there was none."""
     rows = yield query("webhook_endpoint_delete"), {"id": check_endpoint_id(endpoint_id)}
     return bool(rows)
+
+
+def _set_rate_limit(
+    endpoint_id: int, rate_limit: int | None, *, now: datetime | None = None
+) -> Steps[Endpoint]:
+    """Set an endpoint's rate limit (deliveries a second, 1 to 100,000; None lifts it), in the
+    caller's transaction. Every worker process applies it at the endpoint's next delivery (the
+    limit is read with each reservation of a send slot, :mod:`.delivery`)."""
+    params = {
+        "id": check_endpoint_id(endpoint_id),
+        "rate_limit": check_rate_limit(rate_limit),
+        "now": _aware("now", now),
+    }
+    rows = yield query("webhook_endpoint_set_rate_limit"), params
+    if not rows:
+        raise WebhookEndpointNotFound(endpoint_id)
+    return _endpoint(rows[0])
 
 
 def disabled_fact_steps(
@@ -486,11 +507,45 @@ def _attempts(endpoint_id: int, *, limit: int = 20) -> Steps[list[DeliveryAttemp
     return [DeliveryAttempt(*row) for row in rows]
 
 
-add_endpoint, add_endpoint_async = forms(_add, "add_endpoint")
+add_endpoint, _add_endpoint_async = forms(_add, "add_endpoint")
+
+
+async def add_endpoint_async(
+    conn: psycopg.AsyncConnection[Any],
+    url: str,
+    *,
+    organization_id: uuid.UUID | str | None = None,
+    description: str | None = None,
+    event_types: Sequence[str] | None = None,
+    rate_limit: int | None = None,
+    secret: str | None = None,
+    guard: Guard | None = None,
+    now: datetime | None = None,
+) -> NewEndpoint:
+    """:func:`add_endpoint` on an ``AsyncConnection``: the same parameters and steps, the host
+    resolved first on the running loop (``loop.getaddrinfo``, within the guard's
+    ``resolve_timeout``), then checked by the steps against those answers (no second lookup)."""
+    checked, answering = await (guard if guard is not None else Guard.from_env()).check_url_async(
+        url
+    )
+    return await _add_endpoint_async(
+        conn,
+        checked.url,
+        organization_id=organization_id,
+        description=description,
+        event_types=event_types,
+        rate_limit=rate_limit,
+        secret=secret,
+        guard=answering,
+        now=now,
+    )
+
+
 recent_attempts, recent_attempts_async = forms(_attempts, "recent_attempts")
 get_endpoint, get_endpoint_async = forms(_get, "get_endpoint")
 list_endpoints, list_endpoints_async = forms(_list, "list_endpoints")
 remove_endpoint, remove_endpoint_async = forms(_remove, "remove_endpoint")
+set_rate_limit, set_rate_limit_async = forms(_set_rate_limit, "set_rate_limit")
 disable_endpoint, disable_endpoint_async = forms(_disable, "disable_endpoint")
 rotate_secret, rotate_secret_async = forms(_rotate, "rotate_secret")
 endpoint_secrets, endpoint_secrets_async = forms(_secrets, "endpoint_secrets")

@@ -13,7 +13,10 @@ server a proxy into places only it can reach. So:
   address it carries;
 - :meth:`Guard.check_url` (registration) resolves the host and refuses the URL if *any* of its
   addresses is refused, or a host name that is one by nature (``localhost``, ``*.localhost``,
-  ``metadata.google.internal``);
+  ``metadata.google.internal``). The resolution is bounded (``resolve_timeout``, default
+  :data:`DEFAULT_RESOLVE_TIMEOUT`): a name that does not answer in time is refused like one that
+  does not resolve, so no URL a user types can hang the call. :meth:`Guard.check_url_async`
+  resolves on the running event loop (``loop.getaddrinfo``), never blocking it;
 - at delivery (``scheduler.webhooks.http``) the host is resolved again, each address is checked
   again before connecting to *that address* (the resolution is not repeated by the socket
   layer), and the peer address of the connected socket is checked once more: a name whose
@@ -26,17 +29,23 @@ default. An allowed network overrides every rule above except the scheme and cre
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import math
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import SplitResult, urlsplit
 
 from scheduler.errors import InvalidWebhook, UnsafeWebhookUrl
 
 MAX_URL = 2048
 ALLOW_ENV = "TOCKWORK_WEBHOOK_ALLOW"
+DEFAULT_RESOLVE_TIMEOUT = 5.0
+"""Seconds a host name's resolution may take at registration before the URL is refused."""
+MAX_RESOLVE_TIMEOUT = 60.0
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -173,6 +182,46 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+def _bounded(resolver: Resolver, host: str, port: int, timeout: float) -> list[str]:
+    """``resolver(host, port)`` within ``timeout`` seconds, else :class:`TimeoutError`.
+
+    The call runs in a daemon thread of its own: a blocking resolver cannot be interrupted, and
+    one that never answers then holds only that thread (it does not delay the interpreter's
+    exit, as a pool's worker would).
+    """
+    done = threading.Event()
+    outcome: list[list[str] | BaseException] = []
+
+    def call() -> None:
+        try:
+            outcome.append(resolver(host, port))
+        except BaseException as exc:  # handed to the caller below
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name="tockwork-resolve", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+class _Answers:
+    """A resolver that answers one host with the addresses already found (no second lookup)."""
+
+    def __init__(self, host: str, addresses: list[str]) -> None:
+        self.host = host
+        self.found = addresses
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        if host != self.host:
+            raise OSError(f"no answer kept for {host!r}")
+        return list(self.found)
+
+
 def parse_allow(text: str, field_name: str = ALLOW_ENV) -> tuple[Network, ...]:
     """An allow-list's text: comma-separated networks (``127.0.0.1/32,::1``)."""
     networks: list[Network] = []
@@ -193,11 +242,27 @@ class Guard:
     """Where webhook requests may go (module docstring).
 
     ``allow``: networks reachable whatever the rules; ``resolver``: host name -> addresses (the
-    system's by default; tests inject one to play DNS rebinding).
+    system's by default; tests inject one to play DNS rebinding); ``resolve_timeout``: seconds
+    a resolution at registration may take.
     """
 
     allow: tuple[Network, ...] = ()
     resolver: Resolver = field(default=system_resolver, compare=False, repr=False)
+    resolve_timeout: float = DEFAULT_RESOLVE_TIMEOUT
+
+    def __post_init__(self) -> None:
+        timeout = self.resolve_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or math.isnan(timeout)
+            or not 0 < timeout <= MAX_RESOLVE_TIMEOUT
+        ):
+            raise InvalidWebhook(
+                "resolve_timeout",
+                timeout,
+                f"must be seconds above 0, at most {MAX_RESOLVE_TIMEOUT:g}",
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Guard:
@@ -225,25 +290,26 @@ class Guard:
             return f"the name {name!r} is internal"
         return None
 
-    def addresses(self, url: WebhookUrl) -> list[Address]:
-        """The addresses ``url``'s host resolves to, every one checked; raises
-        :class:`UnsafeWebhookUrl` when one is refused, :class:`InvalidWebhook` when the name
-        does not resolve."""
-        named = None
+    def _named(self, url: WebhookUrl) -> str | None:
+        """Why ``url``'s host name is internal by nature (None: not, or an address); refused
+        at once unless an allow-list may make it reachable."""
         if _is_address(url.host):
-            candidates = [url.host]
+            return None
+        named = self.name_refusal(url.host)
+        if named is not None and not self.allow:
+            raise UnsafeWebhookUrl("url", url.url, f"refused: {named}")
+        return named
+
+    def _unresolved(self, url: WebhookUrl, exc: BaseException) -> InvalidWebhook:
+        if isinstance(exc, TimeoutError):
+            why = f"does not resolve within {self.resolve_timeout:g} s"
         else:
-            named = self.name_refusal(url.host)
-            if named is not None and not self.allow:
-                raise UnsafeWebhookUrl("url", url.url, f"refused: {named}")
-            try:
-                candidates = self.resolver(url.host, url.port)
-            except (OSError, UnicodeError) as exc:
-                raise InvalidWebhook(
-                    "url", url.url, f"the host {url.host!r} does not resolve ({exc})"
-                ) from None
-            if not candidates:
-                raise InvalidWebhook("url", url.url, f"the host {url.host!r} has no address")
+            why = f"does not resolve ({exc})"
+        return InvalidWebhook("url", url.url, f"the host {url.host!r} {why}")
+
+    def _checked(self, url: WebhookUrl, candidates: list[str], named: str | None) -> list[Address]:
+        if not candidates:
+            raise InvalidWebhook("url", url.url, f"the host {url.host!r} has no address")
         result: list[Address] = []
         for text in candidates:
             ip = ipaddress.ip_address(text.split("%", 1)[0])
@@ -258,11 +324,50 @@ class Guard:
             raise UnsafeWebhookUrl("url", url.url, f"refused: {named}")
         return result
 
+    def addresses(self, url: WebhookUrl) -> list[Address]:
+        """The addresses ``url``'s host resolves to, every one checked; raises
+        :class:`UnsafeWebhookUrl` when one is refused, :class:`InvalidWebhook` when the name
+        does not resolve (within ``resolve_timeout``)."""
+        named = self._named(url)
+        if _is_address(url.host):
+            return self._checked(url, [url.host], None)
+        try:
+            candidates = _bounded(self.resolver, url.host, url.port, self.resolve_timeout)
+        except (OSError, UnicodeError) as exc:  # TimeoutError is an OSError
+            raise self._unresolved(url, exc) from None
+        return self._checked(url, candidates, named)
+
+    async def addresses_async(self, url: WebhookUrl) -> list[Address]:
+        """:meth:`addresses` on the running event loop: the system's resolver through
+        ``loop.getaddrinfo`` (another resolver in the loop's executor), within
+        ``resolve_timeout``; the loop is never blocked."""
+        named = self._named(url)
+        if _is_address(url.host):
+            return self._checked(url, [url.host], None)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.resolve_timeout):
+                if self.resolver is system_resolver:
+                    infos = await loop.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
+                    candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
+                else:
+                    candidates = await loop.run_in_executor(None, self.resolver, url.host, url.port)
+        except (OSError, UnicodeError) as exc:  # TimeoutError is an OSError
+            raise self._unresolved(url, exc) from None
+        return self._checked(url, candidates, named)
+
     def check_url(self, value: object) -> WebhookUrl:
         """A URL fit to register: its form (:func:`parse_url`) and where it points."""
         url = parse_url(value)
         self.addresses(url)
         return url
+
+    async def check_url_async(self, value: object) -> tuple[WebhookUrl, Guard]:
+        """:meth:`check_url` on the running event loop; with the URL, this guard answering its
+        host with the addresses just checked (for a later step that must not resolve again)."""
+        url = parse_url(value)
+        found = await self.addresses_async(url)
+        return url, replace(self, resolver=_Answers(url.host, [str(ip) for ip in found]))
 
 
 def networks(values: Iterable[str]) -> tuple[Network, ...]:

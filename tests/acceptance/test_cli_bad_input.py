@@ -92,6 +92,7 @@ MINIMAL: dict[str, list[str]] = {
     "tockwork webhooks disable": ["1"],
     "tockwork webhooks enable": ["1"],
     "tockwork webhooks rotate-secret": ["1"],
+    "tockwork webhooks set-rate-limit": ["1", "--per-second", "10"],
     "tockwork webhooks remove": ["1"],
     "tockwork webhooks redeliver": ["--event", "0193a8e4-0000-7000-8000-000000000000"],
 }

@@ -1,9 +1,10 @@
 """The files of deploy/: Prometheus alert rules, their promtool unit tests, the Grafana dashboard.
 
-Every metric they name is one Tockwork exports (the instruments of jobs/metrics.py, read from a
-real registry with their types' sample suffixes, and the scrape-time gauges of jobs/metrics.py
-and scheduler/health.py), so a renamed metric cannot leave an alert that never fires; every alert
-has a promtool unit test. Where promtool is installed (Debian's ``prometheus`` package, which
+Every metric they name is one Tockwork exports (the instruments of jobs/metrics.py and
+scheduler/webhooks/metrics.py, read from a real registry with their types' sample suffixes, and
+the scrape-time gauges of jobs/metrics.py, scheduler/health.py and scheduler/webhooks/metrics.py),
+so a renamed metric cannot leave an alert that never fires; every alert has a promtool unit
+test. Where promtool is installed (Debian's ``prometheus`` package, which
 .ci/run installs), ``promtool check rules`` and ``promtool test rules`` must pass.
 """
 
@@ -20,12 +21,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from jobs.metrics import Metrics
+from scheduler.webhooks.metrics import WebhookMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "tockwork-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "tockwork-rules.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "tockwork.json"
-GAUGE_SOURCES = (ROOT / "jobs" / "metrics.py", ROOT / "scheduler" / "health.py")
+GAUGE_SOURCES = (
+    ROOT / "jobs" / "metrics.py",
+    ROOT / "scheduler" / "health.py",
+    ROOT / "scheduler" / "webhooks" / "metrics.py",
+)
 
 _METRIC = re.compile(r"\btockwork_[a-z0-9_]*[a-z0-9]\b")
 _SUFFIXES = {
@@ -39,6 +45,7 @@ def exported() -> set[str]:
     """Every series name a Tockwork process can expose."""
     registry = CollectorRegistry()
     Metrics(registry)
+    WebhookMetrics(registry)
     names = {
         family.name + suffix for family in registry.collect() for suffix in _SUFFIXES[family.type]
     }

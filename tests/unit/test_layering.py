@@ -207,6 +207,7 @@ OWNERS: dict[str, frozenset[str]] = {
             "webhook_endpoints",
             "webhook_secrets",
             "webhook_attempts",
+            "webhook_endpoint_rates",
         }
     ),
     # The simulated push provider's opt-in migration component (its own package and sql/).

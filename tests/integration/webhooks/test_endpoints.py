@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -93,6 +94,40 @@ def test_the_async_forms_are_the_same_operations(db_url: str) -> None:
 
     created, read = asyncio.run(scenario())
     assert read == created.endpoint
+
+
+def test_add_endpoint_async_resolves_once_on_the_loop_and_refuses_a_silent_name(
+    db_url: str,
+) -> None:
+    """The async form resolves the host before any statement, through the guard's resolver
+    off the event loop, and checks the URL in its steps against those answers (asked once);
+    a name that does not answer within the guard's timeout is refused, nothing written."""
+    asked: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        if host == "silent.example":
+            time.sleep(2)  # longer than the timeout below; the thread ends on its own
+        return ["93.184.216.34"]
+
+    guard = Guard(resolver=resolver, resolve_timeout=0.3)
+
+    async def scenario() -> tuple[Any, InvalidWebhook]:
+        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+            created = await add_endpoint_async(aconn, "https://hooks.example/in", guard=guard)
+            await aconn.commit()
+            try:
+                await add_endpoint_async(aconn, "https://silent.example/in", guard=guard)
+            except InvalidWebhook as exc:
+                return created, exc
+            raise AssertionError("a silent name was registered")
+
+    created, refused = asyncio.run(scenario())
+    assert created.endpoint.url == "https://hooks.example/in"
+    assert asked == ["hooks.example", "silent.example"]
+    assert refused.field == "url" and "does not resolve within 0.3 s" in str(refused)
+    with psycopg.connect(db_url) as conn:
+        assert [e.url for e in list_endpoints(conn)] == ["https://hooks.example/in"]
 
 
 BAD_INPUT: list[tuple[dict[str, Any], str]] = [
