@@ -18,12 +18,11 @@ records each request's path, ``webhook-id`` and arrival time, read back through
    against phase 2 is what the slow one costs them.
 4. **worker alone, all fast / one slow**: the facts projected into jobs before the worker
    starts (no relay running beside it): the worker's own rate.
-5. **paced**: ``--paced`` facts recorded at ``--rate`` a second while the relay and the worker
-   run, all fast then one slow: the fast endpoints' fact-to-receipt latency.
-
-6. **backlogs** (``--backlogs 4000,10000,50000``, off by default): the worker alone, all fast,
+5. **backlogs** (``--backlogs 4000,10000,50000``, off by default): the worker alone, all fast,
    draining backlogs of those sizes one after the other: whether the drain rate, or the CPU a
    delivery costs, depends on the backlog.
+6. **paced**: ``--paced`` facts recorded at ``--rate`` a second while the relay and the worker
+   run, all fast then one slow: the fast endpoints' fact-to-receipt latency.
 
 Figures: deliveries/s (receipts / (last receipt - start: the first request of the raw loop,
 the moment both processes have started for a drain)), ours / raw, the fast endpoints' own rate,
@@ -32,8 +31,9 @@ fact's commit to its arrival at the receiver). Beside them, the CPU each deliver
 process: the sender (the raw loop's own process, or the worker), the relay, the receiver, and
 the PostgreSQL backends of the bench's database (user + system time from ``/proc``, sampled
 every 0.2 s while the phase runs), and their total. On a shared machine the rates move with
-the load; the CPU per delivery much less, so "cpu ratio" (the raw loop's total CPU per
-request / ours) says what the rate ratio would be were the CPU the only limit. Targets: ours
+the load; the CPU per delivery less (a starved worker still cycles more often for fewer jobs),
+so "cpu ratio" (the raw loop's total CPU per request / ours) says what the rate ratio would be
+were the CPU the only limit. Targets: ours
 >= 50% of the raw loop; the slow endpoint costs the fast ones under 10%. Figures, not a test:
 the exit code is 1 when a target is missed. ``python -m bench.webhooks [--facts N]``.
 """
