@@ -18,15 +18,24 @@ records each request's path, ``webhook-id`` and arrival time, read back through
    against phase 2 is what the slow one costs them.
 4. **worker alone, all fast / one slow**: the facts projected into jobs before the worker
    starts (no relay running beside it): the worker's own rate.
-5. **paced**: ``--paced`` facts recorded at ``--rate`` a second while the relay and the worker
+5. **backlogs** (``--backlogs 4000,10000,50000``, off by default): the worker alone, all fast,
+   draining backlogs of those sizes one after the other: whether the drain rate, or the CPU a
+   delivery costs, depends on the backlog.
+6. **paced**: ``--paced`` facts recorded at ``--rate`` a second while the relay and the worker
    run, all fast then one slow: the fast endpoints' fact-to-receipt latency.
 
 Figures: deliveries/s (receipts / (last receipt - start: the first request of the raw loop,
 the moment both processes have started for a drain)), ours / raw, the fast endpoints' own rate,
 and in the paced phases the p50 / p99 fact-to-receipt latency of the fast endpoints (from the
-fact's commit to its arrival at the receiver). Targets: ours >= 50% of the raw
-loop; the slow endpoint costs the fast ones under 10%. Figures, not a test: the exit code is 1
-when a target is missed. ``python -m bench.webhooks [--facts N]``.
+fact's commit to its arrival at the receiver). Beside them, the CPU each delivery cost, by
+process: the sender (the raw loop's own process, or the worker), the relay, the receiver, and
+the PostgreSQL backends of the bench's database (user + system time from ``/proc``, sampled
+every 0.2 s while the phase runs), and their total. On a shared machine the rates move with
+the load; the CPU per delivery less (a starved worker still cycles more often for fewer jobs),
+so "cpu ratio" (the raw loop's total CPU per request / ours) says what the rate ratio would be
+were the CPU the only limit. Targets: ours
+>= 50% of the raw loop; the slow endpoint costs the fast ones under 10%. Figures, not a test:
+the exit code is 1 when a target is missed. ``python -m bench.webhooks [--facts N]``.
 """
 
 from __future__ import annotations
@@ -47,10 +56,11 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 import uuid  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -153,6 +163,7 @@ class Phase:
     p99_ms: float | None
     lost: int
     doubled: int
+    cpu_us: dict[str, float] = field(default_factory=dict)  # process -> CPU us per delivery
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -160,6 +171,61 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) a live process has used; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    """Seconds of CPU this process has used (every thread)."""
+    return time.process_time()
+
+
+class BackendCpu:
+    """The CPU of the PostgreSQL backends of one database while a phase runs: their pids
+    sampled every 0.2 s (a backend's last sample stands once it exits), read from ``/proc``
+    (the server runs on this machine; elsewhere the figures read 0)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: dict[int, list[float]] = {}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> BackendCpu:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            me = conn.execute("SELECT pg_backend_pid()").fetchone()
+            while True:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> %s",
+                    (me[0] if me else 0,),
+                ).fetchall()
+                for (pid,) in rows:
+                    used = process_cpu(pid)
+                    if used:
+                        self.seen.setdefault(pid, [used, used])[1] = used
+                if self.stopping.wait(0.2):
+                    return
+
+    @property
+    def seconds(self) -> float:
+        return sum(last - first for first, last in self.seen.values())
 
 
 def collect(receiver: Receiver, expected: int, deadline: float) -> list[tuple[str, str, float]]:
@@ -224,11 +290,24 @@ def raw_loop(receiver: Receiver, facts: int, in_flight: int, secret: str) -> Pha
         await client.aclose()
         return start
 
+    receiver_before, own_before = process_cpu(receiver.process.pid), own_cpu()
     start = asyncio.run(run())
+    sender = own_cpu() - own_before
     got = collect(receiver, facts, time.monotonic() + 60)
     phase = summarize("raw async HTTP loop (no database)", got, committed, start, facts)
     phase.p50_ms = phase.p99_ms = None
+    phase.cpu_us = per_delivery(
+        {"sender": sender, "receiver": process_cpu(receiver.process.pid) - receiver_before},
+        facts,
+    )
     return phase
+
+
+def per_delivery(seconds: dict[str, float], deliveries: int) -> dict[str, float]:
+    """CPU seconds by process -> microseconds per delivery, with their total."""
+    out = {k: v * 1e6 / max(deliveries, 1) for k, v in seconds.items()}
+    out["total"] = sum(out.values())
+    return out
 
 
 # What ``tockwork relay --app bench.webhooks:PROJECTIONS`` projects (DATABASE_URL: the
@@ -303,10 +382,19 @@ def pipeline(
     else:
         relay.start()
     worker.start()
+    cpu: dict[str, float] = {}
+    backends = BackendCpu(url)
     try:
         if not projected:
             relay.wait_started()
         worker.wait_started()
+        # CPU from here on: the processes' start-up (imports, connections) is not a delivery's.
+        started = [(name, p) for name, p in (("sender", worker), ("relay", relay)) if p.proc]
+        for name, process in started:
+            assert process.proc is not None
+            cpu[name] = -process_cpu(process.proc.pid)
+        cpu["receiver"] = -process_cpu(receiver.process.pid)
+        backends.__enter__()
         start = time.time()
         if paced is not None:
             step = 10
@@ -314,13 +402,23 @@ def pipeline(
                 record_facts(url, first, min(step, facts - first), committed, step)
                 time.sleep(max(0.0, start + (first + step) / paced - time.time()))
         got = collect(receiver, facts, time.monotonic() + args.timeout)
+        for name, process in started:
+            assert process.proc is not None
+            cpu[name] += process_cpu(process.proc.pid)
+        cpu["receiver"] += process_cpu(receiver.process.pid)
     finally:
+        if backends.thread.is_alive():
+            backends.__exit__()
         for process in (relay, worker):
             if process.alive():
                 process.terminate()
+    cpu["postgres"] = backends.seconds
     phase = summarize(label, got, committed, start, facts)
     if paced is None:
         phase.p50_ms = phase.p99_ms = None  # a backlog's drain: latency says nothing
+        phase.cpu_us = per_delivery(cpu, len(got))
+    # Paced: the facts recorded meanwhile (by this process, through connections of their own)
+    # would be counted with the deliveries, so no CPU figures.
     return phase
 
 
@@ -350,9 +448,19 @@ def row(p: Phase, raw: Phase | None) -> str:
     ratio = f"{rate / (raw.deliveries / max(raw.seconds, 1e-9)):.2f}" if raw else "1.00"
     p50 = "-" if p.p50_ms is None else f"{p.p50_ms:,.0f}"
     p99 = "-" if p.p99_ms is None else f"{p.p99_ms:,.0f}"
+    cpu = " | ".join(
+        f"{p.cpu_us[k]:,.0f}" if k in p.cpu_us else "-"
+        for k in ("sender", "relay", "postgres", "receiver", "total")
+    )
+    if raw is None:
+        cpu_ratio = "1.00"
+    elif raw.cpu_us.get("total") and p.cpu_us.get("total"):
+        cpu_ratio = f"{raw.cpu_us['total'] / p.cpu_us['total']:.2f}"
+    else:
+        cpu_ratio = "-"
     return (
         f"| {p.label} | {p.deliveries:,} | {p.seconds:.2f} | {rate:,.0f} | {ratio} | "
-        f"{p.fast_per_s:,.0f} | {p50} | {p99} | {p.lost} | {p.doubled} |"
+        f"{p.fast_per_s:,.0f} | {p50} | {p99} | {p.lost} | {p.doubled} | {cpu} | {cpu_ratio} |"
     )
 
 
@@ -366,6 +474,11 @@ def main() -> int:
     parser.add_argument("--paced", type=int, default=2000, help="facts of the paced phases")
     parser.add_argument("--rate", type=float, default=200, help="facts/s of the paced phases")
     parser.add_argument("--timeout", type=float, default=300, help="seconds a phase may take")
+    parser.add_argument(
+        "--backlogs",
+        default="",
+        help="worker-alone drains of these backlogs, e.g. 4000,10000,50000 (default: none)",
+    )
     parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.receiver:
@@ -396,6 +509,21 @@ def main() -> int:
                     alone.append(
                         pipeline(url, receiver, args.facts, args, label, logs, projected=True)
                     )
+                backlogs = []
+                receiver.slow(False)
+                for size in [int(b) for b in args.backlogs.split(",") if b.strip()]:
+                    reset(url)
+                    backlogs.append(
+                        pipeline(
+                            url,
+                            receiver,
+                            size,
+                            args,
+                            f"worker alone, backlog {size:,}",
+                            logs,
+                            projected=True,
+                        )
+                    )
                 paced_phases = []
                 for slow_on in (False, True):
                     reset(url)
@@ -420,10 +548,11 @@ def main() -> int:
     )
     print(
         "| phase | deliveries | seconds | deliveries/s | ours / raw | fast endpoints/s | "
-        "p50 fact-to-receipt ms | p99 ms | lost | doubled |"
+        "p50 fact-to-receipt ms | p99 ms | lost | doubled | CPU us/delivery: sender | relay | "
+        "postgres | receiver | total | cpu ratio |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for phase in (raw, fast, slow, *alone, *paced_phases):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for phase in (raw, fast, slow, *alone, *backlogs, *paced_phases):
         print(row(phase, raw if phase is not raw else None))
     print(
         f"\nours / raw loop: {ours / base:.2f} (target >= 0.50); the slow endpoint costs the "
@@ -438,6 +567,12 @@ def main() -> int:
         f"worker alone (facts projected first): {alone_rate / base:.2f} of the raw loop; the "
         f"slow endpoint costs the fast ones {alone_cost * 100:.1f}% of their rate"
     )
+    if fast.cpu_us.get("total") and raw.cpu_us.get("total"):
+        print(
+            f"CPU per delivery: the raw loop {raw.cpu_us['total']:,.0f} us (sender and "
+            f"receiver), the drain {fast.cpu_us['total']:,.0f} us (worker, relay, PostgreSQL, "
+            f"receiver): cpu ratio {raw.cpu_us['total'] / fast.cpu_us['total']:.2f}"
+        )
     ok = ours / base >= 0.5 and cost < 0.10 and not (fast.lost or slow.lost)
     return 0 if ok else 1
 

@@ -81,7 +81,7 @@ from jobs import Job
 from jobs.internal import steps
 from scheduler.errors import InvalidWebhook
 from scheduler.http_headers import retry_after as parse_retry_after
-from scheduler.queries import database_now_steps, query
+from scheduler.queries import query
 from scheduler.webhooks.endpoints import (
     _aware,
     check_endpoint_id,
@@ -502,39 +502,46 @@ class WebhookHandler:
                 entry[1] += 1
         ids = sorted(i for i, entry in health.items() if any(entry))
         disabled: set[int] = set()
-        hint = self.clock.now() if self.clock is not None else None
+        # Both statements read the instant as coalesce(now, now()): without a pinned clock, the
+        # transaction's start, the same for both (no statement of its own to read it). They go
+        # to the server together (a pipeline), so a batch costs three round trips (BEGIN, the
+        # two statements, COMMIT) instead of five.
+        now = self.clock.now() if self.clock is not None else None
         async with self._connection(state) as conn, conn.transaction():
-            now = await steps.on_async(conn, database_now_steps(hint))
-            await conn.execute(
-                query("webhook_attempt_insert"),
-                {
-                    "endpoint_ids": [r.endpoint_id for r in results],
-                    "event_ids": [r.event_id for r in results],
-                    "job_ids": [r.job.id for r in results],
-                    "attempts": [r.job.attempt for r in results],
-                    "outcomes": [r.outcome for r in results],
-                    "statuses": [r.status for r in results],
-                    "durations": [r.duration_ms for r in results],
-                    "errors": [summary(r.error) for r in results],
-                    "responses": [r.response for r in results],
-                    "now": now,
-                },
-            )
-            if not ids:
-                return disabled
-            cur = await conn.execute(
-                query("webhook_endpoint_record_health"),
-                {
-                    "ids": ids,
-                    "succeeded": [bool(health[i][0]) for i in ids],
-                    "failures": [0 if health[i][0] else health[i][1] for i in ids],
-                    "gone": [bool(health[i][2]) for i in ids],
-                    "threshold": self.disable_after_failures,
-                    "period": self.disable_after,
-                    "now": now,
-                },
-            )
-            for endpoint_id, organization_id, url, reason, at, newly in await cur.fetchall():
+            async with conn.pipeline():
+                await conn.execute(
+                    query("webhook_attempt_insert"),
+                    {
+                        "endpoint_ids": [r.endpoint_id for r in results],
+                        "event_ids": [r.event_id for r in results],
+                        "job_ids": [r.job.id for r in results],
+                        "attempts": [r.job.attempt for r in results],
+                        "outcomes": [r.outcome for r in results],
+                        "statuses": [r.status for r in results],
+                        "durations": [r.duration_ms for r in results],
+                        "errors": [summary(r.error) for r in results],
+                        "responses": [r.response for r in results],
+                        "now": now,
+                    },
+                )
+                if not ids:
+                    return disabled
+                cur = await conn.execute(
+                    query("webhook_endpoint_record_health"),
+                    {
+                        "ids": ids,
+                        "succeeded": [bool(health[i][0]) for i in ids],
+                        "failures": [0 if health[i][0] else health[i][1] for i in ids],
+                        "gone": [bool(health[i][2]) for i in ids],
+                        "threshold": self.disable_after_failures,
+                        "period": self.disable_after,
+                        "now": now,
+                    },
+                )
+                rows = await cur.fetchall()
+            # The facts of the endpoints this disabled, in the same transaction (rare: outside
+            # the pipeline, as steps read their rows at once).
+            for endpoint_id, organization_id, url, reason, at, newly in rows:
                 if not newly:
                     continue
                 disabled.add(endpoint_id)
