@@ -269,16 +269,22 @@ def content(
 ) -> Content:
     """The message a reminder job's payload describes (raises :class:`BadPayload`); ``meta``:
     the job's :class:`OccurrenceMeta` when the caller has read it already."""
-    payload: Mapping[str, Any] = job.payload if isinstance(job.payload, Mapping) else {}
+    payload: Mapping[str, Any] = job.payload
+    if type(payload) is not dict and not isinstance(payload, Mapping):  # type(): the ABC is slow
+        payload = {}
     title = _text(payload, "title", "Reminder")
     body = _text(payload, "body", _text(payload, "message", "reminder"))
-    raw = payload.get("data") or {}
-    if not isinstance(raw, Mapping):
-        raise BadPayload(f"payload field 'data' must be a mapping, got {raw!r}", code="bad_payload")
-    data = {
-        str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
-        for k, v in raw.items()
-    }
+    raw = payload.get("data")
+    data: dict[str, str] = {}
+    if raw:
+        if not isinstance(raw, Mapping):
+            raise BadPayload(
+                f"payload field 'data' must be a mapping, got {raw!r}", code="bad_payload"
+            )
+        data = {
+            str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for k, v in raw.items()
+        }
     ttl = default_ttl
     if payload.get("ttl") is not None:
         seconds = payload["ttl"]
@@ -786,7 +792,9 @@ def _admit_steps(params: dict[str, Any]) -> Steps[list[Any]]:
 
 
 def _recipient(job: Job) -> Recipient | None:
-    payload = job.payload if isinstance(job.payload, Mapping) else {}
+    payload = job.payload
+    if type(payload) is not dict and not isinstance(payload, Mapping):
+        return None
     subject = payload.get("subject")
     if subject is None or subject == "":
         return None
