@@ -586,13 +586,17 @@ class Worker(Service[WorkerStats]):
         """Take the unmarked leases of the handler calls started before ``started_before``
         (monotonic): those still running and not among ``finished`` (whose outcomes end their
         leases) are to be marked started."""
+        inflight = self._inflight
         with self._pool_lock:
             unmarked, groups = self._unmarked, []
             while unmarked and unmarked[0][0] <= started_before:
                 groups.append(unmarked.popleft()[1])
+            # The calls that ended since (most of them, in a drain of short jobs) go too: the
+            # queue holds about the jobs still running, not every start of the last mark_after.
+            while unmarked and not any(m[0] in inflight for m in unmarked[0][1]):
+                unmarked.popleft()
         if not groups:
             return []
-        inflight = self._inflight
         done = {f.job.id for f in finished} if finished else ()
         return [m for g in groups for m in g if m[0] in inflight and m[0] not in done]
 
