@@ -345,6 +345,8 @@ class Writes:
     wal: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # CPU seconds of the phase's server backends (this database's, /proc: a local server only)
     server_cpu: float = math.nan
+    # CPU seconds of the phase's workers over the phase (not their start-up and idle wait)
+    worker_cpu: float = math.nan
     notes: list[str] = field(default_factory=list)
 
     def per(self, value: float) -> float:
@@ -454,6 +456,10 @@ def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
             "server CPU us (this database's backends)",
             [_f(w.per(w.server_cpu * 1e6)) for _, w in phases],
         ),
+        (
+            "workers' CPU us (the phase only)",
+            [_f(w.per(w.worker_cpu * 1e6)) for _, w in phases],
+        ),
     ]
     if any(w.wal for _, w in phases):
         lines.append(
@@ -545,6 +551,9 @@ class Meter:
         self.cpu_start: dict[int, float] = {}
         self.cpu_end: dict[int, float] = {}
         self.extra_server_cpu = 0.0  # backends that reported their own (the raw pipeline's)
+        # the workers' CPU seconds at begin and end (Processes.cpu), or reported (raw)
+        self.worker_cpu_start = math.nan
+        self.worker_cpu = math.nan
 
     def backend_cpu(self) -> dict[int, float]:
         """CPU seconds of this database's other client backends, by pid (none if the server's
@@ -596,6 +605,7 @@ class Meter:
         )
         result.notes[:0] = self.notes
         result.server_cpu = self.server_cpu()
+        result.worker_cpu = self.worker_cpu
         return result
 
     def close(self) -> None:
@@ -806,6 +816,7 @@ def wait_for_delivery(
                 # Close to T, so that no checkpoint of the server's other work falls between
                 # the mark and the delivery (full-page images that are not the phase's own).
                 meter.begin(jobs_inserted=jobs_inserted)
+                meter.worker_cpu_start = procs.cpu().get("worker", math.nan)
                 row = conn.execute(COUNT_DELIVERED).fetchone()
                 if row is not None and int(row[0]):
                     meter.notes.append(
@@ -823,6 +834,9 @@ def wait_for_delivery(
                     progress.done = True
                     if meter is not None:
                         meter.end()
+                        meter.worker_cpu = (
+                            procs.cpu().get("worker", math.nan) - meter.worker_cpu_start
+                        )
                     return progress
             if time.monotonic() >= next_report:
                 to_go = (due - datetime.now(UTC)).total_seconds()
@@ -1156,6 +1170,7 @@ def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> Herd
         # those figures, not whatever backend still lingers at the end.
         meter.cpu_end = {}
         meter.extra_server_cpu = sum(r["server"] for r in reports)
+        meter.worker_cpu = sum(r["cpu"] for r in reports)
         for child in children:
             child.join(30)
     except BaseException:

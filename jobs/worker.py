@@ -139,6 +139,10 @@ _MIN_WAIT = 0.005
 MAX_AHEAD_LEASE_SHARE = 0.1
 # and by this many per queue.
 MAX_AHEAD = 500
+# A running job is reported started (jobs.started_token) by the first cycle once it has run for
+# this share of the lease (3 s of the default 30 s), or by the heartbeat, whichever comes first:
+# a job that finishes sooner costs no mark, and a worker killed within it gives the attempt back.
+MARK_AFTER_LEASE_SHARE = 0.1
 # How long a stopping worker waits for its cancelled coroutines to end.
 _CANCEL_WAIT = 5.0
 # Weight of the newest sample in the moving average of handler time per job.
@@ -402,12 +406,13 @@ class Worker(Service[WorkerStats]):
         self._busy: dict[str, int] = dict.fromkeys(queues, 0)
         self._unstarted: dict[str, int] = dict.fromkeys(queues, 0)
         # Leases (id, token) handed to a thread and not yet reported started to the database,
-        # so that a reaper counts their attempt (job_reap): those taken since the last cycle
-        # (shared with the pool threads), and, owned by the dispatcher, those taken before it
-        # and not finished then. A cycle marks the second kind that are still running, the
-        # heartbeat both: a job that finishes within a cycle or two is never marked.
-        self._unmarked: set[tuple[int, int]] = set()
-        self._unmarked_before: set[tuple[int, int]] = set()
+        # so that a reaper counts their attempt (job_reap): one group per handler call, in the
+        # order they started, with the monotonic instant of the start (shared with the pool
+        # threads). A cycle marks the leases of the groups that started at least ``mark_after``
+        # ago and are still running, the heartbeat (which writes every running job's row
+        # anyway) all of them: a job that finishes within ``mark_after`` is never marked.
+        self._unmarked: deque[tuple[float, list[tuple[int, int]]]] = deque()
+        self.mark_after = lease.total_seconds() * MARK_AFTER_LEASE_SHARE
         self._sizers = {q: ClaimSizer(n, lease, prefetch) for q, n in queues.items()}
         self._replaced: dict[int, Decision] = {}  # outcomes changed by a failed effect
         self._labelled: dict[tuple[str, str, str], tuple[Any, Any]] = {}  # see _settle
@@ -575,6 +580,26 @@ class Worker(Service[WorkerStats]):
 
         return self._retrying(timed)
 
+    def _due_marks(
+        self, started_before: float, finished: Sequence[Finished]
+    ) -> list[tuple[int, int]]:
+        """Take the unmarked leases of the handler calls started before ``started_before``
+        (monotonic): those still running and not among ``finished`` (whose outcomes end their
+        leases) are to be marked started."""
+        inflight = self._inflight
+        with self._pool_lock:
+            unmarked, groups = self._unmarked, []
+            while unmarked and unmarked[0][0] <= started_before:
+                groups.append(unmarked.popleft()[1])
+            # The calls that ended since (most of them, in a drain of short jobs) go too: the
+            # queue holds about the jobs still running, not every start of the last mark_after.
+            while unmarked and not any(m[0] in inflight for m in unmarked[0][1]):
+                unmarked.popleft()
+        if not groups:
+            return []
+        done = {f.job.id for f in finished} if finished else ()
+        return [m for g in groups for m in g if m[0] in inflight and m[0] not in done]
+
     def _wanted(self) -> dict[str, int]:
         with self._pool_lock:
             wanted = {
@@ -600,16 +625,11 @@ class Worker(Service[WorkerStats]):
             return 0
         self._replaced.clear()
         claim_id = uuid4() if wanted else None
-        done = {f.job.id for f in finished}  # their outcomes end the leases: no mark needed
-        with self._pool_lock:
-            fresh, self._unmarked = self._unmarked, set()
-        # Marked: the jobs started before the previous cycle and still running. Those started
-        # since then wait for the next cycle: most of them finish before it (a short job then
-        # costs no mark, its outcome ends the lease), and what a crash in between costs is
-        # the attempt given back, bounded (docs/jobs.md, "Crashes and jobs claimed ahead").
-        inflight = self._inflight
-        marks = [m for m in self._unmarked_before if m[0] in inflight and m[0] not in done]
-        self._unmarked_before = {lease for lease in fresh if lease[0] not in done}
+        # Marked: the jobs started at least mark_after ago and still running. Most jobs finish
+        # sooner (their outcome ends the lease: no mark, no second write of the row), and what
+        # a crash in between costs is the attempt given back, bounded (docs/jobs.md, "Crashes
+        # and jobs claimed ahead").
+        marks = self._due_marks(time.monotonic() - self.mark_after, finished)
         started = time.perf_counter()
 
         def attempt(s: JobStore) -> tuple[dict[int, str], list[Job]]:
@@ -720,6 +740,7 @@ class Worker(Service[WorkerStats]):
         start now. Sync and async calls of a queue share its ``concurrency`` slots."""
         calls, started = self._calls[queue], []
         busy, limit = self._busy[queue], self.queues[queue]
+        now = time.monotonic()
         while calls and busy < limit:
             job_type = calls.popleft()
             waiting = self._waiting.get((queue, job_type))
@@ -728,11 +749,11 @@ class Worker(Service[WorkerStats]):
             handler = self.handlers.get(job_type)
             if isinstance(handler, BatchHandler):
                 taken = [waiting.popleft() for _ in range(min(handler.max_batch, len(waiting)))]
-                self._unmarked.update((j.id, j.lease_token) for j in taken)
+                self._unmarked.append((now, [(j.id, j.lease_token) for j in taken]))
             else:  # one job: this runs once per job, so no comprehension
                 job = waiting.popleft()
                 taken = [job]
-                self._unmarked.add((job.id, job.lease_token))
+                self._unmarked.append((now, [(job.id, job.lease_token)]))
             started.append((job_type, taken))
             self._unstarted[queue] -= len(taken)
             busy += 1
@@ -1167,10 +1188,7 @@ class Worker(Service[WorkerStats]):
         leases = [(j.id, j.lease_token) for j in self._inflight.values()]
         if not leases:
             return
-        with self._pool_lock:
-            fresh, self._unmarked = self._unmarked, set()
-        marks = [i for i, _ in fresh | self._unmarked_before if i in self._inflight]
-        self._unmarked_before = set()
+        marks = [i for i, _ in self._due_marks(math.inf, ())]
         kept: set[int] = self._db(
             lambda s: s.heartbeat(leases, self.lease, self.now_or_none(), started=marks),
             "heartbeat",

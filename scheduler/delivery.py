@@ -269,16 +269,22 @@ def content(
 ) -> Content:
     """The message a reminder job's payload describes (raises :class:`BadPayload`); ``meta``:
     the job's :class:`OccurrenceMeta` when the caller has read it already."""
-    payload: Mapping[str, Any] = job.payload if isinstance(job.payload, Mapping) else {}
+    payload: Mapping[str, Any] = job.payload
+    if type(payload) is not dict and not isinstance(payload, Mapping):  # type(): the ABC is slow
+        payload = {}
     title = _text(payload, "title", "Reminder")
     body = _text(payload, "body", _text(payload, "message", "reminder"))
-    raw = payload.get("data") or {}
-    if not isinstance(raw, Mapping):
-        raise BadPayload(f"payload field 'data' must be a mapping, got {raw!r}", code="bad_payload")
-    data = {
-        str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
-        for k, v in raw.items()
-    }
+    raw = payload.get("data")
+    data: dict[str, str] = {}
+    if raw:
+        if not isinstance(raw, Mapping):
+            raise BadPayload(
+                f"payload field 'data' must be a mapping, got {raw!r}", code="bad_payload"
+            )
+        data = {
+            str(k): v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+            for k, v in raw.items()
+        }
     ttl = default_ttl
     if payload.get("ttl") is not None:
         seconds = payload["ttl"]
@@ -443,9 +449,13 @@ class DeliveryHandler(jobs.BatchHandler):
     async def _deliver(self, conn: psycopg.AsyncConnection[Any], batch: ReminderBatch) -> None:
         todo = list(batch.jobs)
         now_hint = self.clock.now() if self.clock is not None else None
-        metas = {job.id: OccurrenceMeta.of(job) for job in todo}  # read once a batch
+        # Each job's occurrence meta and recipient, read from its payload once a batch.
+        metas = {job.id: OccurrenceMeta.of(job) for job in todo}
+        recipients = {job.id: _recipient(job) for job in todo}
         if type(self.resolver) in _FOLDED:
-            now, dues, zones, found = await self._read_folded(conn, todo, now_hint, metas)
+            now, dues, zones, found = await self._read_folded(
+                conn, todo, now_hint, metas, recipients
+            )
         else:
             async with conn.transaction():
                 now, dues, zones, found = await self._read(conn, todo, now_hint)
@@ -456,7 +466,7 @@ class DeliveryHandler(jobs.BatchHandler):
         skips: dict[int, Due] = {}
         late = _START_DELAY.labels(todo[0].job_type) if todo else None
         for job in todo:
-            meta = OccurrenceMeta.of(job)
+            meta = metas[job.id]
             if meta is not None and late is not None:  # occurrence to start (all jobs)
                 late.observe(max((now - meta.at).total_seconds(), 0.0))
             due = dues[job.id]
@@ -468,7 +478,9 @@ class DeliveryHandler(jobs.BatchHandler):
                 if due.skipped:
                     skips[job.id] = due
                 continue
-            plan = self._plan(job, metas[job.id], now, zones, found.get(job.id, ()), batch, skips)
+            plan = self._plan(
+                job, meta, recipients[job.id], now, zones, found.get(job.id, ()), batch, skips
+            )
             if plan is not None:
                 plans.append(plan)
         if skips:
@@ -487,16 +499,16 @@ class DeliveryHandler(jobs.BatchHandler):
         todo: Sequence[Job],
         now: datetime | None,
         metas: Mapping[int, OccurrenceMeta | None],
+        recipients: Mapping[int, Recipient | None],
     ) -> tuple[datetime, dict[int, Due], dict[int, str], dict[int, Found]]:
         """The read of :meth:`_read` in one statement (``device_delivery_read``), for the
         registry and :class:`SubjectAsToken`: one round trip, no transaction."""
-        recipients = [_recipient(job) for job in todo]
         subject_tokens = isinstance(self.resolver, SubjectAsToken)
         params = {
             "job_ids": [job.id for job in todo],
             "schedule_ids": [m.schedule_id if m is not None else None for m in metas.values()],
             "organization_ids": [job.organization_id for job in todo],
-            "subjects": [r[1] if r is not None else None for r in recipients],
+            "subjects": [r[1] if r is not None else None for r in recipients.values()],
             "suffixes": [_key_suffix(job) for job in todo],
             "now": now,
         }
@@ -586,6 +598,7 @@ class DeliveryHandler(jobs.BatchHandler):
         self,
         job: Job,
         meta: OccurrenceMeta | None,
+        recipient: Recipient | None,
         now: datetime,
         zones: Mapping[int, str],
         devices: Sequence[tuple[Target, str, bool]],
@@ -595,7 +608,6 @@ class DeliveryHandler(jobs.BatchHandler):
         """The messages of one due job to ``devices`` (each with its key and whether it is
         recorded), or None when its outcome is set already (a bad payload, nothing to send,
         expired)."""
-        recipient = _recipient(job)
         if not devices:
             batch.succeed(job)
             skips[job.id] = Due(False, "no_device")
@@ -780,7 +792,9 @@ def _admit_steps(params: dict[str, Any]) -> Steps[list[Any]]:
 
 
 def _recipient(job: Job) -> Recipient | None:
-    payload = job.payload if isinstance(job.payload, Mapping) else {}
+    payload = job.payload
+    if type(payload) is not dict and not isinstance(payload, Mapping):
+        return None
     subject = payload.get("subject")
     if subject is None or subject == "":
         return None

@@ -92,21 +92,25 @@ class OccurrenceMeta:
     def from_payload(cls, payload: Any) -> Self | None:
         """The meta of a job's payload, or None for a payload that no schedule wrote (no
         :data:`SCHEDULE_PAYLOAD_KEY`, or not a meta of this form)."""
-        if not isinstance(payload, Mapping):
+        # type() first: a job's payload is a dict (JSON), and the ABC check costs more than
+        # the rest of the read (a delivery reads every job's meta).
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             return None
         meta = payload.get(SCHEDULE_PAYLOAD_KEY)
-        if not isinstance(meta, Mapping):
+        if type(meta) is not dict and not isinstance(meta, Mapping):
             return None
-        schedule_id, key, at, version = (meta.get(f) for f in ("id", "occurrence", "at", "version"))
+        schedule_id, key, at, version = (
+            meta.get("id"),
+            meta.get("occurrence"),
+            meta.get("at"),
+            meta.get("version"),
+        )
         if not (_integer(schedule_id) and _integer(version)):
             return None
         if not (isinstance(key, str) and isinstance(at, str)):
             return None
-        try:
-            instant = datetime.fromisoformat(at)
-        except ValueError:
-            return None
-        if instant.tzinfo is None:
+        instant = _instant(at)
+        if instant is None:
             return None
         return cls(schedule_id, key, instant, version)
 
@@ -127,6 +131,17 @@ def _middle(occurrence_key: str, at: datetime) -> str:
         + _string(at.isoformat())
         + ',"version":'
     )
+
+
+@lru_cache(maxsize=4096)
+def _instant(text: str) -> datetime | None:
+    """The aware instant of a meta's ``at`` text (None: not one); the jobs of a herd share a
+    few, so each is parsed once."""
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return instant if instant.tzinfo is not None else None
 
 
 def _integer(value: Any) -> TypeGuard[int]:

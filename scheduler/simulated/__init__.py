@@ -285,6 +285,16 @@ class SimulatedChannel:
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def _refuses(self) -> bool:
+        """Whether any message can be refused (a failure rate, a dead or failing token)."""
+        return bool(
+            self.transient_rate
+            or self.rate_limit_rate
+            or self.rejected_tokens
+            or self.permanent_tokens
+        )
+
     def _refusal(self, m: PushMessage) -> PushResult | None:
         if m.token in self.rejected_tokens:
             return PushResult(m, PushStatus.REJECTED, "device token unregistered", "UNREGISTERED")
@@ -311,7 +321,10 @@ class SimulatedChannel:
 
     async def send(self, messages: Sequence[PushMessage], *, now: datetime) -> list[PushResult]:
         """Record ``messages`` (one statement), one result each, in order."""
-        answers: list[PushResult | None] = [self._refusal(m) for m in messages]
+        # The common case, no failure configured: no call per message.
+        answers: list[PushResult | None] = (
+            [self._refusal(m) for m in messages] if self._refuses else [None] * len(messages)
+        )
         accepted: dict[str, PushMessage] = {}
         for m, answer in zip(messages, answers, strict=True):
             if answer is None:
@@ -338,13 +351,14 @@ class SimulatedChannel:
                     for m, a in zip(messages, answers, strict=True)
                 ]
         results: list[PushResult] = []
+        append, get = results.append, accepted.get
         for m, answer in zip(messages, answers, strict=True):
             if answer is not None:
-                results.append(answer)
-            elif accepted.get(m.key) is m and m.key in delivered:
-                results.append(PushResult(m, PushStatus.DELIVERED))
+                append(answer)
+            elif get(m.key) is m and m.key in delivered:
+                append(PushResult(m, _DELIVERED))
             else:
-                results.append(PushResult(m, PushStatus.DUPLICATE))
+                append(PushResult(m, _DUPLICATE))
         return results
 
     async def aclose(self) -> None:
@@ -353,15 +367,23 @@ class SimulatedChannel:
             self._conn = None
 
 
-def _channel_rows(rows: Sequence[PushMessage]) -> dict[str, list[Any]]:
-    def num(value: str | None) -> int | None:
-        return int(value) if value is not None and value.isdigit() else None
+_DELIVERED, _DUPLICATE = PushStatus.DELIVERED, PushStatus.DUPLICATE
 
+
+def _channel_rows(rows: Sequence[PushMessage]) -> dict[str, list[Any]]:
+    """The insert's columns, in one pass over the messages."""
+    schedule_ids: list[int | None] = []
+    occurrence_keys: list[str | None] = []
+    for m in rows:
+        data = m.data
+        schedule = data.get("tockwork_schedule")
+        schedule_ids.append(int(schedule) if schedule is not None and schedule.isdigit() else None)
+        occurrence_keys.append(data.get("tockwork_occurrence"))
     return {
         "effect_keys": [m.key for m in rows],
-        "job_ids": [None for _ in rows],
-        "schedule_ids": [num(m.data.get("tockwork_schedule")) for m in rows],
-        "occurrence_keys": [m.data.get("tockwork_occurrence") for m in rows],
+        "job_ids": [None] * len(rows),
+        "schedule_ids": schedule_ids,
+        "occurrence_keys": occurrence_keys,
         "subjects": [m.subject for m in rows],
         "tokens": [m.token for m in rows],
         "titles": [m.title for m in rows],

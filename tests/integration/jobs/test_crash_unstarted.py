@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,9 +18,10 @@ import psycopg
 import pytest
 
 import jobs
-from jobs.model import JobStatus
+from jobs.model import Job, JobStatus
 from jobs.retry import Decision
 from jobs.store import UNSTARTED_EXPIRY_LIMIT, Finished, PgJobStore
+from jobs.worker import MARK_AFTER_LEASE_SHARE, Worker
 from tests.integration.jobs.crash_apps import CRASH_EXIT
 from tests.processes import start_tockwork, wait_for
 
@@ -181,3 +183,53 @@ def test_a_job_that_kills_its_worker_goes_dead_after_the_bound(
     assert state(auto, job_id) == ("dead", 1, UNSTARTED_EXPIRY_LIMIT, "crash_loop")
     history = [(a.attempt, a.outcome, a.error_code) for a in jobs.job_attempts(auto, job_id)]
     assert history == [(1, "lease_expired", "crash_loop")]
+
+
+def test_a_job_is_marked_started_once_it_ran_for_a_share_of_the_lease(
+    db_url: str, auto: psycopg.Connection[Any]
+) -> None:
+    # Short jobs finish before MARK_AFTER_LEASE_SHARE of the lease: their outcome ends the
+    # lease, no mark is written (no second update of their row). A job still running after it
+    # is marked by a cycle (the heartbeat is set too far off to do it), so a reaper would count
+    # its attempt: what the mark is for (test_sigkilled_worker_gives_back_...).
+    release = threading.Event()
+
+    def quick(_job: Job) -> None:
+        pass
+
+    def slow(_job: Job) -> None:
+        release.wait(30)
+
+    quick_ids = [jobs.enqueue(auto, "quick", {"i": i}, priority=10).id for i in range(20)]
+    slow_id = jobs.enqueue(auto, "slow", {}).id
+    lease = timedelta(seconds=10)
+    w = Worker(
+        db_url,
+        {"quick": quick, "slow": slow},
+        lease=lease,
+        heartbeat=timedelta(seconds=60),
+        poll_interval=timedelta(seconds=0.05),
+        listen=False,
+    )
+    assert w.mark_after == lease.total_seconds() * MARK_AFTER_LEASE_SHARE == 1.0
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(auto, f"SELECT started_token = lease_token FROM jobs WHERE id = {slow_id}")  # noqa: S608
+        # Marked by a cycle, not before it had run for mark_after (its lease began at the claim).
+        row = auto.execute(
+            "SELECT status, clock_timestamp() - locked_at FROM jobs WHERE id = %s", (slow_id,)
+        ).fetchone()
+        assert row is not None and row[0] == "leased"
+        assert row[1] >= timedelta(seconds=w.mark_after)
+    finally:
+        release.set()
+        w.stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    done = auto.execute(
+        "SELECT count(*) FILTER (WHERE status = 'succeeded'),"
+        " count(*) FILTER (WHERE started_token IS NOT NULL) FROM jobs WHERE id = ANY(%s)",
+        (quick_ids,),
+    ).fetchone()
+    assert done == (len(quick_ids), 0)

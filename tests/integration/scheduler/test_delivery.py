@@ -1038,7 +1038,8 @@ def test_the_database_computes_each_device_s_key_as_device_key_does(
     async def read() -> dict[int, Any]:
         async with handler._connections.connection() as c:
             metas = {j.id: OccurrenceMeta.of(j) for j in batch_jobs}
-            return (await handler._read_folded(c, batch_jobs, SAT_0800, metas))[3]
+            recipients = {j.id: delivery._recipient(j) for j in batch_jobs}
+            return (await handler._read_folded(c, batch_jobs, SAT_0800, metas, recipients))[3]
 
     found = asyncio.run(read())
     for job in batch_jobs:
