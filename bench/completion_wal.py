@@ -7,10 +7,11 @@ jobs (with idempotency keys unless ``--no-keys``: the scheduler's occurrences ca
 enqueued, then claimed and completed as a worker does (``PgJobStore.claim`` and ``complete``,
 batches of ``--batch``), then retention runs (``jobs.maintenance.clean`` with the finished
 jobs' age at 0, a day later), then a VACUUM of the tables it touched: the work autovacuum must do
-after it. Each phase: the WAL it wrote (``pg_current_wal_insert_lsn()`` before and after, on the
-one connection that writes; a CHECKPOINT first, so every phase starts with the same full-page
-images to write) and the CPU of the server process that ran it (``/proc/<backend pid>/stat``:
-the server must run on this machine), per job.
+after it (autovacuum is off for these tables, so the VACUUM does that work). Each phase: the
+WAL the one writing connection's server process wrote (``pg_stat_get_backend_wal``,
+PostgreSQL 18: other sessions of a shared server do not count; a CHECKPOINT first, so every
+phase starts with the same full-page images to write) and that process's CPU
+(``/proc/<backend pid>/stat``: the server must run on this machine), per job.
 
 Run it on two trees to compare them (the same interpreter, ``PYTHONPATH`` naming the tree):
 
@@ -32,6 +33,7 @@ from datetime import timedelta
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg import sql
 
 import jobs
 from jobs import maintenance
@@ -39,13 +41,31 @@ from jobs.retry import SUCCEEDED
 from jobs.store import Finished, PgJobStore
 from scheduler.devdb import database_url, throwaway_database
 
-LSN: LiteralString = "SELECT pg_current_wal_insert_lsn()"
-WAL_SINCE: LiteralString = "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn)"
+FLUSH: LiteralString = "SELECT pg_stat_force_next_flush()"
+# This backend's own WAL (PostgreSQL 18): other sessions of a shared server do not count.
+BACKEND_WAL: LiteralString = "SELECT wal_bytes FROM pg_stat_get_backend_wal(pg_backend_pid())"
+# Autovacuum off for the tables measured, so that the VACUUM phase does all of that work.
+LEAVES: LiteralString = """
+SELECT relid::regclass::text FROM pg_partition_tree('job_attempts') WHERE isleaf
+UNION ALL
+SELECT relid::regclass::text FROM pg_partition_tree(to_regclass('job_history')) WHERE isleaf
+UNION ALL
+SELECT 'jobs'
+"""
 HAS_HISTORY: LiteralString = "SELECT to_regclass('job_history') IS NOT NULL"
 # The tables a completion and the retention write: jobs, and job_history where it exists.
 VACUUM: LiteralString = "VACUUM jobs"
 VACUUM_HISTORY: LiteralString = "VACUUM jobs, job_history"
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def backend_wal(conn: psycopg.Connection[Any]) -> float:
+    """WAL bytes this connection's server process wrote so far (its statistics flushed by the
+    transaction that asks for it, read by the next)."""
+    conn.execute(FLUSH)
+    row = conn.execute(BACKEND_WAL).fetchone()
+    assert row is not None
+    return float(row[0])
 
 
 def server_cpu(conn: psycopg.Connection[Any]) -> float:
@@ -65,23 +85,25 @@ class Phase:
         self.wall = 0.0
 
     def start(self) -> None:
-        row = self.conn.execute(LSN).fetchone()
-        assert row is not None
-        self._lsn = row[0]
+        self._wal = backend_wal(self.conn)
         self._cpu = server_cpu(self.conn)
         self._wall = time.perf_counter()
 
     def stop(self) -> None:
         self.wall += time.perf_counter() - self._wall
         self.cpu += server_cpu(self.conn) - self._cpu
-        row = self.conn.execute(WAL_SINCE, (str(self._lsn),)).fetchone()
-        assert row is not None
-        self.wal += float(row[0])
+        self.wal += backend_wal(self.conn) - self._wal
 
 
 def run(url: str, n: int, batch: int, keys: bool) -> dict[str, Phase]:
     with psycopg.connect(url, autocommit=True) as conn:
         maintenance.ensure_partitions(conn, ahead_days=2)
+        for (table,) in conn.execute(LEAVES).fetchall():
+            conn.execute(
+                sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
+                    sql.Identifier(table)
+                )
+            )
         with conn.transaction():
             jobs.enqueue_many(
                 conn,

@@ -330,7 +330,10 @@ def main() -> int:
     last = {mode: days[-1] for mode, days in results.items()}
     p, d = last["partitions"], last["delete"]
     print()
-    print(f"last day, partitions / delete: history MB {p.history_mb / max(d.history_mb, 1e-9):.2f}"
+    both = (p.jobs_mb + p.history_mb) / max(d.jobs_mb + d.history_mb, 1e-9)
+    print(f"last day, partitions / delete: jobs MB {p.jobs_mb / max(d.jobs_mb, 1e-9):.2f}"
+          f", jobs + history MB {both:.2f} (finished jobs are history with partitions)"
+          f", history MB {p.history_mb / max(d.history_mb, 1e-9):.2f}"
           f", history dead tuples {p.dead:,} / {d.dead:,}"
           f", retention + vacuum s {(p.retention_s + p.vacuum_s):.2f}"
           f" / {(d.retention_s + d.vacuum_s):.2f}"
@@ -338,7 +341,8 @@ def main() -> int:
     settled = [day for day in results["partitions"] if day.day >= args.retention_days + 1]
     if len(settled) >= 2:
         print(f"partitions from day {args.retention_days + 1}: history MB max/min"
-              f" {spread([x.history_mb for x in settled]):.2f}, claim p50 max/min"
+              f" {spread([x.history_mb for x in settled]):.2f}, jobs MB max/min"
+              f" {spread([x.jobs_mb for x in settled]):.2f}, claim p50 max/min"
               f" {spread([x.claim_p50 for x in settled]):.2f}")  # fmt: skip
     return 0
 
