@@ -9,8 +9,9 @@
 -- idempotency keys still held by jobs_idempotency_uq, until the retention that already deletes
 -- them in bounded batches (job_delete_finished) has aged them all out, at most
 -- finished_retention later. Copying them would write each row again only to delete it as soon.
+-- Every statement may run again (IF NOT EXISTS, OR REPLACE).
 
-CREATE TABLE job_history (
+CREATE TABLE IF NOT EXISTS job_history (
     id bigint NOT NULL,
     organization_id uuid,
     queue text NOT NULL,
@@ -43,24 +44,25 @@ CREATE TABLE job_history (
 ) PARTITION BY RANGE (completed_at);
 
 -- A job by id (the API, the CLI, the dashboard's job page and its newest-first pages).
-CREATE INDEX job_history_id_idx ON job_history (id);
+CREATE INDEX IF NOT EXISTS job_history_id_idx ON job_history (id);
 -- The idempotency check of an enqueue; type and key lead, so a lookup that compares the
 -- organization with IS NOT DISTINCT FROM probes it by prefix (and a schedule's keys by range).
-CREATE INDEX job_history_key_idx ON job_history (job_type, idempotency_key, organization_id)
+CREATE INDEX IF NOT EXISTS job_history_key_idx
+    ON job_history (job_type, idempotency_key, organization_id)
     WHERE idempotency_key IS NOT NULL;
 -- The dashboard's error code filter, newest first (as jobs_error_code_idx in jobs); only the
 -- jobs that carry a code (retried before they ended, or cancelled with a reason).
-CREATE INDEX job_history_error_code_idx ON job_history (last_error_code, id)
+CREATE INDEX IF NOT EXISTS job_history_error_code_idx ON job_history (last_error_code, id)
     WHERE last_error_code IS NOT NULL;
 -- Retention of the default partition (rows are written in completion order).
-CREATE INDEX job_history_completed_idx ON job_history USING brin (completed_at);
+CREATE INDEX IF NOT EXISTS job_history_completed_idx ON job_history USING brin (completed_at);
 
-CREATE TABLE job_history_default PARTITION OF job_history DEFAULT
+CREATE TABLE IF NOT EXISTS job_history_default PARTITION OF job_history DEFAULT
     WITH (autovacuum_vacuum_insert_scale_factor = 0.05);
 
 -- Every job, live or finished: what readers that show any job read (job_get, job_list, the
 -- dashboard's pages). The claim, the completions and the maintenance read jobs itself.
-CREATE VIEW jobs_all AS
+CREATE OR REPLACE VIEW jobs_all AS
 SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
        attempts, max_attempts, locked_at, locked_by, locked_until, lease_token, last_error_code,
        last_error_summary, completed_at, created_at, claim_id, started_token,
