@@ -281,14 +281,10 @@ def _enqueue_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
         if rows:
             if params["idempotency_key"] is None:
                 return Enqueued(id=rows[0][0], created=True)
-            held = yield from _settle_keys_steps(
-                [rows[0][0]],
-                [params["organization_id"]],
-                [params["job_type"]],
-                [params["idempotency_key"]],
-            )
+            # The key may be held by a finished job (see _settle_keys_steps).
+            held = yield query("job_history_settle_key"), {**params, "id": rows[0][0]}
             if held:
-                return Enqueued(id=held[0], created=False)
+                return Enqueued(id=held[0][0], created=False)
             return Enqueued(id=rows[0][0], created=True)
         rows = yield _lookup_query(params), params
         if rows:

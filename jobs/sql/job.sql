@@ -70,6 +70,21 @@ WHERE job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s
   AND organization_id IS NULL
 LIMIT 1;
 
+-- name: job_history_settle_key
+-- job_history_settle_keys for one inserted job (jobs.enqueue), with plain parameters: a
+-- quarter of the array form's cost (measured: 55 against 260 us of server CPU a call). The
+-- holder's id if a finished job holds the key (the inserted job %(id)s is then deleted again).
+WITH holder AS MATERIALIZED (
+    SELECT id FROM job_history
+    WHERE job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s::text
+      AND organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
+    LIMIT 1
+),
+dropped AS (
+    DELETE FROM jobs WHERE id = %(id)s::bigint AND EXISTS (SELECT FROM holder)
+)
+SELECT id FROM holder;
+
 -- name: job_history_settle_keys
 -- After an enqueue inserted keyed jobs, in a later statement of its transaction: the inserted
 -- rows (ids; NULL for a row not inserted) whose idempotency key a finished job holds in
@@ -93,8 +108,11 @@ found AS MATERIALIZED (
     FROM k
 ),
 dropped AS (
+    -- The ids given first: a primary-key probe each, whatever the planner thinks of found (a
+    -- sequential scan of jobs per enqueue otherwise, on a table with few rows in its statistics).
     DELETE FROM jobs
-    WHERE id = ANY(ARRAY(SELECT id FROM found WHERE holder IS NOT NULL AND id IS NOT NULL))
+    WHERE id = ANY(%(ids)b::bigint[])
+      AND id = ANY(ARRAY(SELECT id FROM found WHERE holder IS NOT NULL AND id IS NOT NULL))
 )
 SELECT ord, holder FROM found WHERE holder IS NOT NULL;
 

@@ -186,19 +186,26 @@ def test_an_enqueue_racing_the_completion_of_its_key_holder_returns_it(
     ).fetchone() == (1,)
 
 
+@pytest.mark.parametrize("path", sorted(ENQUEUES))
 def test_without_the_later_check_the_race_makes_a_duplicate(
-    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+    db_url: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    """What the test above catches: a check inside the insert's own statement (its snapshot
-    predates the completion's commit) would miss the holder. With the later statement gone,
-    the race leaves two jobs under one key."""
+    """What the test above catches, on each path: a check inside the insert's own statement
+    (its snapshot predates the completion's commit) would miss the holder. With the later
+    statement gone, the race leaves two jobs under one key."""
+    module = importlib.import_module("jobs.enqueue")
+    real_query = module.query
 
     def nothing_held(*args: Any) -> Any:
         return {}
         yield  # a generator of steps
 
-    monkeypatch.setattr(importlib.import_module("jobs.enqueue"), "_settle_keys_steps", nothing_held)
-    holder, got = race(db_url, _one)
+    def without_single_check(name: str) -> Any:
+        return "SELECT 1 WHERE false" if name == "job_history_settle_key" else real_query(name)
+
+    monkeypatch.setattr(module, "_settle_keys_steps", nothing_held)
+    monkeypatch.setattr(module, "query", without_single_check)
+    holder, got = race(db_url, ENQUEUES[path])
     assert got != holder
     assert conn.execute(
         "SELECT count(*) FROM jobs_all WHERE idempotency_key = 'race'"
