@@ -125,7 +125,7 @@ def _run(url: str, args: argparse.Namespace, fair: bool) -> Result:
         while left and time.monotonic() - began < args.seconds:
             time.sleep(0.2)  # a bench's progress poll, not a test's wait
             row = watch.execute(
-                "SELECT count(*) FROM jobs WHERE organization_id = %s"
+                "SELECT count(*) FROM jobs_all WHERE organization_id = %s"
                 " AND status IN ('pending', 'retrying', 'leased')",
                 (FLOOD,),
             ).fetchone()
@@ -139,12 +139,12 @@ def _run(url: str, args: argparse.Namespace, fair: bool) -> Result:
         # What the workers left when they found the queue idle, with no trickle to wait for.
         jobs.Worker(url, {"noop": _noop}, {"default": 8}).run_until_idle()
         done = watch.execute(
-            "SELECT count(*) FROM jobs WHERE organization_id = %s AND status = 'succeeded'",
+            "SELECT count(*) FROM jobs_all WHERE organization_id = %s AND status = 'succeeded'",
             (FLOOD,),
         ).fetchone()
         waits = watch.execute(
             "SELECT extract(epoch FROM a.started_at - j.run_at)::float8"
-            " FROM jobs AS j JOIN job_attempts AS a ON a.job_id = j.id AND a.attempt = 1"
+            " FROM jobs_all AS j JOIN job_attempts AS a ON a.job_id = j.id AND a.attempt = 1"
             " WHERE j.organization_id <> %s",
             (FLOOD,),
         ).fetchall()
@@ -177,7 +177,7 @@ def _claim_cost(url: str, rounds: int) -> None:
     lease = timedelta(seconds=30)
     with psycopg.connect(url, autocommit=True) as conn:
         for shape, rows in SHAPES.items():
-            conn.execute("TRUNCATE jobs")
+            conn.execute("TRUNCATE jobs, job_history")
             conn.execute(
                 "INSERT INTO jobs (organization_id, job_type) SELECT o, 'noop' FROM ("  # noqa: S608
                 + rows

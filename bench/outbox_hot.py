@@ -83,7 +83,7 @@ class Tally:
 
 def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("TRUNCATE outbox_events, jobs, job_attempts")
+        c.execute("TRUNCATE outbox_events, jobs, job_history, job_attempts")
         c.execute("VACUUM ANALYZE outbox_events")
 
 
@@ -119,7 +119,7 @@ def drain(url: str, n: int, relays: int, *, hot: bool, kind: type[Counted] = Cou
             relay.wait(30)
     with psycopg.connect(url) as c:
         row = c.execute(
-            "SELECT count(*) FILTER (WHERE processed_at IS NULL), (SELECT count(*) FROM jobs)"
+            "SELECT count(*) FILTER (WHERE processed_at IS NULL), (SELECT count(*) FROM jobs_all)"
             " FROM outbox_events"
         ).fetchone()
     if row != (0, n):

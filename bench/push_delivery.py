@@ -92,7 +92,7 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS i
 """
 PROGRESS: LiteralString = """
 SELECT count(*), count(*) FILTER (WHERE status IN ('pending', 'retrying', 'leased'))
-FROM jobs WHERE queue = 'reminders'
+FROM jobs_all WHERE queue = 'reminders'
 """
 RECEIPTS_TABLE: LiteralString = """
 CREATE TABLE IF NOT EXISTS bench_receipts (at float8 NOT NULL, token text NOT NULL, key text)
@@ -114,7 +114,7 @@ WITH r AS (
            e.effect_key IS NULL AS unrecorded
     FROM bench_receipts AS r
     LEFT JOIN job_effects AS e ON e.effect_key = r.key
-    LEFT JOIN jobs AS j ON j.id = e.job_id
+    LEFT JOIN jobs_all AS j ON j.id = e.job_id
 )
 SELECT count(*), min(at), max(at),
        percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY nominal), max(nominal),
@@ -127,7 +127,7 @@ RECEIPT_DUPLICATES: LiteralString = """
 SELECT count(*) FROM (SELECT 1 FROM bench_receipts GROUP BY token, key HAVING count(*) > 1) AS d
 """
 JOB_DUPLICATES: LiteralString = """
-SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = 'reminders'
+SELECT count(*) FROM (SELECT 1 FROM jobs_all WHERE queue = 'reminders'
     GROUP BY payload -> 'tockwork_schedule' ->> 'id',
              payload -> 'tockwork_schedule' ->> 'occurrence'
     HAVING count(*) > 1) AS d
@@ -137,18 +137,18 @@ SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue = 'reminders'
 STARTS: LiteralString = """
 SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
            ORDER BY extract(epoch FROM a.started_at - j.run_at)::float8)
-FROM job_attempts AS a JOIN jobs AS j ON j.id = a.job_id
+FROM job_attempts AS a JOIN jobs_all AS j ON j.id = a.job_id
 WHERE a.attempt = 1 AND j.queue = 'reminders'
 """
 STATUSES: LiteralString = (
-    "SELECT status, count(*) FROM jobs WHERE queue = 'reminders' GROUP BY 1 ORDER BY 1"
+    "SELECT status, count(*) FROM jobs_all WHERE queue = 'reminders' GROUP BY 1 ORDER BY 1"
 )
 ATTEMPTS: LiteralString = (
     "SELECT outcome, count(*) FROM job_attempts WHERE queue = 'reminders' GROUP BY 1 ORDER BY 1"
 )
 ONE_SENT: LiteralString = """
 SELECT j.payload -> 'tockwork_schedule' ->> 'id', j.payload -> 'tockwork_schedule' ->> 'occurrence'
-FROM job_effects AS e JOIN jobs AS j ON j.id = e.job_id WHERE e.effect_key = %(key)s
+FROM job_effects AS e JOIN jobs_all AS j ON j.id = e.job_id WHERE e.effect_key = %(key)s
 """
 SERVER: LiteralString = (
     "SELECT current_setting('server_version'), current_setting('fsync'), "

@@ -86,7 +86,7 @@ SET status = 'succeeded', completed_at = now(),
     locked_at = NULL, locked_by = NULL, locked_until = NULL
 WHERE id = ANY(%(ids)s::bigint[])
 """
-RESET: LiteralString = "TRUNCATE jobs, job_attempts RESTART IDENTITY"
+RESET: LiteralString = "TRUNCATE jobs, job_history, job_attempts RESTART IDENTITY"
 CHANNEL_RT: LiteralString = "LISTEN tockwork_bench_rt"
 NOTIFY_RT: LiteralString = "SELECT pg_notify('tockwork_bench_rt', %s)"
 
@@ -155,7 +155,7 @@ def counts(url: str) -> tuple[int, int, int]:
     """(jobs, succeeded jobs, job_attempts rows)."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'succeeded') FROM jobs"
+            "SELECT count(*), count(*) FILTER (WHERE status = 'succeeded') FROM jobs_all"
         ).fetchone()
         att = conn.execute("SELECT count(*) FROM job_attempts").fetchone()
     assert row is not None and att is not None

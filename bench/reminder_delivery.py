@@ -92,24 +92,25 @@ METER_LEAD = 8.0  # seconds before T at which a herd's write figures begin (vacu
 # -- SQL (the bench's own: progress, figures, and the raw pipeline) ------------------------------
 
 RESET: LiteralString = (
-    "TRUNCATE schedules, schedule_skips, jobs, job_attempts, job_effects, simulated_pushes"
+    "TRUNCATE schedules, schedule_skips, jobs, job_history, job_attempts, job_effects,"
+    " simulated_pushes"
     " RESTART IDENTITY"
 )
 VACUUM: LiteralString = (
     "VACUUM ANALYZE schedules, jobs, job_attempts, job_effects, simulated_pushes"
 )
 CHECKPOINT: LiteralString = "CHECKPOINT"
-MAX_JOB_ID: LiteralString = "SELECT coalesce(max(id), 0) FROM jobs"
+MAX_JOB_ID: LiteralString = "SELECT coalesce(max(id), 0) FROM jobs_all"
 PUSHES_INSERTED: LiteralString = (
     "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables WHERE relname = 'simulated_pushes'"
 )
-COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs"
+COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs_all"
 COUNT_DELIVERED: LiteralString = "SELECT count(*) FROM simulated_pushes"
 COUNT_DONE: LiteralString = """
 SELECT (SELECT count(*) FROM simulated_pushes),
-       NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'retrying', 'leased'))
+       NOT EXISTS (SELECT 1 FROM jobs_all WHERE status IN ('pending', 'retrying', 'leased'))
 """
-STATUSES: LiteralString = "SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
+STATUSES: LiteralString = "SELECT status, count(*) FROM jobs_all GROUP BY 1 ORDER BY 1"
 DELIVERY_SPAN: LiteralString = """
 SELECT count(*), min(delivered_at), max(delivered_at) FROM simulated_pushes
 """
@@ -128,13 +129,13 @@ SELECT percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (
        max(extract(epoch FROM p.delivered_at - j.run_at)::float8) FILTER (WHERE j.attempts = 1)
 FROM simulated_pushes AS p
 JOIN job_effects AS e ON e.effect_key = p.effect_key
-JOIN jobs AS j ON j.id = e.job_id
+JOIN jobs_all AS j ON j.id = e.job_id
 CROSS JOIN LATERAL (SELECT coalesce(p.occurrence_at,
                                     (j.payload -> 'tockwork_schedule' ->> 'at')::timestamptz)
                     AS at) AS o
 """
 DUPLICATES: LiteralString = """
-SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs_all
             GROUP BY payload -> 'tockwork_schedule' ->> 'id',
                      payload -> 'tockwork_schedule' ->> 'occurrence'
             HAVING count(*) > 1) AS d),
@@ -151,11 +152,28 @@ SELECT j.id, extract(epoch FROM j.run_at - %(due)s)::float8,
        extract(epoch FROM p.delivered_at - %(due)s)::float8
 FROM simulated_pushes AS p
 JOIN job_effects AS e ON e.effect_key = p.effect_key
-JOIN jobs AS j ON j.id = e.job_id
+JOIN jobs_all AS j ON j.id = e.job_id
 JOIN job_attempts AS a ON a.job_id = j.id AND a.attempt = 1
 WHERE j.attempts = 1
 """
 ATTEMPTS: LiteralString = "SELECT outcome, count(*) FROM job_attempts GROUP BY 1 ORDER BY 1"
+# The delivered herd left jobs for job_history (jobs 0021): back into jobs first.
+UNFINISH: LiteralString = """
+WITH back AS (
+    DELETE FROM job_history
+    RETURNING id, organization_id, queue, job_type, payload, idempotency_key, status, priority,
+              run_at, attempts, max_attempts, locked_at, locked_by, locked_until, lease_token,
+              last_error_code, last_error_summary, completed_at, created_at, claim_id,
+              started_token, unstarted_expiries, concurrency_key, trace_parent, trace_state,
+              unique_key, heartbeat_at, expires_at
+)
+INSERT INTO jobs (id, organization_id, queue, job_type, payload, idempotency_key, status,
+                  priority, run_at, attempts, max_attempts, locked_at, locked_by, locked_until,
+                  lease_token, last_error_code, last_error_summary, completed_at, created_at,
+                  claim_id, started_token, unstarted_expiries, concurrency_key, trace_parent,
+                  trace_state, unique_key, heartbeat_at, expires_at)
+SELECT * FROM back
+"""
 # Put the delivered herd back to pending for the raw pipeline: same rows, same indexes.
 REQUEUE: LiteralString = """
 UPDATE jobs SET status = 'pending', attempts = 0, locked_at = NULL, locked_by = NULL,
@@ -1148,6 +1166,7 @@ def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> Herd
     """The herd's jobs again, delivered by ``processes`` raw batched-SQL loops."""
     result = HerdResult(f"raw batched SQL x{processes}", n, 0)
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(UNFINISH)
         conn.execute(REQUEUE)
         conn.execute(RAW_TRUNCATE)
     meter = Meter(url)

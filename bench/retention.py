@@ -10,14 +10,17 @@ for everything (finished jobs, attempts, effect records, skips):
 * ``partitions``: the built-in maintenance as in production: ``tockwork.partitions``
   (:func:`scheduler.maintenance.ensure_partitions`, two days ahead) before each day, and
   ``tockwork.retention`` (:func:`scheduler.maintenance.retention`) after it, which drops the
-  expired days of the history tables whole;
+  expired days of the history tables whole; a finished job leaves ``jobs`` for ``job_history``
+  as it completes (jobs 0021);
 * ``delete``: the same retention without day partitions: every history row lands in the default
-  partition, a plain table, and retention deletes it in bounded batches: the DELETE retention of
-  the release before partitioning (the same statements, on the same table shape).
+  partition, a plain table, and retention deletes it in bounded batches, and finished jobs stay
+  in ``jobs`` until retention deletes them: the DELETE retention of the release before
+  partitioning (the same statements, on the same table shape).
 
-Each day writes, per reminder: a job (inserted pending and completed in bulk: one dead tuple per
-job as the completion leaves; the claim's update is not simulated), an attempt row, an effect
-record through the library's own statement (``jobs.effects.record_many``, batches of 1,000
+Each day writes, per reminder: a job (inserted pending and completed in bulk: in ``partitions``
+mode moved to ``job_history`` as the completion does, in ``delete`` mode updated to succeeded
+in ``jobs`` as completions did before; the claim's update is not simulated), an attempt row,
+an effect record through the library's own statement (``jobs.effects.record_many``, batches of 1,000
 keys: NOT EXISTS over every day partition and the midnight guard row included), and one skip
 per ten reminders. After the day: the retention (timed), the dead tuples it left, a VACUUM of
 the four tables (timed: the work autovacuum must do to keep up, run here so that it is measured
@@ -76,6 +79,18 @@ COMPLETE_JOBS: LiteralString = """
 UPDATE jobs SET status = 'succeeded', completed_at = run_at + interval '2 seconds'
 WHERE queue = 'reminders' AND status = 'pending'
 """
+# What job_complete does to a job that succeeds since jobs 0021: out of jobs, into job_history.
+MOVE_JOBS: LiteralString = """
+WITH ended AS (
+    DELETE FROM jobs WHERE queue = 'reminders' AND status = 'pending'
+    RETURNING id, organization_id, queue, job_type, payload, idempotency_key, 'succeeded'::text,
+              priority, run_at, attempts, max_attempts, locked_at, locked_by, locked_until,
+              lease_token, last_error_code, last_error_summary, run_at + interval '2 seconds',
+              created_at, claim_id, started_token, unstarted_expiries, concurrency_key,
+              trace_parent, trace_state, unique_key, heartbeat_at, expires_at
+)
+INSERT INTO job_history SELECT * FROM ended
+"""
 FILL_ATTEMPTS: LiteralString = """
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
                           outcome, duration_ms)
@@ -99,7 +114,7 @@ RESET_BACKLOG: LiteralString = """
 UPDATE jobs SET status = 'pending', attempts = 0, completed_at = NULL
 WHERE queue = 'live' AND status <> 'pending'
 """
-TABLES = ("jobs", "job_attempts", "job_effects", "schedule_skips")
+TABLES = ("jobs", "job_history", "job_attempts", "job_effects", "schedule_skips")
 # Sizes and dead tuples of a table and its partitions (all of them, the default one included).
 # (pg_partition_tree lists nothing for a plain table: jobs.)
 STATS: LiteralString = """
@@ -122,7 +137,9 @@ HAS_AUTOVACUUM_TIME: LiteralString = """
 SELECT count(*) FROM pg_attribute
 WHERE attrelid = 'pg_stat_user_tables'::regclass AND attname = 'total_autovacuum_time'
 """
-VACUUM: LiteralString = "VACUUM (ANALYZE) jobs, job_attempts, job_effects, schedule_skips"
+VACUUM: LiteralString = (
+    "VACUUM (ANALYZE) jobs, job_history, job_attempts, job_effects, schedule_skips"
+)
 
 
 @dataclass
@@ -157,7 +174,7 @@ def sizes(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def write_day(conn: psycopg.Connection[Any], day: datetime, n: int, base: int) -> float:
+def write_day(conn: psycopg.Connection[Any], day: datetime, n: int, base: int, move: bool) -> float:
     """The day's reminders; the effect records' rate (records per second)."""
     for lo in range(0, n, FILL_CHUNK):
         params = {
@@ -170,7 +187,7 @@ def write_day(conn: psycopg.Connection[Any], day: datetime, n: int, base: int) -
         conn.execute(FILL_JOBS, {**params, "start": lo, "stop": min(n, lo + FILL_CHUNK)})
         conn.execute(FILL_ATTEMPTS, params)
         conn.execute(FILL_SKIPS, params)
-    conn.execute(COMPLETE_JOBS)
+    conn.execute(MOVE_JOBS if move else COMPLETE_JOBS)
     started = time.perf_counter()
     for lo in range(0, n, RECORD_BATCH):
         keys = [f"push:{base + i}" for i in range(lo, min(n, lo + RECORD_BATCH))]
@@ -184,6 +201,7 @@ def cycles(url: str, at: datetime, n: int) -> tuple[list[float], list[float]]:
     """``n`` claims of 10 from the live backlog, each completed; the latencies (ms)."""
     claim_ms: list[float] = []
     complete_ms: list[float] = []
+    done = 0
     with psycopg.connect(url, autocommit=True) as conn:
         store = PgJobStore(conn)
         for _ in range(n):
@@ -194,7 +212,10 @@ def cycles(url: str, at: datetime, n: int) -> tuple[list[float], list[float]]:
             t2 = time.perf_counter()
             claim_ms.append((t1 - t0) * 1000)
             complete_ms.append((t2 - t1) * 1000)
+            done += len(claimed)
         conn.execute(RESET_BACKLOG)
+        # The completed ones left jobs (job_history): as many new ones keep the backlog's size.
+        conn.execute(FILL_BACKLOG, {"at": START, "n": done})
     return claim_ms, complete_ms
 
 
@@ -211,7 +232,7 @@ def simulate_day(
     day = START + timedelta(days=d)
     if mode == "partitions":
         maintenance.ensure_partitions(conn, ahead_days=2, now=day)
-    rate = write_day(conn, day, args.per_day, d * args.per_day)
+    rate = write_day(conn, day, args.per_day, d * args.per_day, mode == "partitions")
     # The retention job's time (tockwork.retention runs at 03:17 UTC).
     after = day + timedelta(days=1, hours=3, minutes=17)
     av_before = dict(conn.execute(AUTOVACUUM_TIME).fetchall()) if has_av else {}
@@ -309,7 +330,10 @@ def main() -> int:
     last = {mode: days[-1] for mode, days in results.items()}
     p, d = last["partitions"], last["delete"]
     print()
-    print(f"last day, partitions / delete: history MB {p.history_mb / max(d.history_mb, 1e-9):.2f}"
+    both = (p.jobs_mb + p.history_mb) / max(d.jobs_mb + d.history_mb, 1e-9)
+    print(f"last day, partitions / delete: jobs MB {p.jobs_mb / max(d.jobs_mb, 1e-9):.2f}"
+          f", jobs + history MB {both:.2f} (finished jobs are history with partitions)"
+          f", history MB {p.history_mb / max(d.history_mb, 1e-9):.2f}"
           f", history dead tuples {p.dead:,} / {d.dead:,}"
           f", retention + vacuum s {(p.retention_s + p.vacuum_s):.2f}"
           f" / {(d.retention_s + d.vacuum_s):.2f}"
@@ -317,7 +341,8 @@ def main() -> int:
     settled = [day for day in results["partitions"] if day.day >= args.retention_days + 1]
     if len(settled) >= 2:
         print(f"partitions from day {args.retention_days + 1}: history MB max/min"
-              f" {spread([x.history_mb for x in settled]):.2f}, claim p50 max/min"
+              f" {spread([x.history_mb for x in settled]):.2f}, jobs MB max/min"
+              f" {spread([x.jobs_mb for x in settled]):.2f}, claim p50 max/min"
               f" {spread([x.claim_p50 for x in settled]):.2f}")  # fmt: skip
     return 0
 

@@ -96,7 +96,9 @@ RESULT_TIMEOUT = 3600.0
 
 # -- SQL ----------------------------------------------------------------------------------------
 
-RESET: LiteralString = "TRUNCATE schedules, schedule_skips, jobs, job_attempts RESTART IDENTITY"
+RESET: LiteralString = (
+    "TRUNCATE schedules, schedule_skips, jobs, job_history, job_attempts RESTART IDENTITY"
+)
 
 # The columns and values create_schedule writes (scheduler/sql/queries.sql: insert_schedule) for a
 # reminder: subject = the user, no key, catch-up 'latest' with the default grace, no quiet hours,
@@ -167,16 +169,16 @@ FROM due AS d LEFT JOIN ins ON ins.id = d.job_id
 WHERE s.id = d.id
 """
 
-COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs"
+COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs_all"
 DUPLICATE_KEYS: LiteralString = """
 SELECT count(*) FROM (
-    SELECT 1 FROM jobs WHERE idempotency_key IS NOT NULL
+    SELECT 1 FROM jobs_all WHERE idempotency_key IS NOT NULL
     GROUP BY organization_id, job_type, idempotency_key HAVING count(*) > 1
 ) AS d
 """
 DUPLICATE_OCCURRENCES: LiteralString = """
 SELECT count(*) FROM (
-    SELECT 1 FROM jobs
+    SELECT 1 FROM jobs_all
     GROUP BY payload -> 'tockwork_schedule' ->> 'id',
              payload -> 'tockwork_schedule' ->> 'occurrence'
     HAVING count(*) > 1
@@ -190,7 +192,7 @@ SELECT width_bucket(
            extract(epoch FROM run_at - (payload -> 'tockwork_schedule' ->> 'at')::timestamptz),
            0, %(jitter)s, %(buckets)s) AS bucket,
        count(*)
-FROM jobs GROUP BY bucket ORDER BY bucket
+FROM jobs_all GROUP BY bucket ORDER BY bucket
 """
 
 

@@ -438,7 +438,7 @@ def register(url: str, receiver: Receiver) -> str:
 
 def reset(url: str) -> None:
     with psycopg.connect(url) as conn:
-        conn.execute("DELETE FROM jobs")
+        conn.execute("TRUNCATE jobs, job_history")
         conn.execute("DELETE FROM outbox_events")
         conn.execute("DELETE FROM webhook_attempts")
 

@@ -126,6 +126,10 @@ def _requeue(
     params["now"] = validate.aware(now, "now")
     # First, so that the caller's transaction is open before the savepoint (on an idle
     # connection, conn.transaction() would begin and commit a transaction of its own).
+    # Cancelled and expired jobs have left jobs for job_history (jobs 0021): the selected ones
+    # come back first, as they were, and are then requeued like the others.
+    if set(params["statuses"]) & {JobStatus.CANCELLED, JobStatus.EXPIRED}:
+        yield query("job_history_restore"), params
     locked = [row[0] for row in (yield query("job_requeue_lock"), params)]
     if not locked:
         return Requeued()

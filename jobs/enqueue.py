@@ -33,7 +33,7 @@ A batch travels as a :class:`JobColumns`: validated jobs as parallel lists, one 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import repeat
@@ -279,11 +279,39 @@ def _enqueue_steps(params: Mapping[str, Any]) -> Steps[Enqueued]:
     for _ in range(_CONFLICT_ROUNDS):
         rows = yield _insert_query(params), params
         if rows:
+            if params["idempotency_key"] is None:
+                return Enqueued(id=rows[0][0], created=True)
+            # The key may be held by a finished job (see _settle_keys_steps).
+            held = yield query("job_history_settle_key"), {**params, "id": rows[0][0]}
+            if held:
+                return Enqueued(id=held[0][0], created=False)
             return Enqueued(id=rows[0][0], created=True)
         rows = yield _lookup_query(params), params
         if rows:
             return Enqueued(id=rows[0][0], created=False)
     raise JobsError(f"idempotency key {params['idempotency_key']!r} kept changing hands")
+
+
+def _settle_keys_steps(
+    ids: Sequence[int | None],
+    organization_ids: Sequence[Any],
+    job_types: Sequence[str | None],
+    keys: Sequence[str | None],
+) -> Steps[dict[int, int]]:
+    """After keyed rows were inserted (``ids``; None for a row that was not), in a statement of
+    its own: the rows whose key a finished job holds in ``job_history`` are deleted again, and
+    ``{index: holder id}`` comes back for each key held there (index from 0).
+
+    The unique index of ``jobs`` no longer sees the keys of finished jobs, and an insert that
+    waited on a completion moving its key's holder to ``job_history`` goes on once the
+    completion commits; only a later statement (a newer snapshot under READ COMMITTED) sees
+    the holder there, so the check cannot be part of the insert."""
+    rows = yield (
+        query("job_history_settle_keys"),
+        {"ids": list(ids), "organization_ids": list(organization_ids),
+         "job_types": list(job_types), "idempotency_keys": list(keys)},
+    )  # fmt: skip
+    return {int(ordinal) - 1: holder for ordinal, holder in rows}
 
 
 def _lookup_query(params: Mapping[str, Any]) -> LiteralString:
@@ -623,6 +651,25 @@ def _columns_steps(columns: JobColumns, now: datetime | None, early: bool) -> St
         yield copy
     elif _repeats_a_key(columns) or not (yield from _copied_unless_taken(copy)):
         return (yield from _insert_steps(ids, columns, run_ats, db_now, trace))
+    else:
+        keyed = [i for i, key in enumerate(columns.idempotency_keys) if key is not None]
+        held = yield from _settle_keys_steps(
+            [ids[i] for i in keyed],
+            [columns.organization_ids[i] for i in keyed],
+            [columns.job_types[i] for i in keyed],
+            [columns.idempotency_keys[i] for i in keyed],
+        )
+        if held:
+            results = [Enqueued(job_id, True) for job_id in ids]
+            for index, holder in held.items():
+                results[keyed[index]] = Enqueued(holder, False)
+            if not early:
+                yield from _wake_steps(
+                    [q for q, r in zip(columns.queues, results, strict=True) if r.created],
+                    [at for at, r in zip(run_ats, results, strict=True) if r.created],
+                    db_now,
+                )
+            return results
     if not early:
         yield from _wake_steps(columns.queues, run_ats, db_now)
     return [Enqueued(job_id, True) for job_id in ids]
@@ -797,6 +844,19 @@ def _insert_steps(
     results: list[Enqueued | None] = [
         Enqueued(job_id, True) if job_id in created else None for job_id in ids
     ]
+    keyed = [i for i, key in enumerate(columns.idempotency_keys) if key is not None]
+    if keyed:
+        # The keys finished jobs hold (job_history): a row inserted under one is deleted again,
+        # a row that hit one in jobs finds its holder there if it moved meanwhile.
+        held = yield from _settle_keys_steps(
+            [ids[i] if ids[i] in created else None for i in keyed],
+            [columns.organization_ids[i] for i in keyed],
+            [columns.job_types[i] for i in keyed],
+            [columns.idempotency_keys[i] for i in keyed],
+        )
+        for index, holder in held.items():
+            created.discard(ids[keyed[index]])
+            results[keyed[index]] = Enqueued(id=holder, created=False)
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
         holders = yield (

@@ -11,8 +11,9 @@ left to do.
   dead when the attempts are spent). Every worker's reaper runs one bounded batch per
   ``reap_interval``; ``scheduler.maintenance`` schedules a full pass every minute, which covers
   a fleet with no worker running.
-* :func:`clean` deletes what is finished and old: succeeded and cancelled jobs, attempt
-  history, effect records and processed outbox events. Dead jobs and dead events wait for a
+* :func:`clean` deletes what is finished and old: finished jobs (``job_history``, and those
+  that finished in ``jobs`` before migration 0021), attempt history, effect records and
+  processed outbox events. Dead jobs and dead events wait for a
   person unless ``dead_retention`` is set. The history tables are partitioned by day
   (:mod:`jobs.partitions`): their expired days are dropped whole, and only their default
   partition (days that had no partition, history from before the partitioning) is deleted by
@@ -250,7 +251,9 @@ def clean(
     (default: the database clock of each batch). ``conn`` must not be inside a transaction
     (each batch commits). Attempts and effects: the day partitions that ended before their
     retention are dropped (their rows counted), then the default partition is deleted from in
-    batches (:mod:`jobs.partitions`).
+    batches (:mod:`jobs.partitions`); so are finished jobs (``job_history``, kind ``jobs``, after
+    ``finished_retention``), and what finished in ``jobs`` before migration 0021 is deleted there
+    by batches.
     """
     config = config or RetentionConfig()
     dead = config.dead_retention
@@ -263,6 +266,7 @@ def clean(
                 "dead_age": None if dead is None else dead.total_seconds(),
             },
         ),
+        ("jobs", "job_history_delete_before", {"age": config.finished_retention.total_seconds()}),
         (
             "attempts",
             "job_attempt_delete_before",
@@ -276,6 +280,9 @@ def clean(
         ),
     ]
     dropped = {
+        "jobs": partitions.drop_partitions(
+            conn, partitions.FINISHED, keep=config.finished_retention, now=now, on_batch=on_batch
+        ),
         "attempts": partitions.drop_partitions(
             conn, partitions.ATTEMPTS, keep=config.attempt_retention, now=now, on_batch=on_batch
         ),
@@ -283,11 +290,11 @@ def clean(
             conn, partitions.EFFECTS, keep=config.effect_retention, now=now, on_batch=on_batch
         ),
     }
-    counts = {
-        kind: dropped.get(kind, 0)
-        + _delete(conn, kind, name, {**params, "now": now}, config.batch_size, on_batch)
-        for kind, name, params in tasks
-    }
+    counts: dict[str, int] = dict(dropped)
+    for kind, name, params in tasks:
+        counts[kind] = counts.get(kind, 0) + _delete(
+            conn, kind, name, {**params, "now": now}, config.batch_size, on_batch
+        )
     log.debug("queue retention: deleted %s", counts)
     return counts
 
@@ -299,7 +306,8 @@ def ensure_partitions(
     now: datetime | None = None,
     on_batch: BatchSignal | None = None,
 ) -> dict[str, int]:
-    """Create the day partitions of ``job_attempts`` and ``job_effects`` from today (UTC) to
+    """Create the day partitions of ``job_attempts``, ``job_effects`` and ``job_history`` from
+    today (UTC) to
     ``ahead_days`` ahead (:func:`jobs.partitions.ensure_partitions`); the days created per
     table. ``conn`` must not be inside a transaction (each day commits)."""
     return {

@@ -1,6 +1,7 @@
 """History in time partitions: one partition per UTC day, created ahead, dropped whole.
 
-The history tables (``job_attempts``, ``job_effects``, and the scheduler's ``schedule_skips``)
+The history tables (``job_attempts``, ``job_effects``, ``job_history`` (the finished jobs, jobs
+0021), and the scheduler's ``schedule_skips``)
 are append-only and kept for a fixed age. Deleting a day of them row by row (a million rows a
 day at a million reminders) leaves as many dead tuples for vacuum to clean, index entries to
 prune and WAL to write; dropping the day's partition frees it at once, with none of that. So
@@ -72,7 +73,8 @@ class History:
 
 ATTEMPTS = History("job_attempts", "finished_at", "timestamptz")
 EFFECTS = History("job_effects", "recorded_on", "date")
-TABLES = (ATTEMPTS, EFFECTS)
+FINISHED = History("job_history", "completed_at", "timestamptz")
+TABLES = (ATTEMPTS, EFFECTS, FINISHED)
 """The jobs component's partitioned history (the scheduler declares ``schedule_skips``)."""
 
 _DAY = re.compile(r"_p(\d{8})$")

@@ -117,6 +117,79 @@ CREATE INDEX jobs_finished_idx ON jobs USING brin (completed_at)
 CREATE UNIQUE INDEX jobs_idempotency_uq ON jobs (organization_id, job_type, idempotency_key)
     NULLS NOT DISTINCT WHERE idempotency_key IS NOT NULL;
 
+-- Finished jobs (migration 0021): a job that succeeds, is cancelled or expires leaves jobs in
+-- the statement that ends it (DELETE ... RETURNING feeding an INSERT here), so jobs holds only
+-- live work (pending, retrying, leased) and dead letters, and stays small however many jobs a
+-- day finish. The job's columns, as they were in jobs (a finished job reads as before, through
+-- jobs_all). Partitioned by day (UTC) of completed_at like job_attempts (jobs.partitions):
+-- retention drops whole days. Idempotency keys stay taken here until then: an enqueue looks
+-- them up in a later statement of its transaction (job_history_settle_keys), since the unique
+-- index of jobs no longer sees them. No primary key (it would have to include completed_at).
+CREATE TABLE job_history (
+    id bigint NOT NULL,
+    organization_id uuid,
+    queue text NOT NULL,
+    job_type text NOT NULL,
+    payload jsonb NOT NULL,
+    idempotency_key text,
+    status text NOT NULL,
+    priority integer NOT NULL,
+    run_at timestamptz NOT NULL,
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL,
+    locked_at timestamptz,
+    locked_by text,
+    locked_until timestamptz,
+    lease_token bigint NOT NULL,
+    last_error_code text,
+    last_error_summary text,
+    completed_at timestamptz NOT NULL,
+    created_at timestamptz NOT NULL,
+    claim_id uuid,
+    started_token bigint,
+    unstarted_expiries smallint NOT NULL,
+    concurrency_key text,
+    trace_parent text,
+    trace_state text,
+    unique_key text,
+    heartbeat_at timestamptz,
+    expires_at timestamptz,
+    CONSTRAINT job_history_status_check CHECK (status IN ('succeeded', 'cancelled', 'expired'))
+) PARTITION BY RANGE (completed_at);
+
+-- A job by id (the API, the CLI, the dashboard's job page and its newest-first pages).
+CREATE INDEX job_history_id_idx ON job_history (id);
+-- The idempotency check of an enqueue; type and key lead, so a lookup that compares the
+-- organization with IS NOT DISTINCT FROM probes it by prefix (and a schedule's keys by range).
+CREATE INDEX job_history_key_idx ON job_history (job_type, idempotency_key, organization_id)
+    WHERE idempotency_key IS NOT NULL;
+-- The dashboard's error code filter, newest first (as jobs_error_code_idx in jobs); only the
+-- jobs that carry a code (retried before they ended, or cancelled with a reason).
+CREATE INDEX job_history_error_code_idx ON job_history (last_error_code, id)
+    WHERE last_error_code IS NOT NULL;
+-- Retention of the default partition (rows are written in completion order).
+CREATE INDEX job_history_completed_idx ON job_history USING brin (completed_at);
+
+CREATE TABLE job_history_default PARTITION OF job_history DEFAULT
+    WITH (autovacuum_vacuum_insert_scale_factor = 0.05);
+
+-- Every job, live or finished: what readers that show any job read (job_get, job_list, the
+-- dashboard's pages). The claim, the completions and the maintenance read jobs itself.
+CREATE VIEW jobs_all AS
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
+       attempts, max_attempts, locked_at, locked_by, locked_until, lease_token, last_error_code,
+       last_error_summary, completed_at, created_at, claim_id, started_token,
+       unstarted_expiries, concurrency_key, trace_parent, trace_state, unique_key, heartbeat_at,
+       expires_at
+FROM jobs
+UNION ALL
+SELECT id, organization_id, queue, job_type, payload, idempotency_key, status, priority, run_at,
+       attempts, max_attempts, locked_at, locked_by, locked_until, lease_token, last_error_code,
+       last_error_summary, completed_at, created_at, claim_id, started_token,
+       unstarted_expiries, concurrency_key, trace_parent, trace_state, unique_key, heartbeat_at,
+       expires_at
+FROM job_history;
+
 -- A queue's claim policy (migration 0008), read by every worker so that all of them agree:
 -- fair = round robin across the organizations with ready work; concurrency_per_key = at most
 -- that many leased jobs per jobs.concurrency_key in the queue. A queue without a row is claimed

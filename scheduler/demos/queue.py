@@ -176,7 +176,7 @@ def main() -> int:
 
 def _report(conn: psycopg.Connection[Any], url: str, worker: jobs.Worker, elapsed: float) -> None:
     rows = conn.execute(
-        "SELECT queue, status, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1, 2"
+        "SELECT queue, status, count(*) FROM jobs_all GROUP BY 1, 2 ORDER BY 1, 2"
     ).fetchall()
     print("\nfinal status by queue:")
     for queue, status, n in rows:

@@ -167,7 +167,7 @@ def _counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
         " count(*) FILTER (WHERE status = 'retrying'),"
         " count(*) FILTER (WHERE status = 'dead'),"
         " count(*) FILTER (WHERE status = 'succeeded')"
-        " FROM jobs WHERE job_type = 'reminder'"
+        " FROM jobs_all WHERE job_type = 'reminder'"
     ).fetchone()
     assert row is not None
     return dict(zip(("enqueued", "open", "retrying", "dead", "done"), row, strict=True))
@@ -306,13 +306,13 @@ def _report(
     got = fake.summary()
     dup_jobs = conn.execute(
         "SELECT count(*) FROM (SELECT payload->'tockwork_schedule'->>'id',"
-        " payload->'tockwork_schedule'->>'occurrence' FROM jobs GROUP BY 1, 2"
+        " payload->'tockwork_schedule'->>'occurrence' FROM jobs_all GROUP BY 1, 2"
         " HAVING count(*) > 1) d"
     ).fetchone()
     rows = conn.execute(
         "SELECT extract(epoch FROM e.recorded_at - (j.payload->'tockwork_schedule'->>'at')"
         "::timestamptz), extract(epoch FROM e.recorded_at - j.run_at), j.attempts"
-        " FROM job_effects e JOIN jobs j ON j.id = e.job_id WHERE e.effect_key LIKE 'push.%'"
+        " FROM job_effects e JOIN jobs_all j ON j.id = e.job_id WHERE e.effect_key LIKE 'push.%'"
     ).fetchall()
     lateness = [float(r[0]) for r in rows]
     queue_delay = [float(r[1]) for r in rows if r[2] == 1]

@@ -1,4 +1,6 @@
--- The operator dashboard's read-only views (scheduler.dashboard). The dashboard is the
+-- The operator dashboard's read-only views (scheduler.dashboard). Pages that may show a
+-- finished job read jobs_all (jobs and job_history, jobs migration 0021); those of live work and
+-- dead letters read jobs. The dashboard is the
 -- composition root's operator view over every component, so these queries read the queue's
 -- tables too (tests/unit/test_layering.py lists them as known exceptions); every write goes
 -- through the owning package's API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead,
@@ -45,7 +47,7 @@ SELECT set_config('statement_timeout', %(timeout)s, true);
 -- name: dashboard_job_page
 -- One keyset page of jobs, newest id first: ids below %(before)s.
 SELECT {{dashboard_job_row}}
-FROM jobs
+FROM jobs_all
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
   {{dashboard_job_filter}}
 ORDER BY id DESC
@@ -57,7 +59,7 @@ LIMIT %(limit)s;
 -- a filter that matches nothing costs one window, not the whole table. Fewer than a page of
 -- matches in the window: the next page goes on below %(floor)s.
 SELECT {{dashboard_job_row}}
-FROM jobs
+FROM jobs_all
 WHERE id >= %(floor)s
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
   {{dashboard_job_filter}}
@@ -76,7 +78,7 @@ LIMIT 2;
 
 -- name: dashboard_job_error_code_floor
 -- The same for an error code with other filters, on jobs_error_code_idx (code, id).
-SELECT id FROM jobs
+SELECT id FROM jobs_all
 WHERE last_error_code = %(error_code)s AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 OFFSET %(skip)s
@@ -85,7 +87,7 @@ LIMIT 2;
 -- name: dashboard_job_id_bounds
 -- The lowest and highest job ids (two probes of the primary key): where a bounded scan starts
 -- and whether anything is left below it.
-SELECT min(id), max(id) FROM jobs;
+SELECT min(id), max(id) FROM jobs_all;
 
 -- name: dashboard_job_page_indexed
 -- The same page when every status asked for has a partial index (pending, retrying, leased,
@@ -117,7 +119,7 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs
 -- How many jobs match, counted up to 10,001 (shown as "10,000+").
 SELECT count(*) FROM (
     SELECT 1
-    FROM jobs
+    FROM jobs_all
     WHERE true
       {{dashboard_job_filter}}
     LIMIT 10001
@@ -132,7 +134,7 @@ SELECT count(*) FROM (
 -- at 10M jobs, against 50 ms through the code's index).
 SELECT count(*) FROM (
     SELECT 1
-    FROM jobs
+    FROM jobs_all
     WHERE last_error_code = %(error_code)s
       AND (%(statuses)s::text[] IS NULL OR (status || '') = ANY(%(statuses)s::text[]))
       {{dashboard_job_other_filters}}
@@ -318,7 +320,7 @@ SELECT r.queue, m.kind,
        (SELECT count(*) FROM recent) AS counted,
        (SELECT min(finished_at) FROM recent) AS since
 FROM recent AS r
-JOIN jobs AS j ON j.id = r.job_id
+JOIN jobs_all AS j ON j.id = r.job_id
 CROSS JOIN LATERAL (
     VALUES ('start', extract(epoch FROM r.started_at - j.run_at)::float8),
            ('nominal', extract(epoch FROM r.started_at
@@ -336,7 +338,7 @@ SELECT id, payload -> 'tockwork_schedule' ->> 'occurrence' AS occurrence,
        extract(epoch FROM run_at - (payload -> 'tockwork_schedule' ->> 'at')::timestamptz)::float8
            AS jitter_s,
        status
-FROM jobs
+FROM jobs_all
 WHERE organization_id IS NOT DISTINCT FROM %(organization_id)s::uuid
   AND job_type = %(job_type)s
   AND idempotency_key >= %(prefix)s AND idempotency_key < %(prefix_end)s

@@ -91,7 +91,7 @@ def test_every_worker_serves_the_maintenance_queue_unless_told_not_to(db_url: st
         _, err = _until(
             conn,
             start_tockwork(db_url, "worker", *app, "--poll", "0.05"),
-            "SELECT bool_and(status = 'succeeded') FROM jobs "
+            "SELECT bool_and(status = 'succeeded') FROM jobs_all "
             "WHERE job_type = 'tockwork.attempt_rollup'",
         )
         assert "queues other=1, tockwork.maintenance=1," in err

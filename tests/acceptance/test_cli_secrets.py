@@ -135,16 +135,16 @@ def test_no_planted_secret_is_ever_printed(db_url: str, tmp_path: Path) -> None:
         ] + [(" ".join(args), tockwork.start(*args)) for args in services]  # fmt: skip
         heads = {name: tockwork.read_until_started(proc) for name, proc in started[2:]}
         try:
-            wait_for(conn, "SELECT bool_and(status = 'dead') FROM jobs WHERE job_type = 'leak'")
+            wait_for(conn, "SELECT bool_and(status = 'dead') FROM jobs_all WHERE job_type = 'leak'")
         finally:
             for _name, proc in started:
                 proc.send_signal(signal.SIGTERM)
             for name, proc in started:
                 tockwork.stop(proc, name, heads.get(name, ""))
         stored = conn.execute(
-            "SELECT string_agg(coalesce(last_error_summary, ''), ' ') FROM jobs"
+            "SELECT string_agg(coalesce(last_error_summary, ''), ' ') FROM jobs_all"
         ).fetchone()
-        (job_id,) = conn.execute("SELECT min(id) FROM jobs").fetchone() or (None,)
+        (job_id,) = conn.execute("SELECT min(id) FROM jobs_all").fetchone() or (None,)
     tockwork.outputs.append(("jobs.last_error_summary (stored)", str(stored)))
     assert "webhook refused" in tockwork.outputs[-1][1]  # the summary is there, masked
     tockwork.command("jobs", "dead")

@@ -65,6 +65,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("push_channel", ["--n", "200", "--rounds", "1"], {0, 1}, "(b) FcmChannel"),
     ("push_delivery", ["--quick"], {0, 1}, "ours / min(a, b)"),
     ("retention", ["--quick"], {0, 1}, "partitions / delete"),
+    ("completion_wal", ["--quick"], {0}, "WAL B/job"),
     (
         "webhooks",
         ["--facts", "200", "--paced", "50", "--rate", "100", "--slow-latency", "0.05"],

@@ -385,7 +385,7 @@ class Chaos:
     def hold_xmin(self) -> None:
         self.xmin_conn = psycopg.connect(self.url, application_name="chaos-xmin")
         self.xmin_conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        self.xmin_conn.execute("SELECT count(*) FROM jobs").fetchone()
+        self.xmin_conn.execute("SELECT count(*) FROM jobs_all").fetchone()
         self.xmin_since = time.monotonic()
 
     def release_xmin(self) -> None:
@@ -417,7 +417,7 @@ class Chaos:
         row = self.obs.run(
             lambda c: c.execute(
                 "SELECT clock_timestamp(),"
-                " (SELECT count(*) FROM jobs WHERE status IN ('pending', 'retrying')"
+                " (SELECT count(*) FROM jobs_all WHERE status IN ('pending', 'retrying')"
                 "  AND run_at <= now()),"
                 " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'),"
                 " (SELECT max(age(backend_xmin)) FROM pg_stat_activity)"
@@ -520,21 +520,21 @@ class Chaos:
         # SIGTERM the workers while they run a last burst: nothing may stay leased to them.
         self.burst("final", max(200, self.config.burst // 3))
         self._wait(
-            "SELECT count(*) >= 50 FROM chaos_runs r JOIN jobs j ON j.id = r.job_id"
+            "SELECT count(*) >= 50 FROM chaos_runs r JOIN jobs_all j ON j.id = r.job_id"
             " WHERE j.payload->>'burst' = 'final'",
             stopped,
             timeout=120,
         )
         names = self._stop(self.workers)
         self.leased_after_stop = int(
-            self.obs.one("SELECT count(*) FROM jobs WHERE locked_by = ANY(%s)", (names,))
+            self.obs.one("SELECT count(*) FROM jobs_all WHERE locked_by = ANY(%s)", (names,))
         )
 
         # Fresh workers drain everything (expired leases of killed workers included).
         for w in self.workers:
             w.start()
         self._wait(
-            "SELECT NOT EXISTS (SELECT FROM jobs WHERE status IN ('pending', 'retrying',"
+            "SELECT NOT EXISTS (SELECT FROM jobs_all WHERE status IN ('pending', 'retrying',"
             " 'leased')) AND NOT EXISTS (SELECT FROM outbox_events WHERE processed_at IS NULL"
             " AND dead_at IS NULL)",
             {"producer", *(f"scheduler{i}" for i in range(self.config.schedulers))},
@@ -612,7 +612,7 @@ def check_occurrences(conn: psycopg.Connection[Any], stopped_at: datetime) -> tu
         (row[0], row[1])
         for row in conn.execute(
             "SELECT (payload->'tockwork_schedule'->>'id')::bigint,"
-            " payload->'tockwork_schedule'->>'occurrence' FROM jobs"
+            " payload->'tockwork_schedule'->>'occurrence' FROM jobs_all"
             " WHERE job_type = 'chaos.tick'"
         )
     )
@@ -660,8 +660,8 @@ def check(
     r["schedules"] = conn.execute(
         "SELECT count(*) FROM schedules WHERE job_type = 'chaos.tick'"
     ).fetchone()[0]  # type: ignore[index]
-    r["jobs"] = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]  # type: ignore[index]
-    r["jobs_by_type"] = dict(conn.execute("SELECT job_type, count(*) FROM jobs GROUP BY 1"))
+    r["jobs"] = conn.execute("SELECT count(*) FROM jobs_all").fetchone()[0]  # type: ignore[index]
+    r["jobs_by_type"] = dict(conn.execute("SELECT job_type, count(*) FROM jobs_all GROUP BY 1"))
 
     # The producer: each committed order has one job, one event, one projected job.
     orders = {row[0] for row in conn.execute("SELECT id FROM chaos_orders")}
@@ -670,7 +670,7 @@ def check(
         per = Counter(
             int(row[0])
             for row in conn.execute(
-                "SELECT payload->>'order' FROM jobs WHERE job_type = %s", (job_type,)
+                "SELECT payload->>'order' FROM jobs_all WHERE job_type = %s", (job_type,)
             )
         )
         if set(per) != orders or any(n != 1 for n in per.values()):
@@ -695,7 +695,7 @@ def check(
         failures.append(f"outbox: {unprojected} events not processed")
 
     # Jobs: all succeeded, none leased; effects exactly once; no job dead without a run.
-    states = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1"))
+    states = dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1"))
     r["states"] = states
     if set(states) - {"succeeded", "dead"}:
         failures.append(f"jobs not finished after the drain: {states}")
@@ -704,7 +704,7 @@ def check(
     dead_no_run = [
         row[0]
         for row in conn.execute(
-            "SELECT id FROM jobs j WHERE status = 'dead'"
+            "SELECT id FROM jobs_all j WHERE status = 'dead'"
             " AND NOT EXISTS (SELECT FROM chaos_runs r WHERE r.job_id = j.id) ORDER BY id"
         )
     ]
@@ -725,7 +725,7 @@ def check(
     if twice:
         failures.append(f"effects made more than once: {twice}")
     no_effect = conn.execute(
-        "SELECT count(*) FROM jobs j WHERE status = 'succeeded'"
+        "SELECT count(*) FROM jobs_all j WHERE status = 'succeeded'"
         " AND NOT EXISTS (SELECT FROM chaos_effects e WHERE e.job_id = j.id)"
     ).fetchone()[0]  # type: ignore[index]
     if no_effect:
@@ -770,7 +770,7 @@ def check(
                     "SELECT extract(epoch FROM r.first - d.due)::float8 FROM"
                     " (SELECT id, CASE WHEN job_type = 'chaos.tick'"
                     "   THEN (payload->'tockwork_schedule'->>'at')::timestamptz"
-                    "   ELSE created_at END AS due FROM jobs WHERE job_type <> 'chaos.burst') d"
+                    "   ELSE created_at END AS due FROM jobs_all WHERE job_type <> 'chaos.burst') d"
                     " JOIN (SELECT job_id, min(started_at) AS first FROM chaos_runs GROUP BY 1) r"
                     " ON r.job_id = d.id WHERE d.due >= %s AND d.due < %s",
                     (start, end),
@@ -781,7 +781,7 @@ def check(
         drain: dict[str, str] = {}
         for name, committed in bursts.items():
             row = conn.execute(
-                "SELECT count(*), max(completed_at) FROM jobs"
+                "SELECT count(*), max(completed_at) FROM jobs_all"
                 " WHERE job_type = 'chaos.burst' AND payload->>'burst' = %s",
                 (name,),
             ).fetchone()
@@ -795,7 +795,7 @@ def check(
 
 DUMPS = {
     "jobs": "SELECT id, job_type, queue, status, attempts, max_attempts, locked_by, created_at,"
-    " run_at, completed_at, last_error_code FROM jobs ORDER BY id",
+    " run_at, completed_at, last_error_code FROM jobs_all ORDER BY id",
     "job_attempts": "SELECT * FROM job_attempts ORDER BY id",
     "chaos_runs": "SELECT * FROM chaos_runs ORDER BY job_id, attempt",
 }

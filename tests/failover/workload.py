@@ -212,7 +212,7 @@ class Failover:
             for at in times:
                 row = conn.execute(
                     "SELECT extract(epoch FROM min(completed_at) - to_timestamp(%s))::float8"
-                    " FROM jobs WHERE completed_at > to_timestamp(%s)",
+                    " FROM jobs_all WHERE completed_at > to_timestamp(%s)",
                     (at, at),
                 ).fetchone()
                 into.append(float(row[0]) if row and row[0] is not None else float("nan"))

@@ -38,7 +38,7 @@ from tests.bad_inputs import (
 from tests.unit.test_bad_inputs import SPEC_BAD
 
 _FINGERPRINT = """
-SELECT (SELECT md5(coalesce(string_agg(j::text, ',' ORDER BY id), '')) FROM jobs j),
+SELECT (SELECT md5(coalesce(string_agg(j::text, ',' ORDER BY id), '')) FROM jobs_all j),
        (SELECT md5(coalesce(string_agg(s::text, ',' ORDER BY id), '')) FROM schedules s),
        (SELECT md5(coalesce(string_agg(k::text, ',' ORDER BY id), '')) FROM schedule_skips k)
 """

@@ -71,7 +71,7 @@ STARTED = re.compile(r"\b(started|serving /metrics|listening on)\b")
 
 DRAINED = """
 SELECT NOT EXISTS (
-    SELECT FROM jobs WHERE queue = ANY(%(queues)s::text[])
+    SELECT FROM jobs_all WHERE queue = ANY(%(queues)s::text[])
     AND (status = 'leased' OR (status IN ('pending', 'retrying') AND run_at <= now())))
 """
 

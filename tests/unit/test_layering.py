@@ -188,6 +188,9 @@ OWNERS: dict[str, frozenset[str]] = {
             "job_attempt_minutes",
             "job_effects",
             "job_effects_default",
+            "job_history",
+            "job_history_default",
+            "jobs_all",
             "job_rate_limits",
             "job_queue_policies",
             "outbox_events",
@@ -233,6 +236,8 @@ KNOWN_FOREIGN_TABLES = {
     # jobs API (jobs.requeue, jobs.cancel, jobs.outbox.retry_dead).
     ("scheduler/sql/dashboard.sql", "jobs"),
     ("scheduler/sql/dashboard.sql", "job_attempts"),
+    # Finished jobs (jobs 0021): the pages that may show one read the view of every job.
+    ("scheduler/sql/dashboard.sql", "jobs_all"),
     # The chart of the last hour reads the jobs component's per-minute rollup of attempts.
     ("scheduler/sql/dashboard.sql", "job_attempt_minutes"),
     ("scheduler/sql/dashboard.sql", "outbox_events"),

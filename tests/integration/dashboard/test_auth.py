@@ -163,7 +163,7 @@ def test_read_only_hides_and_refuses_actions(
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert client.post("/api/jobs/requeue", json={"ids": ids}, headers=bearer).status_code == 403
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT DISTINCT status FROM jobs").fetchall()
+        rows = conn.execute("SELECT DISTINCT status FROM jobs_all").fetchall()
         assert rows == [("dead",)]
         assert conn.execute("SELECT count(*) FROM dashboard_audit").fetchone() == (0,)
 
@@ -224,7 +224,7 @@ POSTS = [path for method, path in ROUTES if method == "POST"]
 
 def _untouched(db_url: str, dead: list[int], schedule_id: int) -> None:
     with psycopg.connect(db_url) as conn:
-        assert conn.execute("SELECT DISTINCT status FROM jobs").fetchall() == [("dead",)]
+        assert conn.execute("SELECT DISTINCT status FROM jobs_all").fetchall() == [("dead",)]
         assert conn.execute("SELECT count(*) FROM dashboard_audit").fetchone() == (0,)
         paused = conn.execute("SELECT paused FROM schedules WHERE id = %s", (schedule_id,))
         assert paused.fetchone() == (False,)

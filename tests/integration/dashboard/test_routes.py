@@ -28,7 +28,7 @@ XSS = "<script>alert('x')</script>"
 
 def status_of(db_url: str, ids: list[int]) -> list[str]:
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT status FROM jobs WHERE id = ANY(%s) ORDER BY id", [ids])
+        rows = conn.execute("SELECT status FROM jobs_all WHERE id = ANY(%s) ORDER BY id", [ids])
         return [r[0] for r in rows.fetchall()]
 
 

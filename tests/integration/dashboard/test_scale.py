@@ -33,7 +33,7 @@ def test_the_overview_shows_each_workers_heartbeat_age(db_url: str) -> None:
         assert a.heartbeat([(beat.id, beat.lease_token)], LEASE, T0 + timedelta(seconds=20)) == {
             beat.id
         }
-        row = conn.execute("SELECT heartbeat_at FROM jobs WHERE id = %s", (beat.id,)).fetchone()
+        row = conn.execute("SELECT heartbeat_at FROM jobs_all WHERE id = %s", (beat.id,)).fetchone()
         assert row == (T0 + timedelta(seconds=20),)
         # A heartbeat left by an earlier lease of the job never hides its fresh claim.
         conn.execute(
@@ -106,7 +106,7 @@ def test_error_code_and_organization_dead_filters_read_their_indexes(db_url: str
         explained = conn.execute("EXPLAIN " + query("dashboard_job_count_error_code"), coded)
         assert "jobs_error_code_idx" in "\n".join(r[0] for r in explained.fetchall())
         (dead_rare,) = conn.execute(
-            "SELECT count(*) FROM jobs WHERE status = 'dead' AND last_error_code = 'E_RARE'"
+            "SELECT count(*) FROM jobs_all WHERE status = 'dead' AND last_error_code = 'E_RARE'"
         ).fetchone() or (None,)
         got = views.job_count(conn, views.JobFilter(error_code="E_RARE", statuses=["dead"]))
         assert got.value == dead_rare == 20
@@ -117,7 +117,7 @@ def test_the_retrying_count_per_queue(db_url: str) -> None:
         _seed(conn, uuid.uuid4())
         by_queue = {q["queue"]: q["retrying"] for q in views.queues(conn, None)}
         rows = conn.execute(
-            "SELECT queue, count(*) FROM jobs WHERE status = 'retrying' GROUP BY queue"
+            "SELECT queue, count(*) FROM jobs_all WHERE status = 'retrying' GROUP BY queue"
         ).fetchall()
     assert by_queue == dict(rows) and sum(by_queue.values()) == 25
 

@@ -86,7 +86,7 @@ def test_a_wsgi_server_serves_the_api_and_its_actions(
         assert status == 401 and "mail" not in text
         assert headers["WWW-Authenticate"].startswith("Bearer")
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT id, status FROM jobs ORDER BY id").fetchall()
+        rows = conn.execute("SELECT id, status FROM jobs_all ORDER BY id").fetchall()
         audit = conn.execute("SELECT actor, action, affected FROM dashboard_audit").fetchall()
     assert rows == [(ids[0], "pending"), (ids[1], "dead")]
     assert audit == [("api-token", "requeue", 1)]

@@ -39,7 +39,7 @@ def run(db_url: str, fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]])
 
 ROW = (
     "SELECT organization_id, queue, job_type, payload, idempotency_key, priority,"
-    " run_at - created_at, max_attempts, status FROM jobs WHERE id = ANY(%s) ORDER BY id"
+    " run_at - created_at, max_attempts, status FROM jobs_all WHERE id = ANY(%s) ORDER BY id"
 )
 
 
@@ -100,13 +100,13 @@ def test_rollback_of_the_async_transaction_means_no_job(db_url: str) -> None:
                 )
                 assert [e.created for e in made] == [True, True]
                 with psycopg.connect(db_url) as other:  # not visible before commit
-                    assert other.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
-            cur = await c.execute("SELECT count(*) FROM jobs")
+                    assert other.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
+            cur = await c.execute("SELECT count(*) FROM jobs_all")
             assert await cur.fetchone() == (0,)
 
     asyncio.run(scenario())
     with psycopg.connect(db_url) as c:
-        assert c.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 def test_a_taken_key_returns_its_holder(conn: psycopg.Connection[Any], db_url: str) -> None:
@@ -121,14 +121,14 @@ def test_a_taken_key_returns_its_holder(conn: psycopg.Connection[Any], db_url: s
     done = run(db_url, lambda c: jobs.enqueue_many_async(c, specs))
     assert [e.created for e in done] == [True, False, True]
     assert done[1].id == holder.id
-    assert conn.execute("SELECT payload FROM jobs WHERE id = %s", (holder.id,)).fetchone() == (
+    assert conn.execute("SELECT payload FROM jobs_all WHERE id = %s", (holder.id,)).fetchone() == (
         {"v": 1},
     )
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (3,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (3,)
     # Again: every key is taken now; the same ids come back, nothing is written.
     again = run(db_url, lambda c: jobs.enqueue_many_async(c, specs))
     assert [(e.id, e.created) for e in again] == [(e.id, False) for e in done]
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (3,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (3,)
 
 
 def test_concurrent_async_enqueuers_of_one_key_get_one_job(db_url: str) -> None:
@@ -188,7 +188,7 @@ def test_bad_specs_are_refused_like_enqueue_many(
     assert async_info.value.field == sync_info.value.field == field
     assert str(async_info.value) == str(sync_info.value)
     assert isinstance(async_info.value, jobs.InvalidInput)
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 def test_bad_now_is_refused(db_url: str) -> None:

@@ -53,7 +53,7 @@ def test_many_short_coroutines_end_together_within_the_concurrency(
     assert peak == limit  # the slots filled, and never more
     assert stats.outcomes == {"succeeded": 600}
     assert conn.execute(
-        "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM jobs"
+        "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FROM jobs_all"
     ).fetchone() == (600, 600)
 
 

@@ -273,7 +273,7 @@ def test_stop_gives_back_the_lease_of_a_coroutine_past_the_grace_and_cancels_it(
     assert row(conn, job_id)[0] == "retrying"
     assert w.stats.released == 1
     assert [a.outcome for a in jobs.job_attempts(conn, job_id)] == ["interrupted"]
-    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'leased'").fetchone() == (0,)
 
 
 # -- a real `tockwork worker` process -------------------------------------------------------
@@ -312,7 +312,7 @@ def test_tockwork_worker_detects_and_runs_async_handlers(
         "--no-listen",
     )
     try:
-        wait_for(auto, "SELECT count(*) = 160 FROM jobs WHERE status = 'succeeded'")
+        wait_for(auto, "SELECT count(*) = 160 FROM jobs_all WHERE status = 'succeeded'")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:

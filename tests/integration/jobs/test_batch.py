@@ -28,7 +28,7 @@ POLICY = RetryPolicies(
 
 def row(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     r = conn.execute(
-        "SELECT status, attempts, run_at, last_error_code FROM jobs WHERE id = %s", (job_id,)
+        "SELECT status, attempts, run_at, last_error_code FROM jobs_all WHERE id = %s", (job_id,)
     ).fetchone()
     assert r is not None
     return tuple(r)
@@ -191,7 +191,7 @@ def test_a_transient_failure_of_a_whole_batch_retries_it_without_bisecting(
     stats = worker(db_url, {"push": push}).run_until_idle()
     assert calls == [50]
     assert stats.outcomes == {"rate_limited": 50}
-    assert conn.execute("SELECT DISTINCT run_at FROM jobs").fetchall() == [
+    assert conn.execute("SELECT DISTINCT run_at FROM jobs_all").fetchall() == [
         (T0 + timedelta(seconds=45),)
     ]
 
@@ -420,7 +420,7 @@ def test_stop_gives_back_jobs_claimed_ahead_without_using_an_attempt(
         release.set()
     assert (w.stats.returned, w.stats.released) == (10, 1)
     statuses = conn.execute(
-        "SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1"
+        "SELECT status, attempts, count(*) FROM jobs_all GROUP BY 1, 2 ORDER BY 1"
     ).fetchall()
     assert statuses == [("pending", 0, 10), ("retrying", 1, 1)]
     history = conn.execute("SELECT job_id, outcome FROM job_attempts").fetchall()

@@ -65,7 +65,7 @@ def expire_and_rerun(
     db_url: str, auto: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pin time past the leases, reap them, and run a worker at that time until idle."""
-    row = auto.execute("SELECT max(locked_until) FROM jobs WHERE status = 'leased'").fetchone()
+    row = auto.execute("SELECT max(locked_until) FROM jobs_all WHERE status = 'leased'").fetchone()
     assert row is not None and isinstance(row[0], datetime)
     later: datetime = row[0] + timedelta(seconds=1)
     # The handlers ran (the runs table says so), but the worker may have died before it
@@ -125,7 +125,7 @@ def test_sigkill_mid_batch_after_a_completion_commit(
     first = [e.id for e in jobs.enqueue_many(auto, [JobSpec("deliver", {}) for _ in range(6)])]
     proc = start_worker(db_url)
     try:
-        wait_for(auto, "SELECT count(*) = 6 FROM jobs WHERE status = 'succeeded'")
+        wait_for(auto, "SELECT count(*) = 6 FROM jobs_all WHERE status = 'succeeded'")
         second = [
             e.id
             for e in jobs.enqueue_many(

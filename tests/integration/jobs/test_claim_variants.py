@@ -119,17 +119,17 @@ def test_each_variant_leases_what_it_should_with_the_columns_of_job(
     columns = sql.SQL(", ").join(
         sql.Identifier("attempts" if f == "attempt" else f) for f in fields
     )
-    by_name = sql.SQL("SELECT {} FROM jobs WHERE id = %s").format(columns)
+    by_name = sql.SQL("SELECT {} FROM jobs_all WHERE id = %s").format(columns)
     with psycopg.connect(db_url) as c:
         for job in claimed:
             row = c.execute(by_name, (job.id,)).fetchone()
             assert row is not None
             assert job == Job(*row)
             status, locked_by, attempts = c.execute(
-                "SELECT status, locked_by, attempts FROM jobs WHERE id = %s", (job.id,)
+                "SELECT status, locked_by, attempts FROM jobs_all WHERE id = %s", (job.id,)
             ).fetchone() or (None, None, None)
             assert (status, locked_by, attempts) == ("leased", "w1", 1)
-        waiting = c.execute("SELECT count(*) FROM jobs WHERE status = 'pending'").fetchone()
+        waiting = c.execute("SELECT count(*) FROM jobs_all WHERE status = 'pending'").fetchone()
         assert waiting == (len(ids) - len(claimed),)
     if limited:
         # The token the claim took is spent in the same statement: a second claim in the same

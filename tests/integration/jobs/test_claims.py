@@ -36,7 +36,7 @@ def stores(db_url: str) -> Iterator[Callable[[], PgJobStore]]:
 
 def status_of(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     row = conn.execute(
-        "SELECT status, attempts, lease_token, locked_by FROM jobs WHERE id = %s", (job_id,)
+        "SELECT status, attempts, lease_token, locked_by FROM jobs_all WHERE id = %s", (job_id,)
     ).fetchone()
     assert row is not None
     return tuple(row)
@@ -75,7 +75,7 @@ def test_eight_concurrent_claimers_claim_each_job_once(
     assert sum(1 for part in claimed if part) >= 2  # the work really was shared
     with psycopg.connect(db_url) as c:
         assert c.execute(
-            "SELECT count(*) FROM jobs WHERE status = 'leased' AND attempts = 1"
+            "SELECT count(*) FROM jobs_all WHERE status = 'leased' AND attempts = 1"
         ).fetchone() == (10_000,)
 
 
@@ -133,7 +133,7 @@ def test_heartbeat_extends_the_lease(
     t1 = T0 + timedelta(seconds=25)
     assert s.heartbeat([(job.id, job.lease_token)], LEASE, t1) == {job_id}
     assert s.reap(10, T0 + LEASE + timedelta(seconds=1)) == []  # not expired any more
-    row = conn.execute("SELECT locked_until FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    row = conn.execute("SELECT locked_until FROM jobs_all WHERE id = %s", (job_id,)).fetchone()
     assert row == (t1 + LEASE,)
 
 

@@ -44,7 +44,7 @@ def auto(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 def state(c: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     row = c.execute(
-        "SELECT status, attempts, unstarted_expiries, last_error_code FROM jobs WHERE id = %s",
+        "SELECT status, attempts, unstarted_expiries, last_error_code FROM jobs_all WHERE id = %s",
         (job_id,),
     ).fetchone()
     assert row is not None
@@ -126,7 +126,7 @@ def test_sigkilled_worker_gives_back_the_jobs_it_claimed_ahead(
             "SELECT count(*) FILTER (WHERE job_type = 'hang' AND started_token = lease_token"
             " AND id IN (SELECT job_id FROM runs)) = 1"
             " AND count(*) FILTER (WHERE id NOT IN (SELECT job_id FROM runs)) >= 1"
-            " FROM jobs WHERE status = 'leased'",
+            " FROM jobs_all WHERE status = 'leased'",
         )
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -135,7 +135,7 @@ def test_sigkilled_worker_gives_back_the_jobs_it_claimed_ahead(
             proc.kill()
         proc.communicate()
     leased = auto.execute(
-        "SELECT id, locked_until, id IN (SELECT job_id FROM runs) AS ran FROM jobs "
+        "SELECT id, locked_until, id IN (SELECT job_id FROM runs) AS ran FROM jobs_all "
         "WHERE status = 'leased' ORDER BY id"
     ).fetchall()
     ran = [i for i, _, r in leased if r]

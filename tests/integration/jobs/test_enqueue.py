@@ -22,7 +22,7 @@ T0 = datetime(2026, 3, 8, 12, 0, tzinfo=UTC)
 
 def count(url: str, where: str = "true") -> int:
     with psycopg.connect(url) as c:
-        row = c.execute(f"SELECT count(*) FROM jobs WHERE {where}").fetchone()  # noqa: S608
+        row = c.execute(f"SELECT count(*) FROM jobs_all WHERE {where}").fetchone()  # noqa: S608
         assert row is not None
         return int(row[0])
 
@@ -33,7 +33,7 @@ def test_rollback_means_no_job(db_url: str) -> None:
             result = jobs.enqueue(c, "send_push", {"user": 1})
             assert result.created
             assert count(db_url) == 0  # not visible to others before commit
-        assert c.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        assert c.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
     assert count(db_url) == 0
 
 
@@ -46,7 +46,7 @@ def test_commit_means_job(db_url: str) -> None:
             assert count(db_url) == 0
         row = c.execute(
             "SELECT queue, job_type, payload, status, priority, run_at, attempts, max_attempts"
-            " FROM jobs WHERE id = %s",
+            " FROM jobs_all WHERE id = %s",
             (result.id,),
         ).fetchone()
     assert row == ("notifications", "send_push", {"user": 1}, "pending", 5, T0, 0, 10)
@@ -55,7 +55,7 @@ def test_commit_means_job(db_url: str) -> None:
 def test_run_at_delays_the_job(conn: psycopg.Connection[Any]) -> None:
     later = T0 + timedelta(hours=3)
     job_id = jobs.enqueue(conn, "report", run_at=later, now=T0).id
-    row = conn.execute("SELECT run_at, payload FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    row = conn.execute("SELECT run_at, payload FROM jobs_all WHERE id = %s", (job_id,)).fetchone()
     assert row == (later, {})
 
 
@@ -64,7 +64,7 @@ def test_same_key_yields_one_job_without_organization(conn: psycopg.Connection[A
     again = jobs.enqueue(conn, "remind", {"n": 2}, idempotency_key="r:42:2026-10-27")
     assert first.created and not again.created
     assert again.id == first.id
-    assert conn.execute("SELECT count(*), min(payload->>'n') FROM jobs").fetchone() == (1, "1")
+    assert conn.execute("SELECT count(*), min(payload->>'n') FROM jobs_all").fetchone() == (1, "1")
 
 
 def test_key_scope_is_organization_and_job_type(conn: psycopg.Connection[Any]) -> None:
@@ -127,7 +127,7 @@ def test_enqueue_many_in_one_statement_with_idempotency(conn: psycopg.Connection
     assert out[0].id == existing
     assert out[1].id == out[2].id
     assert len({r.id for r in out}) == 4
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (4,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (4,)
     assert jobs.enqueue_many(conn, []) == []
 
 
@@ -137,7 +137,7 @@ def test_enqueue_many_thousands(conn: psycopg.Connection[Any]) -> None:
     )
     assert len(out) == 5000
     assert sum(r.created for r in out) == 2500
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (2500,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (2500,)
     assert out[0].id == out[2500].id
 
 
@@ -168,7 +168,7 @@ def test_bad_input_names_the_field_and_writes_nothing(
         jobs.enqueue(conn, job_type, payload, **args)
     assert info.value.field == field
     assert field in str(info.value)
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 def test_enqueue_many_validates_every_spec_before_writing(conn: psycopg.Connection[Any]) -> None:
@@ -176,7 +176,7 @@ def test_enqueue_many_validates_every_spec_before_writing(conn: psycopg.Connecti
     with pytest.raises(jobs.InvalidJob) as info:
         jobs.enqueue_many(conn, specs)
     assert info.value.field == "specs[1].queue"
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 def test_one_notification_per_queue_per_transaction(db_url: str) -> None:
@@ -211,7 +211,7 @@ def test_a_job_with_every_default_is_the_row_the_general_insert_writes(db_url: s
             general = c.execute(jobs_query("job_enqueue"), params).fetchone()
             assert general is not None
             rows = [
-                c.execute(f"SELECT {columns} FROM jobs WHERE id = %s", (i,)).fetchone()  # noqa: S608
+                c.execute(f"SELECT {columns} FROM jobs_all WHERE id = %s", (i,)).fetchone()  # noqa: S608
                 for i in (fast.id, general[0])
             ]
         notes = [n.payload for n in listener.notifies(timeout=0.5)]
@@ -278,7 +278,7 @@ def test_enqueue_many_without_keys_copies_in_order(conn: psycopg.Connection[Any]
     rows = dict(
         (job_id, (payload["i"], queue, run_at, created_at))
         for job_id, payload, queue, run_at, created_at in conn.execute(
-            "SELECT id, payload, queue, run_at, created_at FROM jobs"
+            "SELECT id, payload, queue, run_at, created_at FROM jobs_all"
         ).fetchall()
     )
     assert [rows[r.id][0] for r in out] == list(range(1000))  # ids match the specs' order
@@ -303,7 +303,7 @@ def test_enqueue_many_with_keys_taken_in_the_table_falls_back_inside_the_transac
         assert len({r.id for r in out}) == 5
         assert count(db_url) == 1  # nothing committed yet: the savepoint did not commit
         c.commit()
-        rows: dict[int, Any] = dict(c.execute("SELECT id, payload FROM jobs").fetchall())
+        rows: dict[int, Any] = dict(c.execute("SELECT id, payload FROM jobs_all").fetchall())
     assert rows[before] == {"before": True}
     assert rows[taken] == {"n": 0}  # the first job keeps its payload
     assert {rows[r.id]["n"] for r in out} == {0, 1, 3, 4}
@@ -379,7 +379,7 @@ def test_enqueue_many_with_every_column_set(conn: psycopg.Connection[Any]) -> No
         row[0]: row[1:]
         for row in conn.execute(
             "SELECT id, organization_id, queue, job_type, payload, idempotency_key, priority,"
-            " run_at, max_attempts, created_at FROM jobs"
+            " run_at, max_attempts, created_at FROM jobs_all"
         ).fetchall()
     }
     assert rows[out[0].id] == (org, "q", "remind", {"i": 0}, "a", -3, later, 2, T0)

@@ -28,7 +28,7 @@ LATE = timedelta(minutes=10)
 
 def status(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     r = conn.execute(
-        "SELECT status, attempts, expires_at, last_error_code, completed_at FROM jobs"
+        "SELECT status, attempts, expires_at, last_error_code, completed_at FROM jobs_all"
         " WHERE id = %s",
         (job_id,),
     ).fetchone()

@@ -52,7 +52,7 @@ def keyed(key: str | None, n: int, **kw: Any) -> list[JobSpec]:
 def leased_per_key(db_url: str) -> Counter[str | None]:
     with psycopg.connect(db_url) as c:
         rows = c.execute(
-            "SELECT concurrency_key, count(*) FROM jobs WHERE status = 'leased' GROUP BY 1"
+            "SELECT concurrency_key, count(*) FROM jobs_all WHERE status = 'leased' GROUP BY 1"
         ).fetchall()
     return Counter({key: n for key, n in rows})
 
@@ -89,7 +89,7 @@ def test_the_stored_key_is_the_enqueued_one(db_url: str) -> None:
         many = jobs.enqueue_many(
             c, [JobSpec("noop", concurrency_key="user-7"), JobSpec("noop", idempotency_key="a")]
         )
-        rows = c.execute("SELECT id, concurrency_key FROM jobs ORDER BY id").fetchall()
+        rows = c.execute("SELECT id, concurrency_key FROM jobs_all ORDER BY id").fetchall()
     assert again.id == one.id and not again.created and not many[1].created
     assert rows == [(one.id, "user-9"), (many[0].id, "user-7")]  # a hit keeps its own key
 
@@ -142,7 +142,7 @@ def test_the_key_goes_in_with_the_row_on_every_insert_path(db_url: str) -> None:
             "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'jobs'"
         ).fetchone()
         rows = c.execute(
-            "SELECT (payload->>'n')::int, concurrency_key FROM jobs ORDER BY 1, 2"
+            "SELECT (payload->>'n')::int, concurrency_key FROM jobs_all ORDER BY 1, 2"
         ).fetchall()
     assert updates == (0,)
     assert rows == [(1, "k1"), (2, "k2"), (3, "k3"), (4, "k4"), (5, None), (6, "k6"),
@@ -171,7 +171,7 @@ def test_a_relayed_event_keeps_the_key_of_its_jobs(db_url: str) -> None:
     assert stats.jobs_created == 7
     with psycopg.connect(db_url) as c:
         rows = c.execute(
-            "SELECT concurrency_key, count(*) FROM jobs GROUP BY 1 ORDER BY 1"
+            "SELECT concurrency_key, count(*) FROM jobs_all GROUP BY 1 ORDER BY 1"
         ).fetchall()
     assert rows == [("user-1", 1), ("user-6", 6)]
 
@@ -195,7 +195,7 @@ def test_a_bad_key_is_refused_wherever_a_job_is_described(
     with pytest.raises(jobs.InvalidInput) as declared:
         jobs.job("other", concurrency_key=value)
     assert declared.value.field == "concurrency_key"
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 def hold_claim_open(
@@ -352,7 +352,7 @@ def test_an_organization_that_is_not_a_uuid_is_refused(
     with pytest.raises(jobs.InvalidInput) as typed:
         typed_noop.with_options(organization_id=value)
     assert typed.value.field == "organization_id"
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("value", ["not-a-uuid", 5])
@@ -368,7 +368,7 @@ def test_an_async_enqueue_refuses_an_organization_that_is_not_a_uuid(
                     aconn, [JobSpec("noop"), JobSpec("noop", organization_id=value)]
                 )
             await aconn.commit()
-            row = await (await aconn.execute("SELECT count(*) FROM jobs")).fetchone()
+            row = await (await aconn.execute("SELECT count(*) FROM jobs_all")).fetchone()
             assert row is not None
             return one.value.field, many.value.field, row[0]
 
@@ -397,7 +397,9 @@ def test_a_worker_runs_one_job_per_key_at_a_time(db_url: str) -> None:
 
     def noop(job: Job) -> None:
         with psycopg.connect(db_url) as c:
-            row = c.execute("SELECT concurrency_key FROM jobs WHERE id = %s", (job.id,)).fetchone()
+            row = c.execute(
+                "SELECT concurrency_key FROM jobs_all WHERE id = %s", (job.id,)
+            ).fetchone()
         assert row is not None
         key: str = row[0]
         with lock:
@@ -412,7 +414,9 @@ def test_a_worker_runs_one_job_per_key_at_a_time(db_url: str) -> None:
     worker.run_until_idle()
     assert most == {"user-1": 1, "user-2": 1}
     with psycopg.connect(db_url) as c:
-        assert c.execute("SELECT count(*) FROM jobs WHERE status = 'succeeded'").fetchone() == (12,)
+        assert c.execute("SELECT count(*) FROM jobs_all WHERE status = 'succeeded'").fetchone() == (
+            12,
+        )
 
 
 def test_the_async_enqueues_store_the_key(db_url: str) -> None:
@@ -427,5 +431,5 @@ def test_the_async_enqueues_store_the_key(db_url: str) -> None:
 
     ids = asyncio.run(enqueue())
     with psycopg.connect(db_url) as c:
-        rows = c.execute("SELECT id, concurrency_key FROM jobs ORDER BY id").fetchall()
+        rows = c.execute("SELECT id, concurrency_key FROM jobs_all ORDER BY id").fetchall()
     assert rows == [(ids[0], "user-5"), (ids[1], "user-6"), (ids[2], None)]

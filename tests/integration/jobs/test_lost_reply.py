@@ -79,7 +79,7 @@ def table(db_url: str) -> tuple[dict[str, int], Counter[str]]:
     with psycopg.connect(db_url) as c:
         statuses: dict[str, int] = {
             status: n
-            for status, n in c.execute("SELECT status, count(*) FROM jobs GROUP BY status")
+            for status, n in c.execute("SELECT status, count(*) FROM jobs_all GROUP BY status")
         }
         outcomes: Counter[str] = Counter(
             {
@@ -102,7 +102,7 @@ def assert_every_job_ran_once(db_url: str, ids: list[int], ran: Ran) -> None:
     assert ran.runs == dict.fromkeys(ids, 1)
     assert outcomes == {"succeeded": len(ids)}, "an attempt was used up or an outcome fenced"
     with psycopg.connect(db_url) as c:
-        assert c.execute("SELECT max(attempts) FROM jobs").fetchone() == (1,)
+        assert c.execute("SELECT max(attempts) FROM jobs_all").fetchone() == (1,)
 
 
 @pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])

@@ -59,6 +59,8 @@ UNION ALL
 SELECT 'function', p.proname, pg_get_functiondef(p.oid)
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
 UNION ALL
+SELECT 'view', viewname, definition FROM pg_views WHERE schemaname = 'public'
+UNION ALL
 SELECT 'trigger', tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t WHERE NOT tgisinternal
 ORDER BY 1, 2
 """

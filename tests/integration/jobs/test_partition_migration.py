@@ -105,7 +105,9 @@ def test_history_survives_the_conversion(
         # The maintenance creates the days ahead (today holds rows in the default partition:
         # it stays there), and retention empties the default partition by age.
         created = maintenance.ensure_partitions(c, ahead_days=2, now=NOW)
-        assert created == {"job_attempts": 2, "job_effects": 2, "schedule_skips": 3}
+        assert created == {
+            "job_attempts": 2, "job_effects": 2, "job_history": 3, "schedule_skips": 3
+        }  # fmt: skip
         counts = maintenance.retention(c, {"attempts_days": 30, "skips_days": 30}, now=NOW)
         assert (counts["attempts"], counts["skips"]) == (30, 10)
         assert c.execute("SELECT count(*) FROM job_attempts").fetchone() == (31,)

@@ -42,12 +42,16 @@ def test_partitions_are_created_ahead_and_rows_go_to_their_day(
 ) -> None:
     conn.autocommit = True
     created = maintenance.ensure_partitions(conn, ahead_days=2, now=NOW)
-    assert created == {"job_attempts": 3, "job_effects": 3, "schedule_skips": 3}
+    assert created == {
+        "job_attempts": 3, "job_effects": 3, "job_history": 3, "schedule_skips": 3
+    }  # fmt: skip
     assert partitions.partitions(conn, partitions.ATTEMPTS) == [
         date(2026, 6, 30), date(2026, 7, 1), date(2026, 7, 2)
     ]  # fmt: skip
     again = maintenance.ensure_partitions(conn, ahead_days=2, now=NOW)
-    assert again == {"job_attempts": 0, "job_effects": 0, "schedule_skips": 0}  # idempotent
+    assert again == {
+        "job_attempts": 0, "job_effects": 0, "job_history": 0, "schedule_skips": 0
+    }  # idempotent  # fmt: skip
     attempt(conn, 1, NOW)
     attempt(conn, 2, MIDNIGHT)  # the first instant of the next day
     attempt(conn, 3, NOW + timedelta(days=10))  # no partition: the default one takes it
@@ -198,7 +202,7 @@ def test_concurrent_batches_across_midnight_record_each_key_once(db_url: str) ->
 def test_ensure_partitions_of_the_queue(conn: psycopg.Connection[Any]) -> None:
     conn.autocommit = True
     assert ensure_queue_partitions(conn, ahead_days=0, now=NOW) == {
-        "job_attempts": 1, "job_effects": 1
+        "job_attempts": 1, "job_effects": 1, "job_history": 1
     }  # fmt: skip
 
 

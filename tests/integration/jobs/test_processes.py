@@ -48,7 +48,7 @@ def test_a_running_worker_is_registered_with_its_queues_and_jobs_in_hand(
     )
     worker.start()
     try:
-        wait_for(conn, "SELECT count(*) = 1 FROM jobs WHERE status = 'leased'")
+        wait_for(conn, "SELECT count(*) = 1 FROM jobs_all WHERE status = 'leased'")
         # The job is in hand: the next heartbeat (lease / 3) records it; wait for it.
         wait_for(conn, "SELECT jobs_in_hand = 1 FROM processes WHERE name = 'w-one'")
         [p] = processes.list_processes(conn)

@@ -60,7 +60,7 @@ def limit(conn: psycopg.Connection[Any], **kw: Any) -> None:
 
 
 def counts(conn: psycopg.Connection[Any]) -> dict[tuple[str, int], int]:
-    rows = conn.execute("SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2").fetchall()
+    rows = conn.execute("SELECT status, attempts, count(*) FROM jobs_all GROUP BY 1, 2").fetchall()
     return {(s, a): n for s, a, n in rows}
 
 
@@ -189,7 +189,7 @@ def test_two_concurrent_claimers_never_exceed_the_tokens(
     per_round = [a + b for a, b in zip(got[0], got[1], strict=True)]
     assert per_round == [50] + [20] * (rounds - 1)
     assert all(min(a, b) == 0 or a + b <= 50 for a, b in zip(*got, strict=True))
-    leased = conn.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone()
+    leased = conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'leased'").fetchone()
     assert leased == (50 + 20 * (rounds - 1),)
 
 
@@ -339,7 +339,7 @@ def test_a_running_worker_sees_a_cleared_limit_at_its_next_claim(
         assert not ran["push"].is_set()
         with conn.transaction():  # committed: an open transaction would hold the row lock
             waiting = conn.execute(
-                "SELECT count(*) FROM jobs WHERE job_type = 'push' AND status = 'pending' "
+                "SELECT count(*) FROM jobs_all WHERE job_type = 'push' AND status = 'pending' "
                 "AND attempts = 0"
             ).fetchone()
         assert waiting == (3,)
@@ -377,16 +377,16 @@ def test_a_first_limit_reaches_a_running_worker_by_its_notification(
             jobs.enqueue(conn, "push", {"i": 0}, queue="q", now=T0)
         assert ran.get(timeout=10) == 0  # claimed: the worker has read that no limit exists
         with psycopg.connect(db_url, autocommit=True) as watch:
-            wait_for(watch, "SELECT count(*) = 1 FROM jobs WHERE status = 'succeeded'")
+            wait_for(watch, "SELECT count(*) = 1 FROM jobs_all WHERE status = 'succeeded'")
             with conn.transaction():
                 set_limit(conn, RateLimit(queue="q", per_second=1), now=T0)  # 1 token at T0
                 jobs.enqueue_many(
                     conn, [JobSpec("push", {"i": i}, queue="q") for i in (1, 2, 3)], now=T0
                 )
             assert ran.get(timeout=10) in (1, 2, 3)
-            wait_for(watch, "SELECT count(*) = 2 FROM jobs WHERE status = 'succeeded'")
+            wait_for(watch, "SELECT count(*) = 2 FROM jobs_all WHERE status = 'succeeded'")
             rows = watch.execute(
-                "SELECT status, attempts, count(*) FROM jobs GROUP BY 1, 2 ORDER BY 1"
+                "SELECT status, attempts, count(*) FROM jobs_all GROUP BY 1, 2 ORDER BY 1"
             ).fetchall()
         assert rows == [("pending", 0, 2), ("succeeded", 1, 2)]
     finally:

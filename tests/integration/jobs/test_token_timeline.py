@@ -61,7 +61,7 @@ def test_a_token_issued_before_a_lossy_promotion_is_never_issued_again(
         assert second.timeline == 2
         assert second.system_identifier == first.system_identifier
         assert server_identity(conn_b).timeline == 2
-        row = conn_b.execute("SELECT status, lease_token FROM jobs WHERE id = %s", (job_id,))
+        row = conn_b.execute("SELECT status, lease_token FROM jobs_all WHERE id = %s", (job_id,))
         assert row.fetchone() == ("pending", 0)  # the lease to A was lost with the primary
 
         (job_b,) = PgJobStore(conn_b).claim({"default": 1}, "worker-b", LEASE, T0)

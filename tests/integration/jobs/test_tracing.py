@@ -91,7 +91,7 @@ def stored(conn: psycopg.Connection[Any], ids: list[int]) -> list[str | None]:
     return [
         r[0]
         for r in conn.execute(
-            "SELECT trace_parent FROM jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+            "SELECT trace_parent FROM jobs_all WHERE id = ANY(%s) ORDER BY id", (ids,)
         ).fetchall()
     ]
 
@@ -294,7 +294,7 @@ def test_a_batch_span_links_to_each_job(
             strict=True,
         )
     )
-    by_n = {r[1]: r[0] for r in conn.execute("SELECT id, (payload->>'n')::int FROM jobs")}
+    by_n = {r[1]: r[0] for r in conn.execute("SELECT id, (payload->>'n')::int FROM jobs_all")}
     assert outcomes == {
         by_n[0]: "succeeded",
         by_n[1]: "retry",
@@ -344,7 +344,7 @@ def test_the_tick_has_a_span_and_its_jobs_link_to_it(
     assert attr(first, "tockwork.tick.enqueued") == 1
     assert attr(first, "tockwork.tick.schedules") == 1
     assert attr(second, "tockwork.tick.enqueued") == 0
-    (job_id,) = [r[0] for r in conn.execute("SELECT id FROM jobs")]
+    (job_id,) = [r[0] for r in conn.execute("SELECT id FROM jobs_all")]
     assert stored(conn, [job_id]) == [traceparent(first.context)]
     run_worker(db_url, {"remind": lambda _job: None}, FrozenClock(saturday + timedelta(minutes=2)))
     (execution,) = traces.named("tockwork.job remind")
@@ -382,7 +382,7 @@ def test_a_relay_batch_has_a_span_and_its_jobs_carry_it(
     assert sum(attr(s, "tockwork.relay.claimed") for s in spans) == 3
     assert sum(attr(s, "tockwork.relay.processed") for s in spans) == 3
     assert sum(attr(s, "tockwork.relay.jobs_created") for s in spans) == 3
-    ids = [r[0] for r in conn.execute("SELECT id FROM jobs")]
+    ids = [r[0] for r in conn.execute("SELECT id FROM jobs_all")]
     assert set(stored(conn, ids)) <= {traceparent(s.context) for s in spans}
     assert None not in stored(conn, ids)
 
@@ -413,7 +413,7 @@ def test_without_a_tracer_provider_nothing_is_traced(
     job = Job(1, "q", "a", {}, 1, 10, None, None, 0, T0, T0, 1)
     assert tracing.job_span(job, "w", T0) is tracing.OFF
     assert tracing.service_span("x", {}) is tracing.OFF
-    assert conn.execute("SELECT trace_parent FROM jobs").fetchall() == [(None,)]
+    assert conn.execute("SELECT trace_parent FROM jobs_all").fetchall() == [(None,)]
 
 
 def test_a_malformed_stored_context_is_no_link(
@@ -443,7 +443,7 @@ NO_OTEL = textwrap.dedent(
         conn.commit()
         ran = []
         jobs.Worker(url, {"a": ran.append}, listen=False).run_until_idle()
-        rows = conn.execute("SELECT status, trace_parent FROM jobs").fetchall()
+        rows = conn.execute("SELECT status, trace_parent FROM jobs_all").fetchall()
         print(len(ran), sorted(set(rows)))
     """
 )

@@ -31,7 +31,7 @@ ACTIVE = "status IN ('pending', 'retrying', 'leased')"
 
 
 def rows(conn: psycopg.Connection[Any], where: str = "true") -> list[tuple[Any, ...]]:
-    sql = f"SELECT id, status, payload FROM jobs WHERE {where} ORDER BY id"  # noqa: S608
+    sql = f"SELECT id, status, payload FROM jobs_all WHERE {where} ORDER BY id"  # noqa: S608
     return [tuple(r) for r in conn.execute(sql).fetchall()]
 
 
@@ -72,7 +72,7 @@ def test_replace_updates_a_waiting_job(conn: psycopg.Connection[Any]) -> None:
     )
     assert (r.id, r.created, r.replaced) == (first.id, False, True)
     row = conn.execute(
-        "SELECT payload, run_at, priority, max_attempts, attempts, status FROM jobs"
+        "SELECT payload, run_at, priority, max_attempts, attempts, status FROM jobs_all"
     ).fetchall()
     assert row == [({"v": 2}, later, 7, 3, 0, "pending")]
 
@@ -87,7 +87,7 @@ def test_replace_updates_a_retrying_job_and_keeps_its_attempts(
     )
     r = jobs.enqueue(conn, "stats", {"v": 2}, unique_key="k", on_active="replace", now=T0)
     assert (r.id, r.replaced) == (job_id, True)
-    assert conn.execute("SELECT payload, run_at, attempts, status FROM jobs").fetchall() == [
+    assert conn.execute("SELECT payload, run_at, attempts, status FROM jobs_all").fetchall() == [
         ({"v": 2}, T0, 2, "retrying")
     ]
 
@@ -250,8 +250,10 @@ def test_concurrent_batches_of_the_same_unique_keys_make_one_job_per_key(db_url:
 
     results = _herd(db_url, batch, n=8)
     with psycopg.connect(db_url) as conn:
-        assert conn.execute(f"SELECT count(*) FROM jobs WHERE {ACTIVE}").fetchone() == (50,)  # noqa: S608
-        by_key: dict[str, int] = dict(conn.execute("SELECT unique_key, id FROM jobs").fetchall())
+        assert conn.execute(f"SELECT count(*) FROM jobs_all WHERE {ACTIVE}").fetchone() == (50,)  # noqa: S608
+        by_key: dict[str, int] = dict(
+            conn.execute("SELECT unique_key, id FROM jobs_all").fetchall()
+        )
     for i, result in enumerate(sorted(results, key=len)):
         assert len(result) == 50, i
     created = sum(r.created for result in results for r in result)
@@ -288,7 +290,7 @@ def test_enqueue_many_repeated_unique_keys_first_wins(conn: psycopg.Connection[A
     ]
     assert out[2].id == out[0].id and out[6].id == out[3].id
     assert out[4].id == taken and out[5].id == waiting
-    payloads = dict(conn.execute("SELECT id, payload FROM jobs").fetchall())
+    payloads = dict(conn.execute("SELECT id, payload FROM jobs_all").fetchall())
     assert payloads[out[0].id] == {"n": 0}
     assert payloads[taken] == {"old": True}
     assert payloads[waiting] == {"n": 5}
@@ -355,7 +357,7 @@ def test_requeue_of_two_jobs_with_one_key_brings_back_the_oldest(
         ids.append(job_id)
     result = jobs.requeue(conn, job_type="stats", statuses=["dead", "cancelled"], now=T0)
     assert result == [ids[0]] and result.skipped == (ids[1], ids[2])
-    assert conn.execute(f"SELECT count(*) FROM jobs WHERE {ACTIVE}").fetchone() == (1,)  # noqa: S608
+    assert conn.execute(f"SELECT count(*) FROM jobs_all WHERE {ACTIVE}").fetchone() == (1,)  # noqa: S608
 
 
 def test_requeue_racing_an_enqueue_of_the_key_skips_instead_of_failing(db_url: str) -> None:
@@ -486,14 +488,14 @@ def test_async_enqueue_keep_replace_batch_and_requeue(db_url: str) -> None:
                 (True, False),
             ]
             assert out[0].id == first.id and out[2].id == out[1].id
-            cur = await c.execute("SELECT payload FROM jobs WHERE id = %s", (first.id,))
+            cur = await c.execute("SELECT payload FROM jobs_all WHERE id = %s", (first.id,))
             assert await cur.fetchone() == ({"v": 4},)
             await c.execute(
                 "INSERT INTO jobs (job_type, unique_key, status, completed_at)"
                 " VALUES ('stats', 'k', 'dead', %s)",
                 (T0,),
             )
-            cur = await c.execute("SELECT id FROM jobs WHERE status = 'dead'")
+            cur = await c.execute("SELECT id FROM jobs_all WHERE status = 'dead'")
             row = await cur.fetchone()
             assert row is not None
             result = await jobs.requeue_async(c, ids=[row[0]], now=T0)
@@ -578,4 +580,4 @@ def test_bad_input_on_every_entry_point_names_the_field_and_writes_nothing(
                 call(conn)
             assert info.value.field == expected, name
             assert expected in str(info.value), name
-        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)

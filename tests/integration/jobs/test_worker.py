@@ -25,7 +25,7 @@ POLICY = RetryPolicies(
 def row(conn: psycopg.Connection[Any], job_id: int) -> tuple[Any, ...]:
     r = conn.execute(
         "SELECT status, attempts, run_at, last_error_code, completed_at, locked_by"
-        " FROM jobs WHERE id = %s",
+        " FROM jobs_all WHERE id = %s",
         (job_id,),
     ).fetchone()
     assert r is not None
@@ -215,7 +215,9 @@ def test_poll_only_processes_everything(conn: psycopg.Connection[Any], db_url: s
     assert sorted(done) == list(range(500))
     assert stats.outcomes == {"succeeded": 500}
     assert conn.execute("SELECT count(*) FROM job_attempts").fetchone() == (500,)
-    assert conn.execute("SELECT count(*) FROM jobs WHERE status <> 'succeeded'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status <> 'succeeded'").fetchone() == (
+        0,
+    )
 
 
 def test_a_flood_of_reports_never_delays_critical_alerts(
@@ -257,7 +259,7 @@ def test_a_flood_of_reports_never_delays_critical_alerts(
         release_reports.set()
         runner.join(30)
     assert not runner.is_alive()
-    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'leased'").fetchone() == (0,)
 
 
 def test_stop_gives_back_leases_of_handlers_that_overrun_the_grace(

@@ -41,7 +41,7 @@ def test_sigkill_mid_job_runs_again_after_lease_expiry(
         wait_for(auto, "SELECT count(*) FROM runs")
         # ... and for the worker to report it started (its next claim does): a job killed
         # before that gets its attempt back instead (test_crash_unstarted.py).
-        wait_for(auto, f"SELECT started_token = lease_token FROM jobs WHERE id = {job_id}")  # noqa: S608
+        wait_for(auto, f"SELECT started_token = lease_token FROM jobs_all WHERE id = {job_id}")  # noqa: S608
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -73,14 +73,14 @@ def test_sigterm_leaves_no_job_leased(db_url: str, auto: psycopg.Connection[Any]
     proc = start_worker(db_url, "--queue", "slow=1", "--queue", "default=2", "--grace", "0.5")
     try:
         wait_for(auto, f"SELECT count(*) FROM runs WHERE job_id = {hang_id}")  # noqa: S608
-        wait_for(auto, "SELECT count(*) = 20 FROM jobs WHERE status = 'succeeded'")
+        wait_for(auto, "SELECT count(*) = 20 FROM jobs_all WHERE status = 'succeeded'")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
         _out, err = proc.communicate()
-    assert auto.execute("SELECT count(*) FROM jobs WHERE status = 'leased'").fetchone() == (0,)
+    assert auto.execute("SELECT count(*) FROM jobs_all WHERE status = 'leased'").fetchone() == (0,)
     assert jobs.get_job(auto, hang_id).status == "retrying"
     assert [a.outcome for a in jobs.job_attempts(auto, hang_id)] == ["interrupted"]
     assert all(jobs.get_job(auto, i).status == "succeeded" for i in quick_ids)

@@ -47,7 +47,7 @@ def test_a_released_job_is_claimed_before_the_backlog(conn: psycopg.Connection[A
     at = T0 + timedelta(seconds=5)
     with psycopg.connect(conn.info.dsn, autocommit=True) as c:
         store = PgJobStore(c)
-        token = conn.execute("SELECT lease_token FROM jobs WHERE id = %s", (orphan,)).fetchone()
+        token = conn.execute("SELECT lease_token FROM jobs_all WHERE id = %s", (orphan,)).fetchone()
         assert token is not None
         assert store.release([(orphan, token[0])], "crashed", at) == [orphan]
         first = store.claim({"default": 1}, "w", LEASE, at)

@@ -136,7 +136,7 @@ def job_order(auto: psycopg.Connection[Any]) -> dict[str, list[int]]:
     from one sequence, drawn at insert)."""
     order: dict[str, list[int]] = {}
     for aggregate, v in auto.execute(
-        "SELECT payload->>'aggregate', (payload->>'v')::int FROM jobs ORDER BY id"
+        "SELECT payload->>'aggregate', (payload->>'v')::int FROM jobs_all ORDER BY id"
     ).fetchall():
         order.setdefault(aggregate, []).append(v)
     return order
@@ -256,7 +256,7 @@ def test_one_event_in_flight_per_aggregate_after_lease_expiry_and_takeover(
                 t.join(30)
     assert (results["a"].processed, results["a"].fenced) == (0, 1)
     assert job_order(auto) == {"o-1": [1, 2]}
-    assert one(auto, "SELECT count(*) FROM jobs") == 2
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 2
 
 
 def test_a_retried_dead_event_waits_for_the_event_in_flight(
@@ -382,7 +382,7 @@ def test_a_hot_aggregate_drains_without_waiting_for_a_poll(
     relay.start()
     try:
         assert relay.wait_started(10)
-        wait_for(auto, "SELECT count(*) = 300 FROM jobs", timeout=60)
+        wait_for(auto, "SELECT count(*) = 300 FROM jobs_all", timeout=60)
     finally:
         relay.stop()
         assert relay.wait(30)
@@ -408,11 +408,13 @@ def test_deep_aggregates_in_hand_do_not_starve_the_others(
     relay.start()
     try:
         assert relay.wait_started(10)
-        wait_for(auto, "SELECT count(*) = 81 FROM jobs", timeout=60)
+        wait_for(auto, "SELECT count(*) = 81 FROM jobs_all", timeout=60)
     finally:
         relay.stop()
         assert relay.wait(30)
-    aggregates = [r[0] for r in auto.execute("SELECT payload->>'aggregate' FROM jobs ORDER BY id")]
+    aggregates = [
+        r[0] for r in auto.execute("SELECT payload->>'aggregate' FROM jobs_all ORDER BY id")
+    ]
     # Round 1 claims a0 and b0 (full); round 2 holds a1, b1 and claims c0 beside them.
     assert aggregates.index("c") < 5
     assert job_order(auto) == {"a": list(range(40)), "b": list(range(40)), "c": [0]}
@@ -480,6 +482,6 @@ def test_after_a_lost_connection_the_relay_finishes_what_its_claim_leased(
     assert killed == [True]
     assert stats.processed == 3
     assert one(auto, "SELECT array_agg(DISTINCT attempts) FROM outbox_events") == [1]
-    assert one(auto, "SELECT count(*) FROM jobs") == 3
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 3
     messages = [r.getMessage() for r in caplog.records]
     assert any("3 event(s) of the interrupted batch were still leased" in m for m in messages)

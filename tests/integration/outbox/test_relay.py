@@ -67,7 +67,7 @@ def test_each_event_becomes_its_jobs_once(auto: psycopg.Connection[Any], db_url:
     keys = [
         r[0]
         for r in auto.execute(
-            "SELECT idempotency_key FROM jobs ORDER BY (payload->>'n')::int"
+            "SELECT idempotency_key FROM jobs_all ORDER BY (payload->>'n')::int"
         ).fetchall()
     ]
     assert keys == [f"outbox:{i}:confirm:0" for i in ids]
@@ -97,7 +97,7 @@ def test_a_relay_that_lost_its_lease_cannot_mark_or_enqueue(
     stats = stale.run_until_idle()
     assert calls == [1, 2]
     assert (stats.processed, stats.fenced, stats.jobs_created) == (0, 1, 0)
-    assert one(auto, "SELECT count(*) FROM jobs") == 1
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 1
     assert one(auto, "SELECT attempts FROM outbox_events WHERE id = %s", event_id) == 2
 
 
@@ -114,7 +114,7 @@ def test_a_poison_event_retries_then_is_set_aside_without_stalling_the_stream(
 
     stats = relay().run_until_idle()
     assert (stats.processed, stats.retried, stats.dead) == (4, 1, 0)
-    assert one(auto, "SELECT count(*) FROM jobs") == 4  # the other aggregates flowed past
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 4  # the other aggregates flowed past
     row = auto.execute(
         "SELECT attempts, available_at, last_error FROM outbox_events WHERE id = %s", (poison,)
     ).fetchone()
@@ -137,7 +137,7 @@ def test_a_poison_event_retries_then_is_set_aside_without_stalling_the_stream(
     assert dead[0].last_error is not None and "cannot project" in dead[0].last_error
     # Set aside, it no longer holds back the later event of its aggregate (same last run).
     assert one(auto, "SELECT processed_at FROM outbox_events WHERE id = %s", after_poison)
-    assert one(auto, "SELECT count(*) FROM jobs") == 5
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 5
     assert all(one(auto, "SELECT processed_at FROM outbox_events WHERE id=%s", i) for i in others)
     assert outbox.stats(auto, now=clock.now()).pending == 0
 
@@ -201,15 +201,15 @@ def test_four_relays_over_ten_thousand_events_project_each_once_in_aggregate_ord
     assert sum(r.processed for r in results) == 10_000
     assert sum(r.jobs_created for r in results) == 10_000
     assert sum(1 for r in results if r.processed) >= 2  # the work really was shared
-    assert one(auto, "SELECT count(*) FROM jobs") == 10_000
-    assert one(auto, "SELECT count(DISTINCT idempotency_key) FROM jobs") == 10_000
-    assert one(auto, "SELECT count(DISTINCT payload->>'event') FROM jobs") == 10_000
+    assert one(auto, "SELECT count(*) FROM jobs_all") == 10_000
+    assert one(auto, "SELECT count(DISTINCT idempotency_key) FROM jobs_all") == 10_000
+    assert one(auto, "SELECT count(DISTINCT payload->>'event') FROM jobs_all") == 10_000
     # Per aggregate, jobs were created in event order (job ids come from one sequence).
     out_of_order = one(
         auto,
         "SELECT count(*) FROM ("
         " SELECT id < lag(id) OVER (PARTITION BY payload->>'aggregate'"
-        "                          ORDER BY (payload->>'n')::int) AS back FROM jobs"
+        "                          ORDER BY (payload->>'n')::int) AS back FROM jobs_all"
         ") AS t WHERE back",
     )
     assert out_of_order == 0
@@ -225,10 +225,10 @@ def test_a_listening_relay_wakes_on_commit(auto: psycopg.Connection[Any], db_url
         record(auto, "o-1", "order.placed")
         deadline = threading.Event()
         for _ in range(500):
-            if one(auto, "SELECT count(*) FROM jobs"):
+            if one(auto, "SELECT count(*) FROM jobs_all"):
                 break
             deadline.wait(0.02)
-        assert one(auto, "SELECT count(*) FROM jobs") == 1
+        assert one(auto, "SELECT count(*) FROM jobs_all") == 1
     finally:
         relay.stop()
         thread.join(10)
@@ -269,7 +269,7 @@ def test_a_running_relay_rides_out_a_lost_connection(
             " WHERE application_name = 'tockwork-test-relay'"
         )
         record(auto, "o-1", "order.placed")  # reaches the relay on its new connection only
-        wait_for(auto, "SELECT count(*) FROM jobs")
+        wait_for(auto, "SELECT count(*) FROM jobs_all")
     finally:
         relay.stop()
         assert relay.wait(10)

@@ -71,7 +71,8 @@ def settled(auto: psycopg.Connection[Any]) -> tuple[Any, ...]:
         "SELECT count(*) FILTER (WHERE processed_at IS NULL),"
         "       count(*) FILTER (WHERE claimed_at IS NOT NULL),"
         "       array_agg(DISTINCT attempts),"
-        "       (SELECT count(*) FROM jobs), (SELECT count(DISTINCT idempotency_key) FROM jobs)"
+        "       (SELECT count(*)"
+        " FROM jobs_all), (SELECT count(DISTINCT idempotency_key) FROM jobs_all)"
         " FROM outbox_events"
     ).fetchone()
     assert row is not None
@@ -81,7 +82,7 @@ def settled(auto: psycopg.Connection[Any]) -> tuple[Any, ...]:
 def job_order(auto: psycopg.Connection[Any]) -> dict[str, list[int]]:
     order: dict[str, list[int]] = {}
     for aggregate, v in auto.execute(
-        "SELECT payload->>'aggregate', (payload->>'v')::int FROM jobs ORDER BY id"
+        "SELECT payload->>'aggregate', (payload->>'v')::int FROM jobs_all ORDER BY id"
     ).fetchall():
         order.setdefault(aggregate, []).append(v)
     return order

@@ -56,7 +56,7 @@ def test_relay_killed_mid_batch_loses_and_duplicates_nothing(
             " FROM outbox_events GROUP BY 1, 2 ORDER BY 1, 2"
         ).fetchall()
         assert states == [(False, False, 5), (False, True, 5), (True, False, 10)]
-        assert auto.execute("SELECT count(*) FROM jobs").fetchone() == (10,)
+        assert auto.execute("SELECT count(*) FROM jobs_all").fetchone() == (10,)
 
         # Pin time past the lease instead of waiting for it.
         db_now: datetime = auto.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
@@ -77,12 +77,12 @@ def test_relay_killed_mid_batch_loses_and_duplicates_nothing(
         ).fetchone() == (0,)
         per_event: dict[UUID, int] = dict(
             auto.execute(
-                "SELECT (payload->>'event')::uuid, count(*) FROM jobs GROUP BY 1"
+                "SELECT (payload->>'event')::uuid, count(*) FROM jobs_all GROUP BY 1"
             ).fetchall()
         )
         assert per_event == dict.fromkeys(ids, 1)
         assert auto.execute(
-            "SELECT count(*), count(DISTINCT idempotency_key) FROM jobs"
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM jobs_all"
         ).fetchone() == (20, 20)
         assert auto.execute("SELECT attempt FROM reached ORDER BY attempt").fetchall() == [
             (1,),

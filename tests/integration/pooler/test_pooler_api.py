@@ -76,7 +76,7 @@ def test_enqueue_and_enqueue_many_through_the_pooler(
             keyed = [JobSpec("keyed", {"n": n}, idempotency_key=f"k:{i}:{n}") for n in range(5)]
             assert all(e.created for e in jobs.enqueue_many(b, keyed))
         stats = {s.queue: s.ready for s in jobs.queue_stats(b)}
-    counts = dict(conn.execute("SELECT job_type, count(*) FROM jobs GROUP BY 1").fetchall())
+    counts = dict(conn.execute("SELECT job_type, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert counts == {"quick": 16, "bulk": 240, "keyed": 40}
     assert stats == {"default": 8 + 240 + 40, "other": 8}
 
@@ -131,10 +131,10 @@ def test_schedules_api_through_the_pooler(pooler_url: str, conn: psycopg.Connect
             r.close()
     # Each occurrence once: one job per (schedule, minute), whichever replica enqueued it.
     row = conn.execute(
-        "SELECT count(*), count(DISTINCT idempotency_key) FROM jobs WHERE job_type = 'ping'"
+        "SELECT count(*), count(DISTINCT idempotency_key) FROM jobs_all WHERE job_type = 'ping'"
     ).fetchone()
     assert row is not None and row[0] == row[1] >= 20 * 6
-    assert enqueued == conn.execute("SELECT count(*) FROM jobs").fetchone()[0]  # type: ignore[index]
+    assert enqueued == conn.execute("SELECT count(*) FROM jobs_all").fetchone()[0]  # type: ignore[index]
 
 
 def test_worker_through_the_pooler_polls_only_and_says_so_once(
@@ -165,7 +165,9 @@ def test_worker_through_the_pooler_polls_only_and_says_so_once(
     assert not worker.listening
     poll_only = [r for r in caplog.records if "transaction-mode pooler" in r.getMessage()]
     assert len(poll_only) == 1
-    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'succeeded'").fetchone() == (60,)
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'succeeded'").fetchone() == (
+        60,
+    )
 
 
 def test_worker_listens_over_the_direct_url(pooler_url: str, db_url: str) -> None:
@@ -190,7 +192,7 @@ def test_relay_through_the_pooler(pooler_url: str, conn: psycopg.Connection[Any]
             )  # fmt: skip
     stats = Relay(pooler_url, projections, batch_size=4, pooler="transaction").run_until_idle()
     assert stats.processed == 30
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (30,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (30,)
 
 
 def test_health_leaves_no_setting_on_the_pooled_session(

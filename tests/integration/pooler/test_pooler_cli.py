@@ -97,7 +97,7 @@ def test_admin_commands_through_the_pooler(
     assert report["ok"] is True
     assert "transaction-mode pooler" in report["checks"]["listen"]["detail"]
 
-    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert statuses == {"dead": 4, "pending": 2 + 2, "cancelled": 1}
 
 

@@ -138,7 +138,7 @@ def test_scheduler_workers_and_relay_through_the_pooler(
         "SELECT count(*) FILTER (WHERE j.job_type = 'tick') = 170"
         " AND count(*) FILTER (WHERE j.job_type = 'send_confirmation') = 25"
         " AND count(*) FILTER (WHERE j.job_type = 'scheduled') >= 20"
-        " FROM runs r JOIN jobs j ON j.id = r.job_id",
+        " FROM runs r JOIN jobs_all j ON j.id = r.job_id",
         timeout=40,
     )
     results = processes.stop_all()
@@ -153,14 +153,15 @@ def test_scheduler_workers_and_relay_through_the_pooler(
     assert "listening" in listening and POLL_ONLY not in listening
     # Nothing left leased after a graceful stop, nothing dead; every run was of a distinct job,
     # each occurrence was enqueued once, each event projected once.
-    states = dict(auto.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    states = dict(auto.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert "leased" not in states and "dead" not in states, states
     row = auto.execute("SELECT count(*), count(DISTINCT job_id) FROM runs").fetchone()
     assert row is not None and row[0] == row[1]
     keys = auto.execute(
-        "SELECT count(*), count(DISTINCT idempotency_key) FROM jobs WHERE job_type = 'scheduled'"
+        "SELECT count(*), count(DISTINCT idempotency_key)"
+        " FROM jobs_all WHERE job_type = 'scheduled'"
     ).fetchone()
     assert keys is not None and keys[0] == keys[1] >= 20
     assert auto.execute(
-        "SELECT count(*) FROM jobs WHERE job_type = 'send_confirmation'"
+        "SELECT count(*) FROM jobs_all WHERE job_type = 'send_confirmation'"
     ).fetchone() == (25,)

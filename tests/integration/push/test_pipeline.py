@@ -144,7 +144,7 @@ def enqueue(conn: psycopg.Connection[Any], subjects: list[str], **payload: Any) 
 
 
 def statuses(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    return dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
 
 
 def settle(
@@ -302,7 +302,7 @@ def test_a_long_run_of_429s_does_not_use_up_a_job_s_attempts(
     ).fetchall()
     assert max(k for _, k in per_job) > max_attempts  # more 429s than attempts, none fatal
     assert set(fcm_counts(fakes.fcm).values()) == {1} and len(fcm_counts(fakes.fcm)) == n
-    rows = auto.execute("SELECT attempts FROM jobs").fetchall()
+    rows = auto.execute("SELECT attempts FROM jobs_all").fetchall()
     assert {a for (a,) in rows} == {1}  # the 429s used no attempt: the success used one
     assert proc.terminate() == 0, proc.tail()
 

@@ -222,7 +222,7 @@ def test_update_pause_resume_delete_match_the_sync_twin(
         }, name
     rows = conn.execute(
         "SELECT s.subject, j.status, j.idempotency_key LIKE '%~superseded:v1'"
-        " FROM jobs j JOIN schedules s ON j.idempotency_key LIKE 'schedule:' || s.id || ':%'"
+        " FROM jobs_all j JOIN schedules s ON j.idempotency_key LIKE 'schedule:' || s.id || ':%'"
         " ORDER BY s.subject"
     ).fetchall()
     assert rows == [("a", "cancelled", True), ("a2", "cancelled", True)]
@@ -304,7 +304,7 @@ def test_a_schedule_created_in_an_async_transaction_is_delivered_by_the_worker(
     with psycopg.connect(db_url) as c:
         rows = c.execute("SELECT subject, message FROM simulated_pushes").fetchall()
         assert rows == [("u1", "drink water")]
-        assert c.execute("SELECT status FROM jobs").fetchall() == [("succeeded",)]
+        assert c.execute("SELECT status FROM jobs_all").fetchall() == [("succeeded",)]
     assert run(db_url, lambda c: scheduler.get_schedule_async(c, made.id)).enqueued_count == 1
 
 

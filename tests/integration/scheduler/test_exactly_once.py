@@ -360,7 +360,7 @@ def run_scenario(db_url: str, tmp_path: Path, scenario: Scenario) -> None:
         rows = conn.execute(
             "SELECT (payload->'tockwork_schedule'->>'id')::bigint,"
             " payload->'tockwork_schedule'->>'occurrence', payload->'tockwork_schedule'->>'at',"
-            " run_at, idempotency_key FROM jobs"
+            " run_at, idempotency_key FROM jobs_all"
         ).fetchall()
         skips = conn.execute("SELECT kind, count(*) FROM schedule_skips GROUP BY 1").fetchall()
         counters = {r[0]: r[1] for r in conn.execute("SELECT id, enqueued_count FROM schedules")}

@@ -102,7 +102,7 @@ def test_a_worker_outage_longer_than_the_lateness_expires_every_late_reminder(
     replica.tick()
     replica.close()
     expires = conn.execute(
-        "SELECT DISTINCT expires_at - run_at FROM jobs WHERE job_type = 'reminder'"
+        "SELECT DISTINCT expires_at - run_at FROM jobs_all WHERE job_type = 'reminder'"
     ).fetchall()
     assert expires == [(timedelta(minutes=30),)]
     at = SAT_0800 + timedelta(minutes=45)
@@ -116,7 +116,7 @@ def test_a_worker_outage_longer_than_the_lateness_expires_every_late_reminder(
         ).run_until_idle()
     finally:
         asyncio.run(handler.aclose())
-    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert statuses == {"expired": 30, "succeeded": 1}
     # None delivered but the one on time, whose message expires with its job.
     assert [m.subject for m in channel.sent] == ["u0"]
@@ -151,7 +151,7 @@ def test_the_single_job_reminder_handler_records_expired_reminders_too(
         handler.close()
     kinds = conn.execute("SELECT schedule_id, kind FROM schedule_skips ORDER BY 1").fetchall()
     assert kinds == [(sid, "expired") for sid in ids]
-    assert conn.execute("SELECT count(*) FROM jobs WHERE status = 'expired'").fetchone() == (3,)
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'expired'").fetchone() == (3,)
 
 
 def test_a_definition_sets_its_lateness_and_a_negative_one_is_refused(

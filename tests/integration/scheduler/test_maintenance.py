@@ -26,7 +26,8 @@ def age_jobs(conn: psycopg.Connection[Any], status: str, days: int, n: int) -> l
     )
     conn.execute(
         "INSERT INTO job_attempts (job_id, attempt, queue, job_type, finished_at, outcome)"
-        " SELECT id, 1, queue, job_type, completed_at, 'succeeded' FROM jobs WHERE id = ANY(%s)",
+        " SELECT id, 1, queue, job_type, completed_at, 'succeeded'"
+        " FROM jobs_all WHERE id = ANY(%s)",
         (ids,),
     )
     return ids
@@ -44,14 +45,14 @@ def test_retention_deletes_old_finished_jobs_and_keeps_dead_ones(
     conn.commit()
     counts = maintenance.retention(conn, {"attempts_days": 5}, now=NOW)
     assert counts["jobs"] == len(old_ok) + len(old_cancelled)
-    left = {r[0] for r in conn.execute("SELECT id FROM jobs").fetchall()}
+    left = {r[0] for r in conn.execute("SELECT id FROM jobs_all").fetchall()}
     assert left == {*recent, *dead, pending}
     # attempts older than 5 days go too (including the dead jobs' history, by age)
     assert counts["attempts"] == 20 + 3 + 4
     again = maintenance.retention(conn, {"attempts_days": 5}, now=NOW)
     assert again["jobs"] == 0 and again["attempts"] == 0  # idempotent
     maintenance.retention(conn, {"dead_days": 30}, now=NOW)
-    assert not {r[0] for r in conn.execute("SELECT id FROM jobs").fetchall()} & set(dead)
+    assert not {r[0] for r in conn.execute("SELECT id FROM jobs_all").fetchall()} & set(dead)
 
 
 def test_lease_recovery_job(conn: psycopg.Connection[Any], db_url: str) -> None:
@@ -180,7 +181,7 @@ def test_every_definition_has_a_handler_and_the_rollup_job_runs(
             " FROM job_attempt_minutes"
         ).fetchone()
         (status,) = conn.execute(
-            "SELECT status FROM jobs WHERE job_type = 'tockwork.attempt_rollup'"
+            "SELECT status FROM jobs_all WHERE job_type = 'tockwork.attempt_rollup'"
         ).fetchone() or (None,)
     # Two hours of closed minutes filled in (backfill), the one attempt among them.
     assert status == "succeeded" and rows is not None

@@ -94,7 +94,7 @@ def test_three_replicas_overlap_skip_max_runs_and_pause_until(
         while any(r.poll() is None for r in replicas):
             now = clock.now()
             active = worker.execute(
-                "SELECT count(*) FROM jobs WHERE job_type = 'long'"
+                "SELECT count(*) FROM jobs_all WHERE job_type = 'long'"
                 " AND status IN ('pending', 'leased', 'retrying')"
             ).fetchone()
             most_active = max(most_active, active[0] if active else 0)
@@ -121,7 +121,7 @@ def test_three_replicas_overlap_skip_max_runs_and_pause_until(
     # overlap=skip: never two of the long job's jobs active at once, each occurrence decided once.
     assert most_active == 1
     rows = conn.execute(
-        "SELECT payload->'tockwork_schedule'->>'occurrence' FROM jobs WHERE job_type = 'long'"
+        "SELECT payload->'tockwork_schedule'->>'occurrence' FROM jobs_all WHERE job_type = 'long'"
     ).fetchall()
     s = scheduler.get_schedule(conn, long.id)
     skipped = [
@@ -141,7 +141,7 @@ def test_three_replicas_overlap_skip_max_runs_and_pause_until(
 
     # max_runs: three replicas raced; exactly seven jobs, the schedule finished and kept.
     done_limited = scheduler.get_schedule(conn, limited.id)
-    count = conn.execute("SELECT count(*) FROM jobs WHERE job_type = 'limited'").fetchone()
+    count = conn.execute("SELECT count(*) FROM jobs_all WHERE job_type = 'limited'").fetchone()
     assert count is not None and count[0] == 7
     assert done_limited.finished and done_limited.remaining_runs == 0
 
@@ -149,7 +149,7 @@ def test_three_replicas_overlap_skip_max_runs_and_pause_until(
     keys = [
         r[0]
         for r in conn.execute(
-            "SELECT (payload->'tockwork_schedule'->>'at')::timestamptz FROM jobs "
+            "SELECT (payload->'tockwork_schedule'->>'at')::timestamptz FROM jobs_all "
             "WHERE job_type = 'paused' ORDER BY 1"
         ).fetchall()
     ]
@@ -221,7 +221,7 @@ def test_backfill_under_replicas_survives_sigkill(
                 r.wait()
     assert out.splitlines()[-1].startswith(b"b: enqueued "), out
     rows = conn.execute(
-        "SELECT (payload->'tockwork_schedule'->>'at')::timestamptz, count(*) FROM jobs "
+        "SELECT (payload->'tockwork_schedule'->>'at')::timestamptz, count(*) FROM jobs_all "
         "WHERE job_type = 'b' AND (payload->'tockwork_schedule'->>'at')::timestamptz < %s "
         "GROUP BY 1 ORDER BY 1",
         (now,),

@@ -87,7 +87,7 @@ def test_simulated_push_delivers_once_through_retries(
     rows = conn.execute("SELECT subject, message, attempt FROM simulated_pushes").fetchall()
     assert len(rows) == 1
     assert rows[0][:2] == ("u1", "drink water")
-    assert conn.execute("SELECT status FROM jobs").fetchone() == ("succeeded",)
+    assert conn.execute("SELECT status FROM jobs_all").fetchone() == ("succeeded",)
 
 
 def test_rejected_tokens_are_dead_letters(conn: psycopg.Connection[Any], db_url: str) -> None:

@@ -103,7 +103,7 @@ def test_a_worker_delivers_every_reminder_once_through_failures(
     for _ in range(30):
         worker.run_until_idle()
         clock.advance(timedelta(minutes=1))
-    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert statuses == {"succeeded": 200}
     assert conn.execute(
         "SELECT count(*), count(DISTINCT (schedule_id, occurrence_key, token)),"
@@ -141,7 +141,7 @@ def test_a_worker_against_paused_deleted_superseded_and_quiet_hours_schedules(
         db_url, {"reminder": handlers(channel, clock)}, clock=clock, listen=False
     ).run_until_idle()
     rows = conn.execute(
-        "SELECT payload->>'subject', status, run_at FROM jobs ORDER BY 1"
+        "SELECT payload->>'subject', status, run_at FROM jobs_all ORDER BY 1"
     ).fetchall()
     by_subject = {subject: (status, run_at) for subject, status, run_at in rows}
     assert {s: st for s, (st, _) in by_subject.items()} == {
@@ -215,7 +215,7 @@ def test_sigkill_after_the_pushes_before_completion_delivers_no_reminder_twice(
         assert before and before <= leased
         recorded = auto.execute("SELECT count(*) FROM job_effects").fetchone()
         assert recorded == (len(before),)
-        row = auto.execute("SELECT max(locked_until) FROM jobs").fetchone()
+        row = auto.execute("SELECT max(locked_until) FROM jobs_all").fetchone()
         assert row is not None
         later = row[0] + timedelta(seconds=1)
         assert len(PgJobStore(auto).reap(1000, later)) == len(leased)
@@ -224,7 +224,7 @@ def test_sigkill_after_the_pushes_before_completion_delivers_no_reminder_twice(
         Worker(
             db_url, {"reminder": handlers(channel, clock)}, clock=clock, listen=False
         ).run_until_idle()
-        assert auto.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall() == [
+        assert auto.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall() == [
             ("succeeded", 300)
         ]
         # The channel was never asked again for a reminder pushed before the kill.
@@ -251,7 +251,7 @@ def test_the_simulated_app_as_a_worker_process_delivers_each_reminder_once(db_ur
         try:
             wait_for(
                 auto,
-                "SELECT count(*) = 300 FROM jobs WHERE status = 'succeeded'",
+                "SELECT count(*) = 300 FROM jobs_all WHERE status = 'succeeded'",
                 timeout=60,
             )
             proc.send_signal(signal.SIGTERM)

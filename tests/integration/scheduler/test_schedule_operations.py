@@ -42,7 +42,7 @@ def jobs_of(conn: psycopg.Connection[Any], schedule_id: int) -> list[tuple[str, 
     """(nominal instant as HH:MM UTC, status) of the schedule's jobs, by id."""
     rows = conn.execute(
         "SELECT to_char((payload->'tockwork_schedule'->>'at')::timestamptz AT TIME ZONE 'UTC',"
-        " 'HH24:MI'), status FROM jobs "
+        " 'HH24:MI'), status FROM jobs_all "
         "WHERE (payload->'tockwork_schedule'->>'id')::bigint = %s ORDER BY id",
         (schedule_id,),
     ).fetchall()
@@ -101,7 +101,7 @@ def test_skip_never_runs_two_at_once_and_counts_the_skips(
             store.complete([Finished(j, SUCCEEDED, now, 1.0) for j in running], "w", now)
             running = []
         active = conn.execute(
-            "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased', 'retrying')"
+            "SELECT count(*) FROM jobs_all WHERE status IN ('pending', 'leased', 'retrying')"
         ).fetchone()
         assert active is not None and active[0] <= 1
     after = scheduler.get_schedule(conn, s.id)
@@ -126,7 +126,7 @@ def test_buffer_one_keeps_one_waiting(
     assert [st for _, st in jobs_of(conn, s.id)] == ["leased", "pending"]
     assert len(skips_of(conn, s.id, "overlap")) == 2
     concurrency = conn.execute(
-        "SELECT DISTINCT concurrency_key FROM jobs WHERE job_type = 'maint'"
+        "SELECT DISTINCT concurrency_key FROM jobs_all WHERE job_type = 'maint'"
     ).fetchall()
     assert concurrency == [(f"schedule:{s.id}",)]
     store.complete([Finished(job, SUCCEEDED, T0, 1.0)], "w", T0 + timedelta(minutes=4))

@@ -22,7 +22,7 @@ def scheduled_jobs(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
         tuple(r)
         for r in conn.execute(
             "SELECT idempotency_key, run_at, status, payload->'tockwork_schedule'->>'occurrence'"
-            " FROM jobs ORDER BY run_at, id"
+            " FROM jobs_all ORDER BY run_at, id"
         ).fetchall()
     ]
 
@@ -166,7 +166,7 @@ def test_jitter_is_deterministic_bounded_and_spreads_a_herd(
     conn.commit()
     tick(db_url, datetime(2026, 3, 7, 7, 59, tzinfo=UTC), lookahead=timedelta(minutes=2))
     rows = conn.execute(
-        "SELECT (payload->'tockwork_schedule'->>'id')::bigint, run_at FROM jobs"
+        "SELECT (payload->'tockwork_schedule'->>'id')::bigint, run_at FROM jobs_all"
     ).fetchall()
     assert len(rows) == 200
     base = datetime(2026, 3, 7, 8, 0, tzinfo=UTC)
@@ -209,10 +209,10 @@ def test_replicas_ticking_at_once_enqueue_each_occurrence_once(
         t.join()
     assert errors == []
     rows = conn.execute(
-        "SELECT idempotency_key, count(*) FROM jobs GROUP BY 1 HAVING count(*) > 1"
+        "SELECT idempotency_key, count(*) FROM jobs_all GROUP BY 1 HAVING count(*) > 1"
     ).fetchall()
     assert rows == []
-    total = conn.execute("SELECT count(*) FROM jobs").fetchone()
+    total = conn.execute("SELECT count(*) FROM jobs_all").fetchone()
     counted = conn.execute("SELECT sum(enqueued_count) FROM schedules").fetchone()
     assert total is not None and counted is not None
     assert total[0] == counted[0] > 300

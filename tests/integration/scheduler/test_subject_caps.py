@@ -79,7 +79,7 @@ def test_the_cap_holds_at_the_window_edges_across_a_subjects_schedules(
         [(ids["08:59"], "capped", reason), (ids["09:29"], "capped", reason),
          (same_time[2], "capped", reason)]
     )  # fmt: skip
-    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY 1").fetchall())
+    statuses = dict(conn.execute("SELECT status, count(*) FROM jobs_all GROUP BY 1").fetchall())
     assert statuses == {"succeeded": 10}
     counted = conn.execute(
         "SELECT skipped_count FROM schedules WHERE id = %s", (ids["08:59"],)
@@ -101,7 +101,7 @@ def test_a_retried_delivery_is_not_counted_twice(
     )  # fmt: skip
     try:
         run_at(db_url, handler, clock, at("08:00"))
-        assert conn.execute("SELECT status FROM jobs").fetchone() == ("retrying",)
+        assert conn.execute("SELECT status FROM jobs_all").fetchone() == ("retrying",)
         flaky.transient_rate = 0.0
         clock.set(at("08:05"))  # the retry of 08:00 counts once: 08:10 still fits
         Worker(db_url, {"reminder": handler}, clock=clock, listen=False).run_until_idle()

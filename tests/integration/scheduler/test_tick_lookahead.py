@@ -39,7 +39,7 @@ def herd(conn: psycopg.Connection[Any], n: int = HERD, jitter: int = 0) -> list[
 
 def jobs_run_at(conn: psycopg.Connection[Any]) -> dict[int, datetime]:
     rows = conn.execute(
-        "SELECT (payload->'tockwork_schedule'->>'id')::bigint, run_at FROM jobs"
+        "SELECT (payload->'tockwork_schedule'->>'id')::bigint, run_at FROM jobs_all"
     ).fetchall()
     conn.commit()
     return {int(schedule_id): run_at for schedule_id, run_at in rows}

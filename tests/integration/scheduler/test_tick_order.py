@@ -23,7 +23,7 @@ def jobs_by_id(conn: psycopg.Connection[Any]) -> list[tuple[int, int, str, datet
     """(job id, schedule id, occurrence key, run_at) of every job, in id (insert) order."""
     rows = conn.execute(
         "SELECT id, (payload->'tockwork_schedule'->>'id')::bigint,"
-        " payload->'tockwork_schedule'->>'occurrence', run_at FROM jobs ORDER BY id"
+        " payload->'tockwork_schedule'->>'occurrence', run_at FROM jobs_all ORDER BY id"
     ).fetchall()
     conn.commit()
     return [(int(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows]

@@ -66,7 +66,7 @@ def test_a_tick_plans_enqueues_and_advances_at_one_instant(
     finally:
         replica.close()
     assert clock.reads == 1
-    assert conn.execute("SELECT created_at FROM jobs").fetchall() == [(SAT_0758,)]
+    assert conn.execute("SELECT created_at FROM jobs_all").fetchall() == [(SAT_0758,)]
     assert conn.execute(
         "SELECT updated_at FROM schedules WHERE id = %s", (schedule_id,)
     ).fetchall() == [(SAT_0758,)]
@@ -81,7 +81,7 @@ def test_an_explicit_tick_instant_is_the_one_the_jobs_get(
         assert replica.tick(SAT_0758).enqueued == 1
     finally:
         replica.close()
-    assert conn.execute("SELECT created_at FROM jobs").fetchall() == [(SAT_0758,)]
+    assert conn.execute("SELECT created_at FROM jobs_all").fetchall() == [(SAT_0758,)]
 
 
 def test_run_until_idle_ticks_until_nothing_is_due(
@@ -97,9 +97,9 @@ def test_run_until_idle_ticks_until_nothing_is_due(
     )
     totals = replica.run_until_idle()
     assert totals.enqueued == 5
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (5,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (5,)
     assert replica.run_until_idle().enqueued == 5  # the totals of the replica; nothing new
-    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (5,)
+    assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (5,)
 
 
 def test_the_stop_line_is_for_humans(
@@ -143,7 +143,7 @@ def test_a_running_scheduler_rides_out_a_lost_connection(
             assert replica.wait_started(10)
             terminate_replica(auto)
             clock.set(SAT_0758)
-            wait_for(auto, "SELECT count(*) FROM jobs")
+            wait_for(auto, "SELECT count(*) FROM jobs_all")
         finally:
             replica.stop()
             assert replica.wait(10)

@@ -138,7 +138,7 @@ class Pipeline:
     def jobs_of(self, event_id: uuid.UUID) -> list[jobs.JobRecord]:
         with psycopg.connect(self.db_url) as conn:
             rows = conn.execute(
-                "SELECT id FROM jobs WHERE idempotency_key LIKE %s ORDER BY id",
+                "SELECT id FROM jobs_all WHERE idempotency_key LIKE %s ORDER BY id",
                 (f"webhook:{event_id}:%",),
             ).fetchall()
             return [jobs.get_job(conn, r[0]) for r in rows]
@@ -437,7 +437,7 @@ def test_a_relay_crash_mid_fan_out_doubles_and_loses_nothing(
             db_url, [project], listen=False, clock=clock, lease=timedelta(seconds=5)
         ).run_until_idle()
     with psycopg.connect(db_url) as conn:
-        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM jobs_all").fetchone() == (0,)
     # Another relay takes the claims over once the lease has expired, and a third replays.
     clock.advance(timedelta(seconds=10))
     real = jobs.outbox.Projection("webhooks", frozenset({"order.paid"}), fanout)
@@ -448,7 +448,7 @@ def test_a_relay_crash_mid_fan_out_doubles_and_loses_nothing(
     ]
     with psycopg.connect(db_url) as conn:
         jobs.enqueue_many(conn, [spec for specs in again for spec in specs])
-        rows = conn.execute("SELECT idempotency_key, count(*) FROM jobs GROUP BY 1").fetchall()
+        rows = conn.execute("SELECT idempotency_key, count(*) FROM jobs_all GROUP BY 1").fetchall()
     fanout.close()
     assert len(rows) == 30 and all(count == 1 for _, count in rows)
     assert {key.split(":")[1] for key, _ in rows} == {str(e) for e in events}
