@@ -227,14 +227,29 @@ WITH input AS (
                          %(started)b::timestamptz[])
          AS t(id, token, attempt, started_at)
 ),
-updated AS (
-    UPDATE jobs AS j
-    SET status = 'succeeded', completed_at = now(), locked_at = NULL, locked_by = NULL,
-        locked_until = NULL, lease_token = j.lease_token + 1
-    FROM input AS i
+ended AS (
+    -- The same writes as the library's completion (jobs 0021): the finished row leaves jobs
+    -- for job_history.
+    DELETE FROM jobs AS j
+    USING input AS i
     -- ANY(ids) as well as the join: a primary-key probe, not a hash join over the table.
     WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
-    RETURNING j.id
+    RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
+              'succeeded'::text, j.priority, j.run_at, j.attempts, j.max_attempts,
+              NULL::timestamptz, NULL::text, NULL::timestamptz, j.lease_token + 1,
+              j.last_error_code, j.last_error_summary, now(), j.created_at, j.claim_id,
+              j.started_token, 0::smallint, j.concurrency_key, j.trace_parent, j.trace_state,
+              j.unique_key, j.heartbeat_at, j.expires_at
+),
+updated AS (
+    INSERT INTO job_history (id, organization_id, queue, job_type, payload, idempotency_key,
+                             status, priority, run_at, attempts, max_attempts, locked_at,
+                             locked_by, locked_until, lease_token, last_error_code,
+                             last_error_summary, completed_at, created_at, claim_id,
+                             started_token, unstarted_expiries, concurrency_key, trace_parent,
+                             trace_state, unique_key, heartbeat_at, expires_at)
+    SELECT * FROM ended
+    RETURNING id
 )
 INSERT INTO job_attempts (job_id, attempt, queue, job_type, worker, started_at, finished_at,
                           outcome, duration_ms)

@@ -229,7 +229,7 @@ def test_a_job_is_marked_started_once_it_ran_for_a_share_of_the_lease(
     assert not runner.is_alive()
     done = auto.execute(
         "SELECT count(*) FILTER (WHERE status = 'succeeded'),"
-        " count(*) FILTER (WHERE started_token IS NOT NULL) FROM jobs WHERE id = ANY(%s)",
+        " count(*) FILTER (WHERE started_token IS NOT NULL) FROM jobs_all WHERE id = ANY(%s)",
         (quick_ids,),
     ).fetchone()
     assert done == (len(quick_ids), 0)
