@@ -6,7 +6,8 @@
 concurrent ``send`` calls). It authenticates with an OAuth 2.0 access token obtained from the
 service-account file by the JWT-bearer grant (an RS256 assertion signed with the file's key,
 posted to its ``token_uri`` over HTTP/2 as well), cached and refreshed before it expires (five
-minutes early, or half its lifetime if shorter), one refresh in flight at a time.
+minutes early, or half its lifetime if shorter, by the ``clock`` the channel takes), one refresh
+in flight at a time, whose failure (or cancellation) every request waiting for it shares.
 
 The mapping of a message: ``notification`` {title, body}; ``data`` = ``message.data`` plus
 ``tockwork_key`` = ``message.key`` (the app can drop a duplicate on the device); ``android``
@@ -53,7 +54,6 @@ import json
 import logging
 import os
 import ssl
-import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -283,7 +283,7 @@ class FcmChannel:
         self._semaphore: asyncio.Semaphore | None = None
         self._clock = clock or (lambda: datetime.now(UTC))
         self._access: str | None = None
-        self._refresh_at = 0.0  # time.monotonic() after which the token is replaced
+        self._refresh_at = 0.0  # the clock's epoch seconds after which the token is replaced
         self._refreshing: asyncio.Future[str] | None = None
         self.refreshes = 0  # access tokens obtained (tests, bench)
         self._closed = False
@@ -298,26 +298,34 @@ class FcmChannel:
 
     # -- access token --------------------------------------------------------------------
 
-    async def _token(self, stale: str | None = None) -> str:
-        """The current access token; a new one if it is due or is ``stale`` (just refused)."""
+    async def _token(self, stale: str | None = None, at: float | None = None) -> str:
+        """The current access token; a new one if it is due at ``at`` (epoch seconds, default
+        the channel's clock now) or is ``stale`` (just refused)."""
         access = self._access
-        if access is not None and access != stale and time.monotonic() < self._refresh_at:
-            return access
-        if access is not None and stale is not None and access != stale:
+        if access is not None and stale is None:
+            if (self._clock().timestamp() if at is None else at) < self._refresh_at:
+                return access
+        elif access is not None and stale is not None and access != stale:
             return access  # another request refreshed it already
         if self._refreshing is None:
             future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             self._refreshing = future
             try:
                 token, lifetime = await self._grant()
-            except _TokenError as exc:
-                future.set_exception(exc)
+            except BaseException as exc:
+                # the waiters share this refresh: they get its error, a cancelled refresh
+                # included (else they would wait for a token that never comes)
+                shared = exc
+                if not isinstance(exc, _TokenError):
+                    shared = _TokenError("token_refresh_interrupted", permanent=False)
+                future.set_exception(shared)
                 future.exception()  # retrieved here: the waiters re-raise it
                 raise
             finally:
                 self._refreshing = None
             self._access = token
-            self._refresh_at = time.monotonic() + lifetime - min(REFRESH_EARLY, lifetime / 2)
+            issued = self._clock().timestamp()
+            self._refresh_at = issued + lifetime - min(REFRESH_EARLY, lifetime / 2)
             self.refreshes += 1
             future.set_result(token)
             return token

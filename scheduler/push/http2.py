@@ -737,6 +737,9 @@ class Http2Client:
                     f"{self.origin} sent no HTTP/2 SETTINGS within "
                     f"connect_timeout={self.connect_timeout}s"
                 ) from None
+            except BaseException:
+                conn.close()  # cancelled while waiting: the socket and reader go with it
+                raise
             if conn.closed:
                 raise ConnectFailed(f"{self.origin} closed the connection before SETTINGS")
             self._conns.append(conn)
