@@ -196,17 +196,28 @@ def classify(message: PushMessage, response: Response, now: datetime) -> PushRes
     return PushResult(message, PushStatus.PERMANENT, error, code)
 
 
-def fcm_message(message: PushMessage, now: datetime) -> dict[str, Any]:
-    """The FCM v1 ``message`` object of a push message (module docstring)."""
+def fcm_message(
+    message: PushMessage,
+    now: datetime,
+    expiries: dict[datetime, tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The FCM v1 ``message`` object of a push message (module docstring). ``expiries``: a
+    cache of the ``ttl`` and ``apns-expiration`` texts by expiry, for one ``now`` (the
+    messages of a batch share a few expiries)."""
     data = dict(message.data)
     data["tockwork_key"] = message.key
     high = message.priority == "high"
     android: dict[str, Any] = {"priority": "HIGH" if high else "NORMAL"}
     apns_headers = {"apns-priority": "10" if high else "5"}
-    ttl = message.ttl(now)
-    if ttl is not None and message.expires_at is not None:
-        android["ttl"] = f"{int(ttl.total_seconds())}s"
-        apns_headers["apns-expiration"] = str(max(int(message.expires_at.timestamp()), 0))
+    expires_at = message.expires_at
+    if expires_at is not None:
+        texts = expiries.get(expires_at) if expiries is not None else None
+        if texts is None:
+            ttl = message.ttl(now) or timedelta(0)
+            texts = (f"{int(ttl.total_seconds())}s", str(max(int(expires_at.timestamp()), 0)))
+            if expiries is not None:
+                expiries[expires_at] = texts
+        android["ttl"], apns_headers["apns-expiration"] = texts
     if message.collapse_key is not None:
         android["collapse_key"] = message.collapse_key
         apns_headers["apns-collapse-id"] = _cut(message.collapse_key, 64)
@@ -389,26 +400,33 @@ class FcmChannel:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self._max_in_flight)
         results: list[PushResult | None] = [None] * len(messages)
+        at = self._clock().timestamp()  # the token's freshness, judged once a call
         try:
-            token = await self._token()
+            await self._token(at=at)
         except _TokenError as exc:
             status = PushStatus.PERMANENT if exc.permanent else PushStatus.TRANSIENT
             error = f"FCM access token not granted: {exc.code}"
             return [PushResult(m, status, error, exc.code) for m in messages]
-        del token
+        expiries: dict[datetime, tuple[str, str]] = {}
         queue = iter(enumerate(messages))
         semaphore = self._semaphore
 
         async def worker() -> None:
             for index, message in queue:
                 async with semaphore:
-                    results[index] = await self._send_one(message, now)
+                    results[index] = await self._send_one(message, now, at, expiries)
 
         workers = min(len(messages), self._max_in_flight)
         await asyncio.gather(*(worker() for _ in range(workers)))
         return [r for r in results if r is not None]
 
-    async def _send_one(self, message: PushMessage, now: datetime) -> PushResult:
+    async def _send_one(
+        self,
+        message: PushMessage,
+        now: datetime,
+        at: float,
+        expiries: dict[datetime, tuple[str, str]],
+    ) -> PushResult:
         for name, value in message.data.items():
             if not isinstance(value, str):
                 return PushResult(
@@ -417,11 +435,13 @@ class FcmChannel:
                     f"data value of {name!r} is a {type(value).__name__}: FCM takes strings",
                     "invalid_data",
                 )
-        body = orjson.dumps({"message": fcm_message(message, now)})
+        body = orjson.dumps({"message": fcm_message(message, now, expiries)})
         refused = refreshed = False
         while True:
             try:
-                token = await self._token()
+                token = self._access
+                if token is None or at >= self._refresh_at:
+                    token = await self._token(at=at)
             except _TokenError as exc:
                 status = PushStatus.PERMANENT if exc.permanent else PushStatus.TRANSIENT
                 return PushResult(
