@@ -784,10 +784,10 @@ class Http2Client:
         """Send one request and read its response (errors: module docstring).
 
         The whole request has one deadline, ``request_timeout`` from now. While it waits for
-        its answer it is in the client's queue of deadlines (one timer for the queue, not one
-        per request: every request has the same timeout, so the queue is in deadline order);
-        the wait for a connection or a free stream, when there is one, is bounded by the same
-        deadline."""
+        its answer it is in the client's queue of deadlines, kept in deadline order (one timer
+        for the queue, not one per request: with one timeout for every request a new one goes
+        at the end, unless it waited for a stream longer than a later one); the wait for a
+        connection or a free stream, when there is one, is bounded by the same deadline."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout
         conn = self._pick()
@@ -805,13 +805,24 @@ class Http2Client:
             self._in_flight -= 1
             conn.draining = True
             raise StreamRefused(f"connection cannot open a stream ({type(exc).__name__})") from None
+        entry = (deadline, future, conn, stream_id)
         deadlines = self._deadlines
-        if self._timer is None or self._timer_loop is not loop:
-            if self._timer_loop is not loop:  # what a former event loop left is dead with it
-                deadlines.clear()
-                self._timer_loop = loop
+        if self._timer_loop is not loop:  # what a former event loop left is dead with it
+            deadlines.clear()
+            self._timer, self._timer_loop = None, loop
+        if not deadlines or deadline >= deadlines[-1][0]:
+            deadlines.append(entry)
+        else:
+            # it waited for a stream while a later request got one: keep the deadline order
+            i = len(deadlines) - 1
+            while i > 0 and deadlines[i - 1][0] > deadline:
+                i -= 1
+            deadlines.insert(i, entry)
+        timer = self._timer
+        if timer is None or (deadlines[0] is entry and timer.when() > deadline):
+            if timer is not None:
+                timer.cancel()
             self._timer = loop.call_at(deadline, self._expire)
-        deadlines.append((deadline, future, conn, stream_id))
         try:
             return await future
         except asyncio.CancelledError:
