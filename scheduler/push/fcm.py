@@ -55,6 +55,7 @@ import logging
 import os
 import ssl
 import urllib.parse
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -237,6 +238,48 @@ def _cut(text: str, limit: int) -> str:
     return encoded[:limit].decode("utf-8", "ignore")
 
 
+class _Slots:
+    """At most ``n`` holders at once, first come first served: the channel's ``max_in_flight``.
+
+    ``asyncio.Semaphore`` leaves a woken waiter in its queue until that waiter runs, and each
+    release scans the queue from the front for one not yet woken: a read that answers 500
+    requests at once releases 500 times before any woken waiter runs, a quadratic scan (3% of
+    a delivery worker's CPU in a herd). Here a release hands its slot to the first waiter and
+    takes it off the queue.
+    """
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        if self.free > 0:
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self.waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot goes to it directly
+                return
+        self.free += 1
+
+
 class FcmChannel:
     """Push through FCM HTTP v1 (module docstring); implements
     :class:`~scheduler.push.channel.PushChannel`."""
@@ -291,7 +334,7 @@ class FcmChannel:
         )
         self._quota = quota_per_minute
         self._max_in_flight = max_in_flight
-        self._semaphore: asyncio.Semaphore | None = None
+        self._slots = _Slots(max_in_flight)  # shared by concurrent sends
         self._clock = clock or (lambda: datetime.now(UTC))
         self._access: str | None = None
         self._refresh_at = 0.0  # the clock's epoch seconds after which the token is replaced
@@ -397,8 +440,6 @@ class FcmChannel:
             raise RuntimeError("the FCM channel is closed")
         if not messages:
             return []
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self._max_in_flight)
         results: list[PushResult | None] = [None] * len(messages)
         at = self._clock().timestamp()  # the token's freshness, judged once a call
         try:
@@ -409,12 +450,15 @@ class FcmChannel:
             return [PushResult(m, status, error, exc.code) for m in messages]
         expiries: dict[datetime, tuple[str, str]] = {}
         queue = iter(enumerate(messages))
-        semaphore = self._semaphore
+        slots = self._slots
 
         async def worker() -> None:
             for index, message in queue:
-                async with semaphore:
+                await slots.acquire()
+                try:
                     results[index] = await self._send_one(message, now, at, expiries)
+                finally:
+                    slots.release()
 
         workers = min(len(messages), self._max_in_flight)
         await asyncio.gather(*(worker() for _ in range(workers)))
