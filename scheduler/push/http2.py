@@ -91,6 +91,14 @@ _LAST_STREAM_ID = (1 << 31) - 1 - 2 * 10_000  # retire a connection before its i
 _FRAME_HEADER = struct.Struct(">BHBBL")
 _END_STREAM = 0x1
 _END_HEADERS = 0x4
+_PADDED = 0x8
+_PRIORITY = 0x20
+_DATA = 0x0
+_HEADERS = 0x1
+# the stream states in which h2 takes a response's HEADERS and DATA without a stream error
+_RECEIVING = frozenset({h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL})
+_RECV_DATA = h2.connection.ConnectionInputs.RECV_DATA
+_RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
 
 
 class _CachingEncoder(hpack.Encoder):
@@ -121,13 +129,71 @@ class _CachingEncoder(hpack.Encoder):
         return block
 
 
+class _CachingDecoder(hpack.Decoder):
+    """An HPACK decoder that reuses the last decoded header list when the same block comes
+    again on the same table.
+
+    A push provider answers every request with the same response headers (``:status 200``, a
+    content type): once they are in the dynamic table each response is the same block of
+    indexes, and decoding it changes nothing. Decoding is a function of the block and the
+    table (and the two limits a decode checks), so the last result is reused when the block is
+    equal, the table is the one that decode left (its newest entry the same object, the same
+    length and size limit) and that decode changed nothing in it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._block: bytes | None = None
+        self._state: tuple[Any, ...] = ()
+        self._headers: list[Any] = []
+
+    def _table_state(self) -> tuple[Any, ...]:
+        table = self.header_table
+        entries = table.dynamic_entries
+        return (
+            entries[0] if entries else None,
+            len(entries),
+            table.maxsize,
+            self.max_header_list_size,
+            self.max_allowed_table_size,
+        )
+
+    def decode(self, data: bytes, raw: bool = False) -> Any:
+        before = self._table_state()
+        if raw and data == self._block and _same_table(before, self._state):
+            return list(self._headers)
+        headers = super().decode(data, raw)
+        after = self._table_state()
+        if raw and _same_table(after, before):
+            self._block, self._state, self._headers = bytes(data), after, list(headers)
+        else:
+            self._block = None
+        return headers
+
+
+def _same_table(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same table: the same newest entry (the object: a new insertion of equal headers
+    evicts others), the same length, size and limits."""
+    return bool(b) and a[0] is b[0] and a[1:] == b[1:]
+
+
 class H2Connection(h2.connection.H2Connection):
-    """h2's connection with the open-stream count taken from its owner.
+    """h2's connection with the open-stream count taken from its owner, and a lean path for
+    what a client sends and receives most.
 
     h2 counts open streams by scanning every stream it holds (and culls the closed ones) at
     each new stream: quadratic with thousands of streams in flight (most of a 20,000-request
     run's time). The owner knows how many are open; the scan (which frees closed streams) runs
     once every ``_CULL`` new streams.
+
+    A client's connection also writes its requests lean (:meth:`send_request`) and reads the
+    answers lean (:meth:`receive_data`): a response's HEADERS and DATA frames on a stream
+    that is open for receiving are cut out of the bytes with ``struct`` and handed to h2's
+    connection and stream state machines (the same inputs, window accounting and checks as
+    h2's own frame handlers), without the hyperframe objects h2 builds for each frame (and the
+    ``repr`` of each it computes for a trace log it does not emit). Every other frame (SETTINGS,
+    PING, GOAWAY, WINDOW_UPDATE, RST_STREAM, padded or prioritised frames, CONTINUATION, a
+    frame on a closed or unknown stream, an oversized one) goes through h2 unchanged, in order.
     """
 
     _CULL = 512
@@ -137,6 +203,85 @@ class H2Connection(h2.connection.H2Connection):
         self.encoder = _CachingEncoder()
         self._count_open = count_open
         self._new_streams = 0
+        self._lean = bool(config.client_side)
+        self._rest = b""  # received bytes of a frame not yet complete (lean path)
+        if self._lean:
+            # a client reads the same response headers again and again (a server, the fakes,
+            # reads many clients' requests: left as h2 has it)
+            decoder = _CachingDecoder()
+            decoder.max_header_list_size = self.decoder.max_header_list_size
+            decoder.max_allowed_table_size = self.decoder.max_allowed_table_size
+            self.decoder = decoder
+
+    def receive_data(self, data: Any) -> list[h2.events.Event]:
+        """h2's ``receive_data`` (the events, the state, the errors, in the same order), with
+        a response's HEADERS and DATA frames taken on the lean path (class docstring)."""
+        if not self._lean or self.incoming_buffer._data:
+            return super().receive_data(data)
+        buf = self._rest + data if self._rest else bytes(data)
+        events: list[h2.events.Event] = []
+        size = len(buf)
+        pos = 0
+        streams = self.streams
+        buffered = self.incoming_buffer
+        limit = self.max_inbound_frame_size  # changes only through h2's path (SETTINGS ack)
+        try:
+            while size - pos >= 9:
+                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(buf, pos)
+                length = (high << 16) | low
+                if length > limit:
+                    # h2 buffers it (and everything after it) and fails it when it is whole
+                    events += super().receive_data(buf[pos:])
+                    pos = size
+                    break
+                end = pos + 9 + length
+                stream = streams.get(stream_id & 0x7FFFFFFF) if kind <= _HEADERS else None
+                lean = not (
+                    stream is None
+                    or buffered._headers_buffer  # h2 waits for CONTINUATION frames
+                    or flags & _PADDED
+                    or stream.state_machine.state not in _RECEIVING
+                    or (kind == _HEADERS and (flags & _PRIORITY or not flags & _END_HEADERS))
+                )
+                if end > size:
+                    if not lean:  # h2 checks a frame's header before its body comes
+                        events += super().receive_data(buf[pos:])
+                        pos = size
+                    break
+                if lean:
+                    events += self._receive_lean(stream, kind, flags, buf[pos + 9 : end])  # type: ignore[arg-type]
+                else:
+                    # h2 as it is (it terminates the connection itself on an error)
+                    events += super().receive_data(buf[pos:end])
+                    limit = self.max_inbound_frame_size
+                pos = end
+        except BaseException:
+            self._rest = b""  # the connection is failed; nothing more is read from it
+            raise
+        self._rest = buf[pos:]
+        return events
+
+    def _receive_lean(
+        self, stream: h2.stream.H2Stream, kind: int, flags: int, payload: bytes
+    ) -> list[h2.events.Event]:
+        """A HEADERS (END_HEADERS, no padding or priority) or a DATA frame (no padding) on a
+        stream open for receiving: what h2's ``_receive_headers_frame`` and
+        ``_receive_data_frame`` do with it, in the same order."""
+        try:
+            if kind == _DATA:
+                length = len(payload)
+                events = self.state_machine.process_input(_RECV_DATA)
+                self._inbound_flow_control_window_manager.window_consumed(length)
+                return events + stream.receive_data(payload, bool(flags & _END_STREAM), length)[1]
+            headers = h2.connection._decode_headers(self.decoder, payload)
+            events = self.state_machine.process_input(_RECV_HEADERS)
+            end_stream = bool(flags & _END_STREAM)
+            encoding = self.config.header_encoding
+            return events + stream.receive_headers(headers, end_stream, encoding)[1]
+        except h2.exceptions.ProtocolError as exc:
+            # what h2's receive_data does with an error of a frame's handler
+            self._terminate_connection(exc.error_code)
+            raise
 
     def _counted(self) -> int:
         self._new_streams += 1
@@ -301,6 +446,9 @@ class _Connection:
             validate_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
+            # h2 would join split ``cookie`` fields, which a client does not receive: the
+            # generators it runs over every response's headers for that are skipped
+            normalize_inbound_headers=False,
         )
         self.streams: dict[int, _Stream] = {}
         self.h2 = H2Connection(config, self.streams.__len__)
@@ -405,15 +553,22 @@ class _Connection:
 
     def handle(self, events: list[h2.events.Event]) -> None:
         streams = self.streams
+        ended_bytes = 0  # DATA of streams that ended: acknowledged once for the connection
+        ended_on = 0
         for event in events:
             kind = type(event)
             if kind is h2.events.DataReceived:
                 stream = streams.get(event.stream_id)  # type: ignore[attr-defined]
                 data: bytes = event.data  # type: ignore[attr-defined]
-                self.h2.acknowledge_received_data(
-                    event.flow_controlled_length,  # type: ignore[attr-defined]
-                    event.stream_id,  # type: ignore[attr-defined]
-                )
+                length: int = event.flow_controlled_length  # type: ignore[attr-defined]
+                if event.stream_ended is None:  # type: ignore[attr-defined]
+                    # the stream reads on: its window and the connection's are given back
+                    self.h2.acknowledge_received_data(length, event.stream_id)  # type: ignore[attr-defined]
+                elif length:
+                    # a closed stream's window is not given back (h2 skips it): only the
+                    # connection's, once for the whole read below
+                    ended_bytes += length
+                    ended_on = event.stream_id  # type: ignore[attr-defined]
                 if stream is not None:
                     room = self.client.max_body - len(stream.body)
                     if len(data) > room:
@@ -473,6 +628,8 @@ class _Connection:
                     event.last_stream_id,  # type: ignore[attr-defined]
                     event.error_code,  # type: ignore[attr-defined]
                 )
+        if ended_bytes:
+            self.h2.acknowledge_received_data(ended_bytes, ended_on)
 
     def goaway(self, last_stream_id: int | None, error_code: int | None) -> None:
         self.client.goaways += 1
@@ -590,6 +747,13 @@ class Http2Client:
             self._ssl = None
         self._conns: list[_Connection] = []
         self._connecting = 0
+        # the requests waiting for an answer, in deadline order: (deadline, its future, the
+        # connection, the stream id); one timer for the first deadline
+        self._deadlines: deque[tuple[float, asyncio.Future[Response], _Connection, int]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._last_key: tuple[Any, ...] | None = None
+        self._last_encoded: list[tuple[bytes, bytes]] = []
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._in_flight = 0
         self._closed = False
@@ -617,73 +781,126 @@ class Http2Client:
         headers: Sequence[tuple[str, str]],
         body: bytes = b"",
     ) -> Response:
-        """Send one request and read its response (errors: module docstring)."""
+        """Send one request and read its response (errors: module docstring).
+
+        The whole request has one deadline, ``request_timeout`` from now. While it waits for
+        its answer it is in the client's queue of deadlines, kept in deadline order (one timer
+        for the queue, not one per request: with one timeout for every request a new one goes
+        at the end, unless it waited for a stream longer than a later one); the wait for a
+        connection or a free stream, when there is one, is bounded by the same deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout
+        conn = self._pick()
+        if conn is None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    conn = await self._acquire()
+            except TimeoutError:
+                raise RequestTimeout(self._timed_out()) from None
+        encoded = self._encoded(method, path, headers)
+        try:
+            stream_id, future = conn.open_stream(encoded, body)
+        except h2.exceptions.ProtocolError as exc:
+            # the connection cannot take this stream (closed under us): nothing sent
+            self._in_flight -= 1
+            conn.draining = True
+            raise StreamRefused(f"connection cannot open a stream ({type(exc).__name__})") from None
+        entry = (deadline, future, conn, stream_id)
+        deadlines = self._deadlines
+        if self._timer_loop is not loop:  # what a former event loop left is dead with it
+            deadlines.clear()
+            self._timer, self._timer_loop = None, loop
+        if not deadlines or deadline >= deadlines[-1][0]:
+            deadlines.append(entry)
+        else:
+            # it waited for a stream while a later request got one: keep the deadline order
+            i = len(deadlines) - 1
+            while i > 0 and deadlines[i - 1][0] > deadline:
+                i -= 1
+            deadlines.insert(i, entry)
+        timer = self._timer
+        if timer is None or (deadlines[0] is entry and timer.when() > deadline):
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            conn.cancel(stream_id)
+            raise
+        finally:
+            while deadlines and deadlines[0][1].done():
+                deadlines.popleft()
+
+    def _timed_out(self) -> str:
+        return f"no response within request_timeout={self.request_timeout}s"
+
+    def _expire(self) -> None:
+        """The deadline queue's timer: fail the requests whose deadline passed (their streams
+        reset), then wait for the next deadline."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines:
+            deadline, future, conn, stream_id = deadlines[0]
+            if not future.done():
+                if deadline > now:
+                    self._timer = loop.call_at(deadline, self._expire)
+                    return
+                conn.cancel(stream_id)
+                future.set_exception(RequestTimeout(self._timed_out()))
+            deadlines.popleft()
+
+    def _encoded(
+        self, method: str, path: str, headers: Sequence[tuple[str, str]]
+    ) -> list[tuple[bytes, bytes]]:
+        """The request's header list for h2, the last one again when nothing changed (a push
+        client sends the same method, path and headers on every request)."""
+        key = (method, path, tuple(headers))
+        if key == self._last_key:
+            return self._last_encoded
+        prefix = self._prefix
+        encoded = [(b":method", method.encode()), prefix[1], prefix[2], (b":path", path.encode())]
+        # no content-length (optional in HTTP/2): the headers stay the same from one request
+        # to the next, so HPACK sends them as indexes of its table
+        encoded += [(k.lower().encode(), v.encode()) for k, v in headers]
+        self._last_key, self._last_encoded = key, encoded
+        return encoded
+
+    def _pick(self) -> _Connection | None:
+        """A connection to put a stream on now, reserved (counted in ``_in_flight``): the one
+        with the most free streams, when more than half of its streams are free or no other
+        connection may be opened; None when the caller has to connect or wait."""
         if self._closed:
             raise Http2Error("the HTTP/2 client is closed")
-        conn: _Connection | None = None
-        stream_id = 0
-        try:
-            async with asyncio.timeout(self.request_timeout):
-                conn = await self._acquire()
-                prefix = self._prefix
-                encoded = [
-                    (b":method", method.encode()),
-                    prefix[1],
-                    prefix[2],
-                    (b":path", path.encode()),
-                ]
-                # no content-length (optional in HTTP/2): the headers stay the same from one
-                # request to the next, so HPACK sends them as indexes of its table
-                encoded += [(k.lower().encode(), v.encode()) for k, v in headers]
-                try:
-                    stream_id, future = conn.open_stream(encoded, body)
-                except h2.exceptions.ProtocolError as exc:
-                    # the connection cannot take this stream (closed under us): nothing sent
-                    self._in_flight -= 1
-                    conn.draining = True
-                    raise StreamRefused(
-                        f"connection cannot open a stream ({type(exc).__name__})"
-                    ) from None
-                response = await future
-                stream_id = 0
-                return response
-        except TimeoutError:
-            if conn is not None and stream_id:
-                conn.cancel(stream_id)
-            raise RequestTimeout(
-                f"no response within request_timeout={self.request_timeout}s"
-            ) from None
-        except asyncio.CancelledError:
-            if conn is not None and stream_id:
-                conn.cancel(stream_id)
-            raise
+        best: _Connection | None = None
+        best_free = 0
+        for conn in self._conns:
+            free = conn.free
+            if free > best_free:
+                best, best_free = conn, free
+        if best is not None and (
+            best_free > best.capacity // 2
+            or len(self._conns) + self._connecting >= self.max_connections
+        ):
+            self._in_flight += 1
+            return best
+        return None
 
     async def _acquire(self) -> _Connection:
-        """A connection with a free stream, reserving it (counted in ``_in_flight``)."""
+        """A connection with a free stream, reserving it (counted in ``_in_flight``): one
+        picked now, a new one, or the first with room after waiting."""
         while True:
-            if self._closed:
-                raise Http2Error("the HTTP/2 client is closed")
-            best: _Connection | None = None
-            best_free = 0
-            for conn in self._conns:
-                free = conn.free
-                if free > best_free:
-                    best, best_free = conn, free
-            if best is not None and (
-                best_free > best.capacity // 2
-                or len(self._conns) + self._connecting >= self.max_connections
-            ):
-                self._in_flight += 1
-                return best
+            picked = self._pick()
+            if picked is not None:
+                return picked
             if len(self._conns) + self._connecting < self.max_connections:
                 conn = await self._connect()
                 if conn.free > 0:
                     self._in_flight += 1
                     return conn
                 continue
-            if best is not None:
-                self._in_flight += 1
-                return best
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -737,6 +954,9 @@ class Http2Client:
                     f"{self.origin} sent no HTTP/2 SETTINGS within "
                     f"connect_timeout={self.connect_timeout}s"
                 ) from None
+            except BaseException:
+                conn.close()  # cancelled while waiting: the socket and reader go with it
+                raise
             if conn.closed:
                 raise ConnectFailed(f"{self.origin} closed the connection before SETTINGS")
             self._conns.append(conn)
@@ -771,6 +991,9 @@ class Http2Client:
     async def aclose(self) -> None:
         """Close every connection; requests still open fail with ConnectionLost."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         conns = list(self._conns)
         for conn in conns:
             conn.lost("connection closed by the client")

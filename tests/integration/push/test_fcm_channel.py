@@ -208,10 +208,15 @@ def test_stream_refused_twice_is_transient(tmp_path: Path) -> None:
 
 
 def test_token_refresh_under_load(tmp_path: Path) -> None:
-    """Access tokens live 2 s of the fake's clock, which advances 1 ms per request: a token
-    expires every ~2,000 requests while 500 are in flight (the channel also replaces it early,
-    by its own clock, after 1 s). Every request is eventually authorised, each expiry costs one
-    shared refresh, no 401 reaches a result."""
+    """Access tokens live 2 s of the fake's clock, which advances 1 ms per request it serves: a
+    token expires every ~2,000 requests while 500 are in flight. The channel's own clock is
+    pinned (it never reaches its early refresh), so every refresh is one an expiry at the fake
+    caused, whatever the machine's speed: every request is eventually authorised, each expiry
+    costs one refresh shared by the requests it failed, and no 401 reaches a result.
+
+    (It used to race the wall clock: the channel refreshed early by ``time.monotonic`` after
+    1 s, so on a loaded machine that sent fewer than 2,000 requests a second the fake's tokens
+    never expired, and a slow enough run refreshed more than the test allowed.)"""
 
     async def body() -> None:
         start = time.time()
@@ -222,16 +227,86 @@ def test_token_refresh_under_load(tmp_path: Path) -> None:
             return start + ticks[0] * 0.001
 
         fake = FcmFake(access_token_ttl=2, clock=clock)
-        running, fcm = await started(tmp_path, fake=fake, max_in_flight=500)
+        frozen = datetime.fromtimestamp(start, UTC)
+        running, fcm = await started(tmp_path, fake=fake, max_in_flight=500, clock=lambda: frozen)
         try:
             results = await fcm.send(messages(6000), now=NOW)
             assert {r.status for r in results} == {PushStatus.DELIVERED}
             assert fake.delivered == 6000 and fake.duplicates() == {}
-            assert fake.unauthorized > 0  # expiries happened with requests in flight
-            assert 3 <= fcm.refreshes <= 40, fcm.refreshes
+            # 6,000 deliveries, their 401s and the grants at 2,000 ticks a token
+            assert 4 <= fcm.refreshes <= 6, fcm.refreshes
             assert fake.tokens_issued == fcm.refreshes
+            # each expiry fails at most the requests in flight, each once
+            assert 0 < fake.unauthorized <= 500 * (fcm.refreshes - 1), fake.unauthorized
         finally:
             await stop(running, fcm)
+
+    run(body)
+
+
+def test_token_refreshed_early_by_the_clock(tmp_path: Path) -> None:
+    """An access token is replaced five minutes before it expires by the channel's clock,
+    before any request is refused with it."""
+
+    async def body() -> None:
+        # the first grant dated nearly an hour ago (its assertion still valid now)
+        at = [datetime.now(UTC) - timedelta(seconds=3600 - 200)]
+        running, fcm = await started(tmp_path, clock=lambda: at[0])
+        try:
+            assert {r.status for r in await fcm.send(messages(5), now=NOW)} == {
+                PushStatus.DELIVERED
+            }
+            at[0] += timedelta(seconds=3600 - 300 - 1)  # one second before the early refresh
+            await fcm.send(messages(5, start=5), now=NOW)
+            assert fcm.refreshes == 1
+            at[0] += timedelta(seconds=2)
+            results = await fcm.send(messages(5, start=10), now=NOW)
+            assert {r.status for r in results} == {PushStatus.DELIVERED}
+            assert fcm.refreshes == 2 and running.fake.tokens_issued == 2
+            assert running.fake.unauthorized == 0
+        finally:
+            await stop(running, fcm)
+
+    run(body)
+
+
+def test_an_interrupted_refresh_fails_its_waiters(tmp_path: Path) -> None:
+    """The send that makes the grant is cancelled while another send waits for that token:
+    the waiting one ends ``transient`` at once instead of waiting forever."""
+
+    async def body() -> None:
+        accepted = asyncio.Event()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.set()  # never answers: the grant waits for its SETTINGS
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        fake = FcmFake()
+        info = fake.service_account(f"http://127.0.0.1:{port}")  # token_uri: the silent one
+        path = tmp_path / "silent-token-uri.json"
+        path.write_text(json.dumps(info))
+        fcm = FcmChannel(path, url="http://127.0.0.1:9", connect_timeout=60)
+        try:
+            first = asyncio.create_task(fcm.send(messages(1), now=NOW))
+            await accepted.wait()
+            second = asyncio.create_task(fcm.send(messages(2, start=1), now=NOW))
+            await asyncio.sleep(0)  # one turn: the second send waits for the first's grant
+            assert not second.done()
+            first.cancel()
+            async with asyncio.timeout(10):
+                results = await second
+            assert {(r.status, r.code) for r in results} == {
+                (PushStatus.TRANSIENT, "token_refresh_interrupted")
+            }
+            with pytest.raises(asyncio.CancelledError):
+                await first
+        finally:
+            await fcm.aclose()
+            server.close()
+            await server.wait_closed()
 
     run(body)
 

@@ -258,6 +258,38 @@ def test_request_timeout_resets_the_stream() -> None:
     run(body)
 
 
+def test_each_request_keeps_its_own_deadline() -> None:
+    """The client's one deadline queue: a request that times out fails alone, the timer then
+    waits for the next request's deadline (not failing it early, not forgetting it), and a
+    request answered in time leaves nothing behind."""
+
+    async def body() -> None:
+        app = Echo()
+        app.gate = asyncio.Event()
+        async with FakeServer(app) as server:
+            client = Http2Client(server.url, request_timeout=0.2)
+            loop = asyncio.get_running_loop()
+            first = asyncio.create_task(client.request("GET", "/slow-1", []))
+            await asyncio.sleep(0)  # one turn: the first request is on its stream
+            client.request_timeout = 0.6  # the next request's deadline comes later
+            started = loop.time()
+            second = asyncio.create_task(client.request("GET", "/slow-2", []))
+            async with asyncio.timeout(10):  # a forgotten deadline would hang here
+                with pytest.raises(RequestTimeout):  # (its text names the current setting)
+                    await first
+                assert not second.done()  # the earlier deadline came first, alone
+                with pytest.raises(RequestTimeout, match=r"request_timeout=0\.6"):
+                    await second
+            assert loop.time() - started >= 0.55  # not failed with the first one
+            assert client.stats.in_flight == 0
+            app.gate.set()
+            assert (await client.request("GET", "/fast", [])).status == 201
+            assert not client._deadlines  # answered: its deadline is gone from the queue
+            await client.aclose()
+
+    run(body)
+
+
 def test_server_without_http2_is_connect_failed() -> None:
     async def body() -> None:
         async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
