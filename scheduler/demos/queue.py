@@ -48,6 +48,10 @@ class Handlers:
         self.url = url
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
+        # The pages answered "rate limited" once: a RateLimited outcome uses no attempt
+        # (RetryPolicy.rate_limited_for), so job.attempt stays 1 on the retry and cannot say
+        # whether this job was limited before.
+        self.limited: set[int] = set()
         self.local = threading.local()
 
     def _conn(self) -> psycopg.Connection[Any]:
@@ -77,8 +81,12 @@ class Handlers:
         time.sleep(0.004)
 
     def page_oncall(self, job: Job) -> None:
-        if job.payload.get("rate_limited") and job.attempt == 1:
-            raise jobs.RateLimited(0.3, "pager API said Retry-After: 0.3")
+        if job.payload.get("rate_limited"):
+            with self.lock:
+                first = job.id not in self.limited
+                self.limited.add(job.id)
+            if first:
+                raise jobs.RateLimited(0.3, "pager API said Retry-After: 0.3")
 
     def mapping(self) -> dict[str, jobs.Handler]:
         return {
