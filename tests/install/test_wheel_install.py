@@ -161,7 +161,7 @@ def test_the_built_wheel_runs_the_quickstart(tmp_path: Path, empty_db_url: str) 
         # The page's own expectation (the enqueued job ran) and the schedule's first job: an
         # event the processes cause in the database, waited for, not a time.
         expectations.append(
-            "SELECT EXISTS (SELECT FROM jobs WHERE job_type = 'send_push' "
+            "SELECT EXISTS (SELECT FROM jobs_all WHERE job_type = 'send_push' "
             "AND status = 'succeeded' AND payload->>'user_id' = '7')"
         )
         with psycopg.connect(empty_db_url, autocommit=True) as conn:
