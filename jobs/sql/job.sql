@@ -946,6 +946,20 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS t(id, token)
 WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = t.id AND j.lease_token = t.token
 RETURNING j.id;
 
+-- fragment: job_selected
+-- An operator's selection of jobs (jobs/admin.py: requeue, cancel): by ids, queue, job type and
+-- error code, each ignored when NULL. Written once for the statements that act on one
+-- selection in jobs and in job_history.
+(%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
+AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
+AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+
+-- fragment: job_selected_window
+-- The selection's window on when the jobs ended (since inclusive, until exclusive).
+(%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
+AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+
 -- name: job_history_restore
 -- The first statement of a requeue of cancelled or expired jobs (jobs/admin.py): those the
 -- selection names move back from job_history into jobs, as they were, so that job_requeue_lock
@@ -953,12 +967,7 @@ RETURNING j.id;
 WITH back AS (
     DELETE FROM job_history
     WHERE status = ANY(%(statuses)b::text[])
-      AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
-      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
-      AND (%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
-      AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+      AND {{job_selected}} AND {{job_selected_window}}
     RETURNING {{job_history_columns}}
 )
 INSERT INTO jobs ({{job_history_columns}})
@@ -969,12 +978,7 @@ SELECT * FROM back;
 -- the caller's transaction is open before job_requeue's savepoint (jobs/admin.py).
 SELECT id FROM jobs
 WHERE status = ANY(%(statuses)b::text[])
-  AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
-  AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
-  AND (%(since)s::timestamptz IS NULL OR completed_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR completed_at < %(until)s::timestamptz)
+  AND {{job_selected}} AND {{job_selected_window}}
 ORDER BY id
 FOR UPDATE;
 
@@ -1027,10 +1031,7 @@ ORDER BY 1;
 WITH ended AS (
     DELETE FROM jobs
     WHERE status = ANY(%(statuses)b::text[])
-      AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
-      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+      AND {{job_selected}}
     RETURNING id, organization_id, queue, job_type, payload, idempotency_key,
               'cancelled'::text, priority, run_at, attempts, max_attempts, locked_at,
               locked_by, locked_until, lease_token,
@@ -1049,10 +1050,7 @@ relabelled AS (
         completed_at = coalesce(%(now)s::timestamptz, now()),
         last_error_code = coalesce(%(reason)s::text, last_error_code)
     WHERE status = 'expired' AND 'expired' = ANY(%(statuses)b::text[])
-      AND (%(ids)b::bigint[] IS NULL OR id = ANY(%(ids)b::bigint[]))
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(job_type)s::text IS NULL OR job_type = %(job_type)s::text)
-      AND (%(error_code)s::text IS NULL OR last_error_code = %(error_code)s::text)
+      AND {{job_selected}}
     RETURNING id
 )
 SELECT id FROM ended

@@ -16,10 +16,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-import jobs
-from scheduler.migrations import COMPONENTS
 from tests.acceptance.cli_harness import run
-from tests.failover.servers import LocalServer, primary_and_standby
+from tests.failover.servers import LocalServer, migrated_primary_and_standby
 
 # One-shot commands with the arguments they need; each exits 0 on a migrated, empty database.
 COMMANDS = [
@@ -42,11 +40,8 @@ COMMANDS = [
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
-        yield primary, standby
+    with migrated_primary_and_standby() as servers:
+        yield servers
 
 
 def _hosts(*servers: LocalServer, attrs: str) -> str:

@@ -20,7 +20,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+
+import jobs
+from scheduler.migrations import COMPONENTS
 
 DEBIAN_PG = Path("/usr/lib/postgresql/15/bin")
 
@@ -166,3 +170,14 @@ def primary_and_standby() -> Iterator[tuple[LocalServer, LocalServer]]:
             if server.running():
                 server.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def migrated_primary_and_standby() -> Iterator[tuple[LocalServer, LocalServer]]:
+    """:func:`primary_and_standby` with every component migrated on the primary and the standby
+    started from it (replicating, not necessarily streaming yet)."""
+    with primary_and_standby() as (primary, standby):
+        with psycopg.connect(primary.url, autocommit=True) as conn:
+            jobs.migrate(conn, COMPONENTS)
+        standby.standby_of(primary).start()
+        yield primary, standby

@@ -15,22 +15,17 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-import jobs
 import scheduler
 from scheduler.dashboard import create_app
 from scheduler.errors import ScheduleNotFound
-from scheduler.migrations import COMPONENTS
-from tests.failover.servers import LocalServer, primary_and_standby
+from tests.failover.servers import LocalServer, migrated_primary_and_standby
 from tests.integration.dashboard.conftest import TOKEN, csrf_of, sign_in
 
 
 @pytest.fixture
 def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
-        yield primary, standby
+    with migrated_primary_and_standby() as servers:
+        yield servers
 
 
 def _replayed(standby: LocalServer, schedule_id: int, paused: bool) -> bool:

@@ -30,7 +30,7 @@ from scheduler import health
 from scheduler.dashboard import create_app
 from scheduler.migrations import COMPONENTS
 from tests.acceptance.cli_harness import Result, run
-from tests.failover.servers import LocalServer, primary_and_standby
+from tests.failover.servers import LocalServer, migrated_primary_and_standby, primary_and_standby
 from tests.integration.dashboard.conftest import TOKEN, sign_in
 
 DOWN = "postgresql://nobody@127.0.0.1:1/nothing"
@@ -39,11 +39,8 @@ DOWN = "postgresql://nobody@127.0.0.1:1/nothing"
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[LocalServer, LocalServer]]:
     """A migrated primary and its standby, shared by the tests that leave both running."""
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
-        yield primary, standby
+    with migrated_primary_and_standby() as servers:
+        yield servers
 
 
 def _wait_for(url: str, sql: LiteralString, what: str, *params: object) -> None:
@@ -231,10 +228,7 @@ def test_metrics_from_the_replica_state_its_lag_and_read_replication_on_the_prim
 def test_a_replica_that_follows_no_primary_is_a_finding() -> None:
     """The primary stopped: the standby's WAL receiver stops streaming, and what it serves
     stops at what it replayed; its lag alone would say 0 (it replayed all it received)."""
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
+    with migrated_primary_and_standby() as (primary, standby):
         _wait_for(standby.url, "SELECT EXISTS (SELECT FROM pg_stat_wal_receiver "
                   "WHERE status = 'streaming')", "streaming")  # fmt: skip
         primary.stop("fast")
@@ -292,10 +286,7 @@ def test_the_scrapes_of_metrics_server_log_a_change_of_primary_once(
 ) -> None:
     """``tockwork metrics-server`` has no service of its own: its scrapes, through a multi-host
     URL, follow the primary and say once that it changed when the standby is promoted."""
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
+    with migrated_primary_and_standby() as (primary, standby):
         hosts = f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
         url = f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
         registry = CollectorRegistry()
@@ -318,10 +309,7 @@ def test_the_scrapes_of_metrics_server_log_a_change_of_primary_once(
 def test_the_dashboard_says_when_its_replica_follows_no_primary() -> None:
     """The standby's ``primary_conninfo`` emptied (its WAL receiver stops; the primary stays
     up): its lag alone would say 0 s behind, the banner says it follows no primary."""
-    with primary_and_standby() as (primary, standby):
-        with psycopg.connect(primary.url, autocommit=True) as conn:
-            jobs.migrate(conn, COMPONENTS)
-        standby.standby_of(primary).start()
+    with migrated_primary_and_standby() as (primary, standby):
         _wait_for(standby.url, "SELECT EXISTS (SELECT FROM pg_stat_wal_receiver "
                   "WHERE status = 'streaming')", "streaming")  # fmt: skip
         app = create_app(primary.url, token=TOKEN, read_url=standby.url)
