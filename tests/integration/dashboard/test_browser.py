@@ -21,7 +21,7 @@ import threading
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -187,14 +187,22 @@ def test_the_dashboard_in_a_real_browser(
 
 
 def _submit(driver: Any, button: str) -> None:
-    """Click a button that submits a form and wait until the browser has left the page (the old
-    document is gone), so the next lookup reads the new page, not the one being replaced."""
+    """Click a button that submits a form and wait until the browser has left the page."""
+    from selenium.webdriver.common.by import By
+
+    _leave(driver, lambda: driver.find_element(By.ID, button).click())
+
+
+def _leave(driver: Any, act: Callable[[], object]) -> None:
+    """Do ``act`` (a click, an Enter in a form) and wait until the browser has left the page
+    (the old document is gone), so the next lookup reads the new page, not the one being
+    replaced."""
     from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.ID, button).click()
+    act()
 
     def left(_: Any) -> bool:
         try:
@@ -283,7 +291,8 @@ def test_every_page_in_a_real_browser_loads_without_error_and_is_laid_out(
         _check_page(driver, tmp_path, name)
     # The forms that lead to other pages: a search that finds one job, the confirmation.
     driver.get(f"{served}/processes")
-    driver.find_element(By.ID, "search").send_keys("order-1\n")
+    # Enter submits the search: wait for the page it leads to before reading the address.
+    _leave(driver, lambda: driver.find_element(By.ID, "search").send_keys("order-1\n"))
     assert "idempotency_key=order-1" in driver.current_url
     _check_page(driver, tmp_path, "search-found")
     driver.get(f"{served}/dead")
