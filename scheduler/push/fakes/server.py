@@ -530,10 +530,12 @@ class _H11Connection(_ServerConnection):
                 out += conn.send(h11.EndOfMessage()) or b""
                 self.writer.write(out or b"")
                 if conn.our_state is h11.MUST_CLOSE:
-                    # A large body is still in the transport's buffer: closing before it drains
-                    # cut it short (a client read an incomplete body).
-                    await self.writer.drain()
+                    # A large body can still be in the transport's buffer: close() flushes it,
+                    # and wait_closed() returns once it has (drain() alone waits only down to
+                    # the buffer's high-water mark, 64 KiB, and the abort in _accept's finally
+                    # then dropped the rest: a client read an incomplete body).
                     self.writer.close()
+                    await self.writer.wait_closed()
                     return
                 conn.start_next_cycle()
             else:
