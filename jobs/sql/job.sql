@@ -765,10 +765,17 @@ updated AS (
     RETURNING j.id
 ),
 ended AS (
-    -- The same fencing, for the jobs that end: their row leaves jobs as it ends.
+    -- The same fencing, for the jobs that end: their row leaves jobs as it ends. A probe of
+    -- jobs_pkey per ending input row (j.id = i.id alone, no ANY(ids)): with ANY(ids) as well,
+    -- a generic plan (prepared statements switch to one after five executions) expects ten
+    -- ids and a third of them ending, and was seen joining the two in a nested loop over the
+    -- materialized ANY scan: every ending row compared with every id, 131,841 comparisons and
+    -- 25 ms of a 28 ms completion of 514 jobs (docs/performance.md, issue 22's fourth pass).
+    -- The ending rows' estimate (a status filter on unnest) stays small in every plan, so the
+    -- probes never give way to a scan of the table.
     DELETE FROM jobs AS j
     USING input AS i
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = i.id AND j.lease_token = i.token
+    WHERE j.id = i.id AND j.lease_token = i.token
       AND i.status IN ('succeeded', 'cancelled', 'expired')
     RETURNING j.id, j.organization_id, j.queue, j.job_type, j.payload, j.idempotency_key,
               i.status, j.priority, j.run_at, j.attempts + coalesce(i.attempt_delta, 0),
