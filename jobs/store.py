@@ -647,8 +647,19 @@ class PgJobStore:
             "now": now,
             "job_types": None if job_types is None else list(job_types),
         }
+        # Without any rate limit (as read at the last refresh, as the claim reads it), no
+        # limit's refill can be the wake-up: the idle poll is the one probe, not two (the
+        # second was planned anew at each poll). The probe is never prepared: a plan cached
+        # while the queue was empty (an idle worker's, five polls in) scans the whole table
+        # once a backlog arrives, until the table is analyzed again (seen for a minute after a
+        # herd was enqueued: 12-38 ms a poll); planned at each poll (0.2 ms, once a second at
+        # most) it probes the ready index whatever the statistics say.
+        self._refresh_policies()
+        if not self._limited:
+            row = self.conn.execute(query("job_next_due"), params, prepare=False).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
         with self.conn.pipeline():
-            due = self.conn.execute(query("job_next_due"), params)
+            due = self.conn.execute(query("job_next_due"), params, prepare=False)
             refill = self.conn.execute(query("job_rate_limit_next_token"), params)
             rows = [due.fetchone(), refill.fetchone()]
         waits = [float(r[0]) for r in rows if r is not None and r[0] is not None]

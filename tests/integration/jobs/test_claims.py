@@ -206,3 +206,37 @@ def test_a_claim_takes_due_jobs_by_priority_past_future_ones(
         jobs.enqueue_many(conn, due, now=T0)
     two = store.claim({"default": 3}, "w", timedelta(seconds=30), T0)
     assert [(j.payload["p"], j.payload["i"]) for j in two] == [(3, 1), (3, 0), (0, 1)]
+
+
+def test_next_due_is_the_earliest_waiting_job_after_now_in_any_priority_and_queue(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    # job_next_due reads each priority of each queue on its own (a loose scan of the ready
+    # index): the answer is the earliest job after now among all of them, whatever the
+    # priorities and whichever comes first in the index.
+    s = stores()
+    assert s.next_due(["a", "b"], T0) is None  # nothing waits
+    second = timedelta(seconds=1)
+    with conn.transaction():
+        jobs.enqueue_many(
+            conn,
+            [
+                JobSpec("t", queue="a", priority=5, run_at=T0 + 40 * second),
+                JobSpec("t", queue="a", priority=5, run_at=T0 + 30 * second),
+                JobSpec("t", queue="a", priority=0, run_at=T0 + 20 * second),
+                JobSpec("t", queue="a", priority=-3, run_at=T0 + 25 * second),
+                JobSpec("t", queue="b", priority=1, run_at=T0 + 15 * second),
+                # ready now, or claimed: not what an idle worker waits for
+                JobSpec("t", queue="a", priority=9, run_at=T0 - second),
+                JobSpec("t", queue="b", priority=9, run_at=T0),
+                JobSpec("t", queue="c", priority=0, run_at=T0 + 5 * second),
+            ],
+            now=T0,
+        )
+    assert len(s.claim({"b": 1}, "w", LEASE, T0)) == 1
+    assert s.next_due(["a"], T0) == pytest.approx(20.0)
+    assert s.next_due(["a", "b"], T0) == pytest.approx(15.0)
+    assert s.next_due(["b", "a"], T0 + 16 * second) == pytest.approx(4.0)
+    assert s.next_due(["a"], T0 + 26 * second) == pytest.approx(4.0)  # priority 5's 30 s
+    assert s.next_due(["a", "b"], T0 + 40 * second) is None
+    assert s.next_due(["nothing"], T0) is None
