@@ -131,7 +131,7 @@ def record_many_params(
 ) -> dict[str, Any]:
     """The checked parameters of :func:`record_many`'s insert (``keys``, ``job_ids``, ``now``:
     distinct keys in sorted order, each with its first job id), for a statement that includes
-    jobs' ``job_effect_insert_many`` fragment (the scheduler's delivery record)."""
+    jobs' ``job_effect_insert_checked`` fragment (the scheduler's delivery record)."""
     if job_ids is not None and len(job_ids) != len(keys):
         raise InvalidJob("job_ids", len(job_ids), f"must have one id per key ({len(keys)})")
     ids = list(job_ids) if job_ids is not None else [None] * len(keys)

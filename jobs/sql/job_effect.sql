@@ -51,23 +51,43 @@ WITH {{job_effect_insert_many}}
 SELECT effect_key FROM effect_recorded;
 
 -- fragment: job_effect_insert_many
--- The CTEs of a batch's record, ending in effect_recorded (the keys new now): also written
--- into the scheduler's delivery record (device_delivery_record), one round trip. The days and
+-- The CTEs of a batch's record, ending in effect_recorded (the keys new now). The days and
 -- the guard row: job_effect_days. The keys already recorded on any day are looked up once, by
 -- the array (one scan of each day's primary key): a NOT EXISTS probe per key and day took
 -- 190 ms per 1,000 keys with 38 days of partitions, this 44 ms (32 ms in one table).
-effect_at AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
-effect_days AS ({{job_effect_days}}),
 effect_known AS MATERIALIZED (
     SELECT effect_key FROM job_effects WHERE effect_key = ANY(%(keys)b::text[])
 ),
+{{job_effect_insert_rows unknown=job_effect_unknown}}
+
+-- fragment: job_effect_insert_checked
+-- The same record for keys the caller checked on every day just before (check-before-send,
+-- job_effect_is_recorded) and then sent: the scheduler's delivery record
+-- (device_delivery_record), one round trip with its other writes. Without effect_known: a key
+-- recorded on another day since the check can only be another run of the same job racing this
+-- one, and its second row (under another day) changes no answer of "is it recorded"; within
+-- a day the primary key keeps one row a key as always. Which keys are new is not read by that
+-- caller. The known-keys read it leaves out was planned as a scan of the day's partition (its
+-- rows filtered by the array) while the partition was small by its statistics, which a herd's
+-- day is when it starts: 4.3 ms of a 10.6 ms record of 500 keys at 5,862 rows, growing with
+-- the day (docs/performance.md, issue 22's fourth pass).
+{{job_effect_insert_rows unknown=}}
+
+-- fragment: job_effect_unknown
+WHERE NOT EXISTS (SELECT FROM effect_known AS e WHERE e.effect_key = k.effect_key)
+
+-- fragment: job_effect_insert_rows
+-- The insert of job_effect_insert_many and job_effect_insert_checked; unknown filters out the
+-- keys recorded before.
+effect_at AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at),
+effect_days AS ({{job_effect_days}}),
 effect_written AS (
     INSERT INTO job_effects (effect_key, job_id, recorded_at, recorded_on)
     SELECT k.effect_key, k.job_id, t.at, d.day
     FROM unnest(%(keys)b::text[], %(job_ids)b::bigint[]) WITH ORDINALITY
          AS k(effect_key, job_id, ord)
     CROSS JOIN effect_at AS t CROSS JOIN effect_days AS d
-    WHERE NOT EXISTS (SELECT FROM effect_known AS e WHERE e.effect_key = k.effect_key)
+    {{unknown}}
     ORDER BY k.ord, d.day
     ON CONFLICT (effect_key, recorded_on) DO NOTHING
     RETURNING effect_key

@@ -124,7 +124,7 @@ WHERE d.id = due.id
 -- name: device_delivery_record
 -- Record-after-send of a delivery (scheduler/delivery.py): effect keys and last successes in
 -- one statement (one round trip); dead tokens go through device_invalidate (rare).
-WITH {{jobs.job_effect_insert_many}},
+WITH {{jobs.job_effect_insert_checked}},
      due AS MATERIALIZED ({{device_succeeded_due}}),
      succeeded AS ({{device_succeeded_update}})
 SELECT count(*) FROM effect_recorded;

@@ -255,7 +255,7 @@ KNOWN_FOREIGN_TABLES = {
     ("jobs/sql/pg_misc.sql", "pg_inherits"),
     # The delivery's one read and one record of a batch (scheduler/delivery.py) fold the
     # effect-once check and record into the scheduler's statements, one round trip each:
-    # through jobs' fragments (job_effect_is_recorded, job_effect_insert_many), so the SQL on
+    # through jobs' fragments (job_effect_is_recorded, job_effect_insert_checked), so the SQL on
     # job_effects is still written in jobs/sql/job_effect.sql.
     ("scheduler/sql/device.sql", "job_effects"),
 }
@@ -320,6 +320,7 @@ def foreign_tables(files: Mapping[str, str]) -> dict[str, list[str]]:
 
 
 _OTHER_PACKAGE_FRAGMENT = re.compile(r"\{\{\s*(\w+)\.(\w+)[^}]*\}\}")
+_OWN_FRAGMENT = re.compile(r"\{\{\s*(\w+)(?:\s[^}]*)?\}\}")
 
 
 def _with_other_packages_fragments(text: str) -> str:
@@ -327,8 +328,18 @@ def _with_other_packages_fragments(text: str) -> str:
     (jobs/queries.py): what it includes of another package counts as its own reading."""
 
     def fragment(match: re.Match[str]) -> str:
-        alternatives = package_fragments(match.group(1))[match.group(2)]
-        return "\n".join(f.text for f in alternatives)
+        fragments = package_fragments(match.group(1))
+        text = "\n".join(f.text for f in fragments[match.group(2)])
+
+        # The fragments it includes in turn (of its own package: {{name ...}}), whole.
+        def inner(found: re.Match[str]) -> str:
+            return "\n".join(f.text for f in fragments.get(found.group(1), []))
+
+        for _ in range(len(fragments)):
+            text, n = _OWN_FRAGMENT.subn(inner, text)
+            if not n:
+                break
+        return text
 
     return _OTHER_PACKAGE_FRAGMENT.sub(fragment, text)
 
