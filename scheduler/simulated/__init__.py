@@ -329,7 +329,7 @@ class SimulatedChannel:
         for m, answer in zip(messages, answers, strict=True):
             if answer is None:
                 accepted.setdefault(m.key, m)
-        delivered: set[str] = set()
+        duplicates: set[str] = set()
         if accepted:
             rows = [accepted[key] for key in sorted(accepted)]
             loop = asyncio.get_running_loop()
@@ -343,7 +343,7 @@ class SimulatedChannel:
                     cursor = await conn.execute(
                         query("simulated_push_channel_insert_many"), _channel_rows(rows)
                     )
-                    delivered = {row[0] for row in await cursor.fetchall()}
+                    duplicates = {row[0] for row in await cursor.fetchall()}
             except psycopg.OperationalError as exc:
                 error = f"simulated provider unreachable: {type(exc).__name__}"
                 return [
@@ -355,7 +355,7 @@ class SimulatedChannel:
         for m, answer in zip(messages, answers, strict=True):
             if answer is not None:
                 append(answer)
-            elif get(m.key) is m and m.key in delivered:
+            elif get(m.key) is m and m.key not in duplicates:
                 append(PushResult(m, _DELIVERED))
             else:
                 append(PushResult(m, _DUPLICATE))
