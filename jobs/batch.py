@@ -58,7 +58,7 @@ from jobs.outcomes import (
     Snooze,
     TransientError,
 )
-from jobs.retry import Decision, RetryPolicies, decide
+from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide
 
 BatchEffect = Callable[[psycopg.Connection[Any], Sequence[Job]], None]
 SingleEffect = Callable[[psycopg.Connection[Any]], None]
@@ -351,7 +351,9 @@ def _bisect(
     result: list[Decided] = []
     for j in jobs:
         cause, ms = outcome[j.id]
-        result.append(Decided(j, decide(j, cause, retry.for_job(j)), cause, ms))
+        # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
+        decision = SUCCEEDED if cause is None else decide(j, cause, retry.for_job(j))
+        result.append(Decided(j, decision, cause, ms))
     return BatchResult(result, effects, runs, errors)
 
 

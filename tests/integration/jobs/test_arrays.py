@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID, uuid4
 
 import psycopg
 import pytest
@@ -29,6 +30,27 @@ def test_each_encoder_round_trips_through_postgresql(conn: psycopg.Connection[An
     ).fetchone()
     assert row == (ints, bigs, floats, texts, [])
     assert set(names) == set(texts)  # each distinct value encoded once
+
+
+def test_none_elements_are_sent_as_null_and_uuids_as_uuids(
+    conn: psycopg.Connection[Any],
+) -> None:
+    arrays.register(conn)
+    bigs = [None, 2**63 - 1, None, -(2**63)]
+    texts = ["a", None, "", "é ☃", None]
+    ids: list[UUID | None] = [uuid4(), None, UUID(int=0), uuid4()]
+    row = conn.execute(
+        "SELECT %(b)b::bigint[], %(t)b::text[], %(c)b::text[], %(u)b::uuid[], %(e)b::uuid[],"
+        " array_position(%(t)b::text[], NULL)",
+        {
+            "b": arrays.int8_array(bigs),
+            "t": arrays.text_array(texts),
+            "c": arrays.text_array(texts, {}),
+            "u": arrays.uuid_array(ids),
+            "e": arrays.uuid_array([]),
+        },
+    ).fetchone()
+    assert row == (bigs, texts, texts, ids, [], 2)
 
 
 def test_an_encoding_of_another_type_fails_instead_of_converting(
