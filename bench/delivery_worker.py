@@ -23,7 +23,9 @@ import argparse
 import asyncio
 import cProfile
 import os
+import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,14 +56,23 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
 """
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU of a process from /proc, None where /proc does not show it."""
+def cpu_seconds(pid: int, tid: int | None = None) -> float | None:
+    """User + system CPU of a process (or of its thread ``tid``) from /proc, None where /proc
+    does not show it."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        with open(path, encoding="ascii") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_seconds(native_id: int | None) -> float:
+    """User + system CPU of one of this process's threads (0 where /proc does not show it)."""
+    if native_id is None:
+        return 0.0
+    return cpu_seconds(os.getpid(), native_id) or 0.0
 
 
 def backends(conn: psycopg.Connection[Any]) -> dict[int, float]:
@@ -116,20 +127,35 @@ class ThreadProfiles:
         self.loop.disable()
 
 
-def drain(url: str, size: int, profile: str | None) -> tuple[float, float, float, int]:
-    """Drain the herd; (worker CPU s, backends' CPU s, wall s, deliveries)."""
+@dataclass
+class Drained:
+    """One drain's figures: CPU seconds of the worker (all of it, its dispatcher thread, its
+    event loop's thread) and of the database backends, wall seconds, deliveries."""
+
+    cpu: float
+    dispatcher: float
+    loop: float
+    server: float
+    wall: float
+    delivered: int
+
+
+def drain(url: str, size: int, profile: str | None) -> Drained:
+    """Drain the herd of ``size`` reminders with one worker."""
     clock = FrozenClock(DUE)
     channel = SimulatedChannel(url)
     handler = DeliveryHandler(url, [channel], resolver=SubjectAsToken("simulated"), clock=clock)
     worker = Worker(url, {"reminder": handler}, {QUEUE: CONCURRENCY}, clock=clock, listen=False)
     profiles = ThreadProfiles() if profile else None
-    ends: list[tuple[float, float, dict[int, float]]] = []
+    ends: list[tuple[float, float, dict[int, float], float]] = []
+    loop_cpu: list[float] = []
     with psycopg.connect(url, autocommit=True) as meter:
         # Read at the worker's shutdown, before its connection (and its backend) closes.
         shutdown, start_loop, stop_loop = worker._shutdown, worker._start_loop, worker._stop_loop
 
         def measured_shutdown() -> None:
-            ends.append((time.process_time(), time.perf_counter(), backends(meter)))
+            main = thread_seconds(threading.get_native_id())
+            ends.append((time.process_time(), time.perf_counter(), backends(meter), main))
             shutdown()
 
         def profiled_start_loop() -> None:
@@ -140,19 +166,22 @@ def drain(url: str, size: int, profile: str | None) -> tuple[float, float, float
         def profiled_stop_loop() -> None:
             if profiles is not None:
                 profiles.stop_loop(worker)
+            thread = worker._loop_thread
+            loop_cpu.append(thread_seconds(thread.native_id if thread is not None else None))
             stop_loop()
 
         worker._shutdown = measured_shutdown  # type: ignore[method-assign]
         worker._start_loop = profiled_start_loop  # type: ignore[method-assign]
         worker._stop_loop = profiled_stop_loop  # type: ignore[method-assign]
         before = backends(meter)
+        main0 = thread_seconds(threading.get_native_id())
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if profiles is not None:
             profiles.dispatcher.enable()
         worker.run_until_idle()
         if profiles is not None:
             profiles.dispatcher.disable()
-        cpu1, wall1, after = ends[0]
+        cpu1, wall1, after, main1 = ends[0]
         row = meter.execute("SELECT count(*) FROM simulated_pushes").fetchone()
         delivered = int(row[0]) if row else 0
     asyncio.run(handler.aclose())
@@ -160,7 +189,8 @@ def drain(url: str, size: int, profile: str | None) -> tuple[float, float, float
     if profiles is not None and profile:
         profiles.dispatcher.dump_stats(profile + ".dispatcher")
         profiles.loop.dump_stats(profile + ".loop")
-    return cpu1 - cpu0, server, wall1 - wall0, delivered
+    # The loop's thread starts with the drain: its whole life is the drain's.
+    return Drained(cpu1 - cpu0, main1 - main0, sum(loop_cpu), server, wall1 - wall0, delivered)
 
 
 def main() -> int:
@@ -179,15 +209,17 @@ def main() -> int:
             enqueue(url, args.size)
             load = os.getloadavg()[0]
             last = n == args.rounds - 1
-            cpu, server, wall, delivered = drain(url, args.size, args.profile if last else None)
+            d = drain(url, args.size, args.profile if last else None)
+            n_ = max(d.delivered, 1)
             print(
-                f"round {n + 1}: load {load:.2f}, {delivered:,} delivered in {wall:.2f} s "
-                f"({delivered / wall:,.0f}/s); worker CPU {cpu * 1e6 / delivered:.1f} us a "
-                f"delivery, backends' CPU {server * 1e6 / delivered:.1f} us a delivery",
+                f"round {n + 1}: load {load:.2f}, {d.delivered:,} delivered in {d.wall:.2f} s "
+                f"({d.delivered / d.wall:,.0f}/s); worker CPU {d.cpu * 1e6 / n_:.1f} us a "
+                f"delivery (dispatcher thread {d.dispatcher * 1e6 / n_:.1f}, event loop "
+                f"{d.loop * 1e6 / n_:.1f}), backends' CPU {d.server * 1e6 / n_:.1f} us a delivery",
                 flush=True,
             )
-            if delivered != args.size:
-                print(f"  {args.size - delivered} not delivered", flush=True)
+            if d.delivered != args.size:
+                print(f"  {args.size - d.delivered} not delivered", flush=True)
                 failed = True
     return 1 if failed else 0
 
