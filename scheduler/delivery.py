@@ -344,8 +344,10 @@ def _key_suffix(job: Job) -> str:
     return effects.effect_key(job, "push")[len("push") :]
 
 
-# A due job's devices, as the read found them: (device, its effect-once key, recorded already).
-Found = list[tuple[Target, str, bool]]
+# A due job's devices, as the read found them: (the registry's device id or None, channel,
+# token, the effect-once key, recorded already). Tuples, not a Target each: the delivery's read
+# returns these five columns side by side, and a herd has a device per job.
+Found = list[tuple[int | None, str, str, str, bool]]
 
 
 @dataclass(slots=True)
@@ -353,7 +355,7 @@ class _Plan:
     """One due job's messages (and the devices they go to)."""
 
     job: Job
-    sends: list[tuple[PushMessage, Target]] = field(default_factory=list)
+    sends: list[PushMessage] = field(default_factory=list)
     done: int = 0  # devices notified by an earlier run of this job
 
 
@@ -489,7 +491,7 @@ class DeliveryHandler(jobs.BatchHandler):
         if not plans:
             return
         results = await self._send(plans, now)
-        job_ids = {m.key: plan.job.id for plan in plans for m, _ in plan.sends}
+        job_ids = {m.key: plan.job.id for plan in plans for m in plan.sends}
         await self._record(conn, results, job_ids, now)
         for plan in plans:
             _outcome(batch, plan, results, self.backoff)
@@ -531,9 +533,9 @@ class DeliveryHandler(jobs.BatchHandler):
         at: datetime = rows[0][1]
         states: dict[int, tuple[Any, ...]] = {}
         found: dict[int, Found] = {}
-        # Indexes, not a starred unpacking: that builds a list per row. A row: job id, now,
-        # the schedule's seven columns of schedule_still_due_many, the device's three, its
-        # key, whether the key is recorded.
+        # Slices, not a starred unpacking (a list per row). A row: job id, now, the schedule's
+        # seven columns of schedule_still_due_many, then a Found's five (device id, channel,
+        # token, key, whether the key is recorded).
         for row in rows:
             sid = row[2]
             if sid is not None and sid not in states:
@@ -542,7 +544,7 @@ class DeliveryHandler(jobs.BatchHandler):
                 devices = found.get(row[0])
                 if devices is None:
                     devices = found[row[0]] = []
-                devices.append((Device(row[10], row[11], row[9]), row[12], row[13]))
+                devices.append(row[9:14])
         dues, zones = await steps.on_async(
             conn, decide_steps(todo, list(states.values()), at, metas)
         )
@@ -564,12 +566,15 @@ class DeliveryHandler(jobs.BatchHandler):
         for job in todo:
             recipient = _recipient(job)
             if dues[job.id] and recipient is not None:
-                found[job.id] = [(t, device_key(job, t), False) for t in targets.get(recipient, ())]
-        keys = [key for devices in found.values() for _, key, _ in devices]
+                found[job.id] = [
+                    (t.id, t.channel, t.token, device_key(job, t), False)
+                    for t in targets.get(recipient, ())
+                ]
+        keys = [device[3] for devices in found.values() for device in devices]
         before = await effects.recorded_async(conn, keys) if keys else set()
         if before:
             for devices in found.values():
-                devices[:] = [(t, key, key in before) for t, key, _ in devices]
+                devices[:] = [(i, ch, tok, key, key in before) for i, ch, tok, key, _ in devices]
         return at, dues, zones, found
 
     async def _apply_cap(
@@ -614,13 +619,13 @@ class DeliveryHandler(jobs.BatchHandler):
         recipient: Recipient | None,
         now: datetime,
         zones: Mapping[int, str],
-        devices: Sequence[tuple[Target, str, bool]],
+        devices: Sequence[tuple[int | None, str, str, str, bool]],
         batch: ReminderBatch,
         skips: dict[int, Due],
     ) -> _Plan | None:
-        """The messages of one due job to ``devices`` (each with its key and whether it is
-        recorded), or None when its outcome is set already (a bad payload, nothing to send,
-        expired)."""
+        """The messages of one due job to ``devices`` (:data:`Found`: each with its key and
+        whether it is recorded), or None when its outcome is set already (a bad payload,
+        nothing to send, expired)."""
         if not devices:
             batch.succeed(job)
             skips[job.id] = Due(False, "no_device")
@@ -648,7 +653,7 @@ class DeliveryHandler(jobs.BatchHandler):
             else {}
         )
         planned: set[str] = set()
-        for target, key, recorded in devices:
+        for device_id, channel, token, key, recorded in devices:
             if key in planned:  # a resolver listed one device twice: one message
                 continue
             planned.add(key)
@@ -657,8 +662,8 @@ class DeliveryHandler(jobs.BatchHandler):
                 continue
             message = PushMessage(
                 key,
-                target.channel,
-                target.token,
+                channel,
+                token,
                 title,
                 body,
                 {**c.data, "tockwork_key": key, **occurrence},
@@ -666,9 +671,9 @@ class DeliveryHandler(jobs.BatchHandler):
                 expires_at,
                 c.priority,
                 subject,
-                target.id,
+                device_id,
             )
-            plan.sends.append((message, target))
+            plan.sends.append(message)
         if not plan.sends:
             batch.succeed(job)  # every device notified by an earlier run (check-before-send)
             return None
@@ -689,7 +694,7 @@ class DeliveryHandler(jobs.BatchHandler):
         by_channel: dict[str, list[PushMessage]] = {}
         results: dict[str, PushResult] = {}
         for plan in plans:
-            for message, _ in plan.sends:
+            for message in plan.sends:
                 if message.channel in self.channels:
                     by_channel.setdefault(message.channel, []).append(message)
                 else:
@@ -832,7 +837,7 @@ def _outcome(
     backoff: jobs.RetryPolicy,
 ) -> None:
     """One job's outcome from its devices' results (module docstring)."""
-    answers = [results[m.key] for m, _ in plan.sends]
+    answers = [results[m.key] for m in plan.sends]
     if all(r.status in _SUCCEEDS for r in answers):  # the common case: no list to sort out
         batch.succeed(plan.job)
         return
