@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from itertools import chain, repeat
 from typing import Any
 from uuid import UUID
@@ -30,7 +31,8 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import Dumper
 
-_INT4, _INT8, _FLOAT8, _TEXT, _UUID = 23, 20, 701, 25, 2950
+_INT4, _INT8, _FLOAT8, _TEXT, _UUID, _TIMESTAMPTZ = 23, 20, 701, 25, 2950, 1184
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # timestamptz's binary zero
 _HEADER = struct.Struct(">5i")
 _EMPTY = struct.Struct(">3i")
 _LENGTH = struct.Struct(">i")
@@ -65,6 +67,12 @@ class TextArray(bytes):
 
 class UuidArray(bytes):
     """A ``uuid[]`` parameter, already encoded."""
+
+    __slots__ = ()
+
+
+class TimestamptzArray(bytes):
+    """A ``timestamptz[]`` parameter, already encoded."""
 
     __slots__ = ()
 
@@ -128,6 +136,24 @@ def uuid_array(values: Sequence[UUID | None]) -> UuidArray:
     return UuidArray(b"".join(parts))
 
 
+def timestamptz_array(values: Sequence[datetime]) -> TimestamptzArray | None:
+    """Aware instants as microseconds since 2000-01-01 UTC, each distinct one encoded once (a
+    batch's attempts share their start); None when one is naive (the caller sends the list:
+    psycopg sends a naive datetime as a ``timestamp``, read in the session's zone)."""
+    known: dict[datetime, bytes] = {}
+    parts = [_header(_TIMESTAMPTZ, len(values))]
+    for value in values:
+        encoded = known.get(value)
+        if encoded is None:
+            if value.tzinfo is None:
+                return None
+            delta = value - _PG_EPOCH
+            micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+            encoded = known[value] = _INT8_ELEMENT.pack(8, micros)
+        parts.append(encoded)
+    return TimestamptzArray(b"".join(parts))
+
+
 def _dumper(array_oid: int) -> type[Dumper]:
     class _Encoded(Dumper):
         format = pq.Format.BINARY
@@ -145,6 +171,7 @@ _DUMPERS: tuple[tuple[type[bytes], type[Dumper]], ...] = (
     (Float8Array, _dumper(1022)),  # float8[]
     (TextArray, _dumper(1009)),  # text[]
     (UuidArray, _dumper(2951)),  # uuid[]
+    (TimestamptzArray, _dumper(1185)),  # timestamptz[]
 )
 
 
