@@ -710,7 +710,7 @@ class DeliveryHandler(jobs.BatchHandler):
         )
         for answer in answers:
             for result in answer:
-                results[result.key] = result
+                results[result.message.key] = result  # not .key: a property, a call
         return results
 
     @staticmethod
@@ -751,7 +751,7 @@ class DeliveryHandler(jobs.BatchHandler):
         if not delivered and not dead:
             return
         if not dead and type(self.resolver) in _FOLDED:
-            keys = [r.key for r in delivered]
+            keys = [r.message.key for r in delivered]
             ids = [r.message.device_id for r in delivered if r.message.device_id is not None]
             params = {
                 **effects.record_many_params(keys, job_ids=[job_ids[k] for k in keys], now=now),
