@@ -75,8 +75,8 @@ from uuid import UUID
 import psycopg
 
 import jobs
-from jobs import Job, arrays, effects
-from jobs.internal import Steps, steps
+from jobs import Job, effects
+from jobs.internal import Steps, arrays, steps
 from jobs.metrics import Metrics
 from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig

@@ -35,8 +35,8 @@ from typing import Any, LiteralString
 import psycopg
 
 import jobs
-from jobs import Job, arrays, effects, migrate
-from jobs.internal import queries
+from jobs import Job, effects, migrate
+from jobs.internal import arrays, queries
 from scheduler.errors import InvalidSchedule
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushMessage, PushResult, PushStatus
