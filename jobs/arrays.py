@@ -6,31 +6,39 @@ sends a dozen arrays of hundreds of elements per cycle, that was about a sixth o
 dispatcher thread's time per job. These encoders build the same bytes in one ``struct.pack``
 (numbers) or one join of cached element encodings (text: a batch repeats a few queue, job type,
 status and outcome names), and :func:`register` teaches a connection to send them as binary
-parameters of the array type they name. Elements must not be None (the callers send a NULL
-array instead; see job_complete). The element type travels in the bytes and the server checks
-it against the parameter's type, so a mislabelled array fails (``DatatypeMismatch``).
+parameters of the array type they name. A None element is sent as NULL (an array of numbers
+with one goes element by element; a batch with no failure sends a NULL array instead, see
+job_complete). The element type travels in the bytes and the server checks it against the
+parameter's type, so a mislabelled array fails (``DatatypeMismatch``).
 
 The binary format (``array_recv``): number of dimensions, a has-nulls flag, the element type's
 OID, then per dimension its length and lower bound (1), then per element its byte length and
 its value in the element type's binary format (big-endian integers, IEEE 754 doubles, UTF-8
-text). An empty array has no dimension.
+text, a UUID's 16 bytes); a NULL element has the byte length -1 and no value. An empty array has
+no dimension.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from itertools import chain, repeat
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg import pq
 from psycopg.adapt import Dumper
 
-_INT4, _INT8, _FLOAT8, _TEXT = 23, 20, 701, 25
+_INT4, _INT8, _FLOAT8, _TEXT, _UUID, _TIMESTAMPTZ = 23, 20, 701, 25, 2950, 1184
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # timestamptz's binary zero
 _HEADER = struct.Struct(">5i")
 _EMPTY = struct.Struct(">3i")
 _LENGTH = struct.Struct(">i")
+_NULL = _LENGTH.pack(-1)
+_INT8_ELEMENT = struct.Struct(">iq")
+_UUID_LENGTH = _LENGTH.pack(16)
 
 
 class Int4Array(bytes):
@@ -57,8 +65,20 @@ class TextArray(bytes):
     __slots__ = ()
 
 
-def _header(oid: int, n: int) -> bytes:
-    return _HEADER.pack(1, 0, oid, n, 1) if n else _EMPTY.pack(0, 0, oid)
+class UuidArray(bytes):
+    """A ``uuid[]`` parameter, already encoded."""
+
+    __slots__ = ()
+
+
+class TimestamptzArray(bytes):
+    """A ``timestamptz[]`` parameter, already encoded."""
+
+    __slots__ = ()
+
+
+def _header(oid: int, n: int, nulls: bool = False) -> bytes:
+    return _HEADER.pack(1, int(nulls), oid, n, 1) if n else _EMPTY.pack(0, 0, oid)
 
 
 def int4_array(values: Sequence[int]) -> Int4Array:
@@ -67,8 +87,12 @@ def int4_array(values: Sequence[int]) -> Int4Array:
     return Int4Array(_header(_INT4, n) + body)
 
 
-def int8_array(values: Sequence[int]) -> Int8Array:
+def int8_array(values: Sequence[int | None]) -> Int8Array:
     n = len(values)
+    if None in values:
+        pack = _INT8_ELEMENT.pack
+        parts = [_NULL if v is None else pack(8, v) for v in values]
+        return Int8Array(_header(_INT8, n, True) + b"".join(parts))
     body = struct.pack(f">{'iq' * n}", *chain.from_iterable(zip(repeat(8), values)))
     return Int8Array(_header(_INT8, n) + body)
 
@@ -79,17 +103,55 @@ def float8_array(values: Sequence[float]) -> Float8Array:
     return Float8Array(_header(_FLOAT8, n) + body)
 
 
-def text_array(values: Sequence[str], cache: dict[str, bytes] | None = None) -> TextArray:
-    """``cache`` (value -> its encoding) may be shared by the arrays of one batch."""
-    known = {} if cache is None else cache
-    parts = [_header(_TEXT, len(values))]
+def text_array(values: Sequence[str | None], cache: dict[str, bytes] | None = None) -> TextArray:
+    """``cache`` (value -> its encoding) may be shared by the arrays of one batch of values
+    that repeat; None: each value is encoded where it stands (values that do not repeat)."""
+    parts = [_header(_TEXT, len(values), None in values)]
+    append, length = parts.append, _LENGTH.pack
+    if cache is None:
+        for value in values:
+            if value is None:
+                append(_NULL)
+            else:
+                raw = value.encode()
+                append(length(len(raw)))
+                append(raw)
+        return TextArray(b"".join(parts))
+    for value in values:
+        if value is None:
+            append(_NULL)
+            continue
+        encoded = cache.get(value)
+        if encoded is None:
+            raw = value.encode()
+            encoded = cache[value] = length(len(raw)) + raw
+        append(encoded)
+    return TextArray(b"".join(parts))
+
+
+def uuid_array(values: Sequence[UUID | None]) -> UuidArray:
+    parts = [_header(_UUID, len(values), None in values)]
+    for value in values:
+        parts.append(_NULL if value is None else _UUID_LENGTH + value.bytes)
+    return UuidArray(b"".join(parts))
+
+
+def timestamptz_array(values: Sequence[datetime]) -> TimestamptzArray | None:
+    """Aware instants as microseconds since 2000-01-01 UTC, each distinct one encoded once (a
+    batch's attempts share their start); None when one is naive (the caller sends the list:
+    psycopg sends a naive datetime as a ``timestamp``, read in the session's zone)."""
+    known: dict[datetime, bytes] = {}
+    parts = [_header(_TIMESTAMPTZ, len(values))]
     for value in values:
         encoded = known.get(value)
         if encoded is None:
-            raw = value.encode()
-            encoded = known[value] = _LENGTH.pack(len(raw)) + raw
+            if value.tzinfo is None:
+                return None
+            delta = value - _PG_EPOCH
+            micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+            encoded = known[value] = _INT8_ELEMENT.pack(8, micros)
         parts.append(encoded)
-    return TextArray(b"".join(parts))
+    return TimestamptzArray(b"".join(parts))
 
 
 def _dumper(array_oid: int) -> type[Dumper]:
@@ -108,10 +170,12 @@ _DUMPERS: tuple[tuple[type[bytes], type[Dumper]], ...] = (
     (Int8Array, _dumper(1016)),  # int8[]
     (Float8Array, _dumper(1022)),  # float8[]
     (TextArray, _dumper(1009)),  # text[]
+    (UuidArray, _dumper(2951)),  # uuid[]
+    (TimestamptzArray, _dumper(1185)),  # timestamptz[]
 )
 
 
-def register(conn: psycopg.Connection[Any]) -> None:
+def register(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     """Let ``conn`` send the encoded arrays of this module as binary parameters."""
     for cls, dumper in _DUMPERS:
         conn.adapters.register_dumper(cls, dumper)

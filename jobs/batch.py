@@ -58,7 +58,7 @@ from jobs.outcomes import (
     Snooze,
     TransientError,
 )
-from jobs.retry import Decision, RetryPolicies, decide
+from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide
 
 BatchEffect = Callable[[psycopg.Connection[Any], Sequence[Job]], None]
 SingleEffect = Callable[[psycopg.Connection[Any]], None]
@@ -270,9 +270,12 @@ class RunEffects:
     jobs: tuple[Job, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decided:
-    """One job's outcome from a batch: the decision, the error behind it, its run's time."""
+    """One job's outcome from a batch: the decision, the error behind it, its run's time.
+
+    Not frozen (nothing changes one after :func:`run_batch` built it): one per job of every
+    batch, and a frozen dataclass's constructor costs twice a plain one's."""
 
     job: Job
     decision: Decision
@@ -324,6 +327,10 @@ def _bisect(
         t0 = clock()
         error = yield batch
         ms = (clock() - t0) * 1000.0
+        if error is None and runs == 1:
+            # The usual end: the first run returned, each job has the outcome it set, or
+            # succeeded (no bookkeeping per job for a bisection that will not happen).
+            return _first_run(jobs, batch, ms, retry)
         decided = [j for j in part if j.id in batch._outcomes]
         for j in decided:
             outcome[j.id] = (batch._outcomes[j.id], ms)
@@ -351,8 +358,24 @@ def _bisect(
     result: list[Decided] = []
     for j in jobs:
         cause, ms = outcome[j.id]
-        result.append(Decided(j, decide(j, cause, retry.for_job(j)), cause, ms))
+        # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
+        decision = SUCCEEDED if cause is None else decide(j, cause, retry.for_job(j))
+        result.append(Decided(j, decision, cause, ms))
     return BatchResult(result, effects, runs, errors)
+
+
+def _first_run(jobs: Sequence[Job], batch: Batch, ms: float, retry: RetryPolicies) -> BatchResult:
+    """The result of a batch whose first run returned (:func:`_bisect`)."""
+    outcomes = batch._outcomes
+    result: list[Decided] = []
+    append = result.append
+    for j in jobs:
+        cause = outcomes.get(j.id)
+        # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
+        append(Decided(j, SUCCEEDED if cause is None else decide(j, cause, retry.for_job(j)),
+                       cause, ms))  # fmt: skip
+    effects = [RunEffects(tuple(batch._effects), tuple(jobs))] if batch._effects else []
+    return BatchResult(result, effects, 1, [])
 
 
 def run_batch(

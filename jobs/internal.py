@@ -4,7 +4,8 @@ For ``scheduler`` only: not a stable API, and applications should not import it.
 application calls is in ``jobs.__all__`` (and in the public modules listed there: ``outbox``,
 ``limits``, ``effects``, ``metrics``, ``maintenance``, ``tracing``). What is here are the
 building blocks the scheduler's services and CLI are made of: enqueue without validation (input
-checked earlier), the input validators, the one loader of named SQL, the logging set-up and the
+checked earlier), the input validators, the one loader of named SQL, the array parameters'
+encoders (:mod:`jobs.arrays`: the delivery's batches), the logging set-up and the
 redaction of secrets (:mod:`jobs.redaction`), the
 connection settings the CLI reads, the drivers of operations written as steps (and the
 supersede of jobs as a step), the fields of a service's config (to build the CLI's options
@@ -15,7 +16,7 @@ and this module, that every name here is one ``scheduler`` uses (and none is als
 that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
 """
 
-from jobs import logs, queries, redaction, steps, validate
+from jobs import arrays, logs, queries, redaction, steps, validate
 from jobs.admin import _cancel as cancel_steps
 from jobs.admin import active_among_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
@@ -43,6 +44,7 @@ __all__ = [
     "Steps",
     "Unset",
     "active_among_steps",
+    "arrays",
     "cancel_steps",
     "config_settings",
     "default_name",

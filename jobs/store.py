@@ -422,6 +422,7 @@ class PgJobStore:
     ) -> dict[str, Any]:
         jobs = [f.job for f in finished]
         decisions = [f.decision for f in finished]
+        started = [f.started_at for f in finished]
         # When every attempt succeeded (the usual batch), the columns of failures are all NULL
         # (delay, error code, summary; attempt delta 0): each is sent as one NULL array, which
         # unnest pads with NULLs, rather than as a list psycopg would scan and encode element
@@ -443,7 +444,7 @@ class PgJobStore:
             "attempt_deltas": None if quiet else [d.attempt_delta for d in decisions],
             "codes": None if quiet else [d.code for d in decisions],
             "summaries": None if quiet else [d.summary for d in decisions],
-            "started": [f.started_at for f in finished],
+            "started": arrays.timestamptz_array(started) or started,
             "durations": arrays.float8_array([f.duration_ms for f in finished]),
             "worker": worker,
             "now": now,

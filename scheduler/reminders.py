@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
@@ -68,10 +68,10 @@ class Due:
         return not self.due and self.reason != "deleted" and self.defer_until is None
 
 
-@dataclass(frozen=True, slots=True)
-class _State:
+class _State(NamedTuple):
     """What the still-due rules read of a schedule (``schedule_still_due_many``): no rule, no
-    payload, nothing to decode, so a batch of 500 costs a few columns per row."""
+    payload, nothing to decode, so a batch of 500 costs a few columns per row (a named tuple:
+    one per schedule of a batch, built at a third of a frozen dataclass's cost)."""
 
     paused: bool
     version: int

@@ -63,6 +63,7 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("validate_cost", ["--n", "200", "--rounds", "1"], {0, 1}, "this tree/s"),
     ("enqueue_one", ["--n", "50", "--rounds", "1"], {0, 1}, "statements = round trips per job"),
     ("push_channel", ["--n", "200", "--rounds", "1"], {0, 1}, "(b) FcmChannel"),
+    ("delivery_worker", ["--size", "200", "--rounds", "1"], {0}, "worker CPU"),
     ("push_delivery", ["--quick"], {0, 1}, "ours / min(a, b)"),
     ("retention", ["--quick"], {0, 1}, "partitions / delete"),
     ("completion_wal", ["--quick"], {0}, "WAL B/job"),

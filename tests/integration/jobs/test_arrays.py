@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
+from uuid import UUID, uuid4
 
 import psycopg
 import pytest
@@ -29,6 +31,42 @@ def test_each_encoder_round_trips_through_postgresql(conn: psycopg.Connection[An
     ).fetchone()
     assert row == (ints, bigs, floats, texts, [])
     assert set(names) == set(texts)  # each distinct value encoded once
+
+
+def test_none_elements_are_sent_as_null_and_uuids_as_uuids(
+    conn: psycopg.Connection[Any],
+) -> None:
+    arrays.register(conn)
+    bigs = [None, 2**63 - 1, None, -(2**63)]
+    texts = ["a", None, "", "é ☃", None]
+    ids: list[UUID | None] = [uuid4(), None, UUID(int=0), uuid4()]
+    row = conn.execute(
+        "SELECT %(b)b::bigint[], %(t)b::text[], %(c)b::text[], %(u)b::uuid[], %(e)b::uuid[],"
+        " array_position(%(t)b::text[], NULL)",
+        {
+            "b": arrays.int8_array(bigs),
+            "t": arrays.text_array(texts),
+            "c": arrays.text_array(texts, {}),
+            "u": arrays.uuid_array(ids),
+            "e": arrays.uuid_array([]),
+        },
+    ).fetchone()
+    assert row == (bigs, texts, texts, ids, [], 2)
+
+
+def test_instants_round_trip_whatever_their_zone(conn: psycopg.Connection[Any]) -> None:
+    arrays.register(conn)
+    instants = [
+        datetime(2026, 3, 7, 8, 0, 0, 123456, tzinfo=UTC),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # before the binary zero
+        datetime(2026, 3, 7, 9, 0, tzinfo=timezone(timedelta(hours=1))),  # 08:00 UTC
+        datetime(2026, 3, 7, 8, 0, 0, 123456, tzinfo=UTC),
+    ]
+    encoded = arrays.timestamptz_array(instants)
+    row = conn.execute("SELECT %(t)b::timestamptz[]", {"t": encoded}).fetchone()
+    assert row is not None
+    assert [t.timestamp() for t in row[0]] == [t.timestamp() for t in instants]
+    assert arrays.timestamptz_array([datetime(2026, 3, 7, 8, 0)]) is None  # naive: not encoded
 
 
 def test_an_encoding_of_another_type_fails_instead_of_converting(

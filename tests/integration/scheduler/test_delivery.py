@@ -1049,4 +1049,4 @@ def test_the_database_computes_each_device_s_key_as_device_key_does(
              device_key(job, Device("fake", t + suffix)) in done)
             for t in tokens
         }  # fmt: skip
-        assert {(t.token, key, recorded) for t, key, recorded in found[job.id]} == wanted
+        assert {(token, key, seen) for _, _, token, key, seen in found[job.id]} == wanted
