@@ -114,18 +114,18 @@ RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_typ
           o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
 
 -- fragment: outbox_event_fenced
--- The events given (%(ids)s) whose claim the caller still holds (%(tokens)s: the attempts each
--- was claimed at), locked as an UPDATE locks them, in the order given: one primary-key probe
--- per id, whatever the table's statistics say. (A join of the arrays with outbox_events lets the
--- planner scan every pending event against every id: with the statistics of a table that a
--- burst has just filled, it read the pending index once and compared each of its rows with the
--- batch's ids, 9,000 x 100 comparisons for a batch, 370 us of server CPU a fact in the
--- webhooks bench.) The LIMIT keeps the lateral subquery a per-id probe; the lock keeps the row
--- version found (its ctid) the one the update then writes: a takeover that raced the probe
--- either committed before it (the token no longer matches) or waits behind this transaction.
--- "Pending" is written coalesce(processed_at, dead_at) IS NULL so that no partial index of
--- pending events matches the probe: with the statistics of a burst's first seconds the planner
--- took outbox_aggregate_pending_idx (estimated at one row) and read it whole for every id.
+-- The events given (the ids parameter) whose claim the caller still holds (the tokens: the
+-- attempts each was claimed at), locked as an UPDATE locks them, in the order given: one
+-- primary-key probe per id, whatever the table's statistics say. A join of the arrays with
+-- outbox_events let the planner scan every pending event against every id: with the statistics
+-- of a table a burst had just filled, it read the pending index once per batch and compared each
+-- of its rows with each id (9,000 x 100 comparisons a batch, 370 us of server CPU a fact in the
+-- webhooks bench). The LIMIT keeps the lateral subquery a per-id probe. "Pending" is written
+-- coalesce(processed_at, dead_at) IS NULL so that no partial index of pending events matches
+-- the probe (estimated empty, outbox_aggregate_pending_idx was read whole for every id), only
+-- the primary key. The lock keeps the row version found (its ctid) the one the update writes:
+-- a takeover that raced the probe either committed before it (the token no longer matches) or
+-- waits behind this transaction.
 fenced AS MATERIALIZED (
     SELECT e.ctid AS row_id, i.ord
     FROM unnest(%(ids)b::uuid[], %(tokens)b::int[]) WITH ORDINALITY AS i(id, token, ord)
