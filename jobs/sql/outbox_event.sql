@@ -40,29 +40,53 @@ SELECT id, pg_notify('outbox_ready', 'ready')::text IS NOT NULL AS notified FROM
 -- serialise on the aggregate it is their commit order (docs/outbox.md). Dead events no longer
 -- hold their aggregate back. attempts counts claims and is the fencing token: only the holder
 -- of the latest claim can mark the event.
-WITH candidates AS (
-    SELECT e.id
-    FROM outbox_events AS e
-    WHERE e.processed_at IS NULL AND e.dead_at IS NULL
-      AND e.available_at <= coalesce(%(now)s::timestamptz, now())
-      AND (e.claimed_at IS NULL
-           OR e.claimed_at <= coalesce(%(now)s::timestamptz, now()) - %(lease)s::interval)
-      -- Scalar subqueries, not NOT EXISTS: each stays a per-row probe of a partial index, where
-      -- an anti-join planned without statistics (a fresh burst of events) would compare every
-      -- pending row with every other.
-      AND e.seq = coalesce(
-          (SELECT c.seq FROM outbox_events AS c
-           WHERE c.aggregate_type = e.aggregate_type AND c.aggregate_id = e.aggregate_id
-             AND c.claimed_at IS NOT NULL AND c.processed_at IS NULL AND c.dead_at IS NULL
-           LIMIT 1),
-          (SELECT p.seq FROM outbox_events AS p
-           WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id
-             AND p.processed_at IS NULL AND p.dead_at IS NULL
-           ORDER BY p.seq
-           LIMIT 1))
-    ORDER BY e.seq
+--
+-- Every step is planned to hold whatever the statistics say (a table analyzed while all its
+-- events were processed estimates every pending partial index empty, so any of them looks free
+-- to read whole): the pending events are walked one ORDER BY seq LIMIT 1 step of
+-- outbox_pending_idx at a time (seq > the last), as far as the claim pulls; the aggregate's
+-- probes say pending as coalesce(processed_at, dead_at) IS NULL, the predicate of
+-- outbox_aggregate_pending_idx, which the walk's plain predicate does not imply, nor theirs
+-- outbox_pending_idx's. (One filtered scan in seq order was planned as a scan and sort of every
+-- pending event, each probed: 26-81 ms a claim of 100 at 10,000 pending, against 2-3 ms.)
+WITH RECURSIVE pending AS (
+    SELECT 0::bigint AS seq
+    UNION ALL
+    SELECT (SELECT e.seq FROM outbox_events AS e
+            WHERE e.processed_at IS NULL AND e.dead_at IS NULL AND e.seq > p.seq
+            ORDER BY e.seq
+            LIMIT 1)
+    FROM pending AS p
+    WHERE p.seq IS NOT NULL
+),
+candidates AS (
+    SELECT c.id
+    FROM pending AS p
+    CROSS JOIN LATERAL (
+        SELECT e.id
+        FROM outbox_events AS e
+        WHERE e.seq = p.seq
+          AND e.processed_at IS NULL AND e.dead_at IS NULL
+          AND e.available_at <= coalesce(%(now)s::timestamptz, now())
+          AND (e.claimed_at IS NULL
+               OR e.claimed_at <= coalesce(%(now)s::timestamptz, now()) - %(lease)s::interval)
+          -- Scalar subqueries, not NOT EXISTS: each stays a per-row probe of a partial index,
+          -- where an anti-join planned without statistics (a fresh burst of events) would
+          -- compare every pending row with every other.
+          AND e.seq = coalesce(
+              (SELECT c.seq FROM outbox_events AS c
+               WHERE c.aggregate_type = e.aggregate_type AND c.aggregate_id = e.aggregate_id
+                 AND c.claimed_at IS NOT NULL AND coalesce(c.processed_at, c.dead_at) IS NULL
+               LIMIT 1),
+              (SELECT h.seq FROM outbox_events AS h
+               WHERE h.aggregate_type = e.aggregate_type AND h.aggregate_id = e.aggregate_id
+                 AND coalesce(h.processed_at, h.dead_at) IS NULL
+               ORDER BY h.seq
+               LIMIT 1))
+        LIMIT 1
+        FOR UPDATE OF e SKIP LOCKED
+    ) AS c
     LIMIT %(limit)s
-    FOR UPDATE OF e SKIP LOCKED
 )
 {{outbox_event_lease}};
 
@@ -86,7 +110,7 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT p.id FROM outbox_events AS p
         WHERE p.aggregate_type = s.aggregate_type AND p.aggregate_id = s.aggregate_id
-          AND p.processed_at IS NULL AND p.dead_at IS NULL
+          AND coalesce(p.processed_at, p.dead_at) IS NULL  -- its index's predicate (claim)
         ORDER BY p.seq
         LIMIT 1
     ) AS h
@@ -113,35 +137,66 @@ WHERE o.claim_id = %(claim)s
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
           o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
 
+-- fragment: outbox_event_fenced
+-- The events given (the ids parameter) whose claim the caller still holds (the tokens: the
+-- attempts each was claimed at), locked as an UPDATE locks them, in the order given: one
+-- primary-key probe per id, whatever the table's statistics say. A join of the arrays with
+-- outbox_events let the planner scan every pending event against every id: with the statistics
+-- of a table a burst had just filled, it read the pending index once per batch and compared each
+-- of its rows with each id (9,000 x 100 comparisons a batch, 370 us of server CPU a fact in the
+-- webhooks bench). The LIMIT keeps the lateral subquery a per-id probe. "Pending" is written
+-- num_nulls(processed_at, dead_at) = 2 so that no partial index of pending events matches the
+-- probe (estimated empty, outbox_aggregate_pending_idx was read whole for every id), only the
+-- primary key. The lock keeps the row version found (its ctid) the one the update writes:
+-- a takeover that raced the probe either committed before it (the token no longer matches) or
+-- waits behind this transaction.
+fenced AS MATERIALIZED (
+    SELECT e.ctid AS row_id, i.ord
+    FROM unnest(%(ids)b::uuid[], %(tokens)b::int[]) WITH ORDINALITY AS i(id, token, ord)
+    CROSS JOIN LATERAL (
+        SELECT e.ctid FROM outbox_events AS e
+        WHERE e.id = i.id AND e.attempts = i.token
+          AND num_nulls(e.processed_at, e.dead_at) = 2
+        LIMIT 1
+        FOR NO KEY UPDATE
+    ) AS e
+)
+
 -- name: outbox_event_mark_processed
 -- Mark events processed, each only while the caller still holds its claim (same attempts).
 -- Returns the ids that were marked; the caller enqueues jobs for those only, in this transaction.
+-- The rows are found by the fenced probes and updated by their ctid (a TID scan).
+WITH {{outbox_event_fenced}}
 UPDATE outbox_events AS o
 SET processed_at = coalesce(%(now)s::timestamptz, now()),
     claimed_at = NULL,
     claimed_by = NULL,
     claim_id = NULL,
     last_error = NULL
-FROM unnest(%(ids)b::uuid[], %(tokens)b::int[]) AS i(id, token)
-WHERE o.id = i.id AND o.attempts = i.token
-  AND o.processed_at IS NULL AND o.dead_at IS NULL
+WHERE o.ctid = ANY(ARRAY(SELECT row_id FROM fenced))
 RETURNING o.id;
 
 -- name: outbox_event_mark_failed
 -- Record failed projections: retry after a delay, or set the event aside (dead) for good.
--- Fenced like mark_processed.
+-- Fenced like mark_processed; each row takes its error, delay and verdict by its place in the
+-- arrays (the ordinal the fenced probe kept).
+WITH {{outbox_event_fenced}},
+given AS (
+    SELECT f.row_id, i.error, i.delay, i.dead
+    FROM fenced AS f
+    JOIN unnest(%(errors)b::text[], %(delays)b::interval[], %(dead)b::bool[]) WITH ORDINALITY
+         AS i(error, delay, dead, ord) ON i.ord = f.ord
+)
 UPDATE outbox_events AS o
-SET available_at = CASE WHEN i.dead THEN o.available_at
-                        ELSE coalesce(%(now)s::timestamptz, now()) + i.delay END,
-    dead_at = CASE WHEN i.dead THEN coalesce(%(now)s::timestamptz, now()) END,
+SET available_at = CASE WHEN g.dead THEN o.available_at
+                        ELSE coalesce(%(now)s::timestamptz, now()) + g.delay END,
+    dead_at = CASE WHEN g.dead THEN coalesce(%(now)s::timestamptz, now()) END,
     claimed_at = NULL,
     claimed_by = NULL,
     claim_id = NULL,
-    last_error = i.error
-FROM unnest(%(ids)b::uuid[], %(tokens)b::int[], %(errors)b::text[], %(delays)b::interval[],
-            %(dead)b::bool[]) AS i(id, token, error, delay, dead)
-WHERE o.id = i.id AND o.attempts = i.token
-  AND o.processed_at IS NULL AND o.dead_at IS NULL
+    last_error = g.error
+FROM given AS g
+WHERE o.ctid = g.row_id AND o.ctid = ANY(ARRAY(SELECT row_id FROM fenced))
 RETURNING o.id, o.dead_at IS NOT NULL AS dead;
 
 -- name: outbox_event_list_dead

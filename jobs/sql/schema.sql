@@ -337,9 +337,12 @@ CREATE TABLE outbox_events (
 CREATE INDEX outbox_pending_idx ON outbox_events (seq)
     WHERE processed_at IS NULL AND dead_at IS NULL;
 
--- "Which pending event of this aggregate comes first?": the per-aggregate ordering check.
+-- "Which pending event of this aggregate comes first?": the per-aggregate ordering check. Its
+-- predicate holds for the same rows as outbox_pending_idx's but is written differently, so that
+-- only the per-aggregate probes (which write it so) use this index and they never take the
+-- other: with statistics that estimate both empty, the planner took either for anything (0022).
 CREATE INDEX outbox_aggregate_pending_idx ON outbox_events (aggregate_type, aggregate_id, seq)
-    WHERE processed_at IS NULL AND dead_at IS NULL;
+    WHERE coalesce(processed_at, dead_at) IS NULL;
 
 -- At most one claimed event per aggregate, across every relay (0003): the claim query never
 -- tries a second one, and this index makes a race between two claims fail instead of succeed.
