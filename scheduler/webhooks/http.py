@@ -8,7 +8,8 @@ byte is sent; a name whose resolution changed since registration (DNS rebinding)
 what it resolves to now. TLS verifies the certificate against the host *name* (SNI), so
 connecting by address weakens nothing.
 
-Each request has a connect timeout and a total timeout (connect, send, response, body); a
+Each request has a connect timeout (which also bounds the name's resolution, in a thread of
+its own) and a total timeout (connect, send, response, body); a
 response body is read up to ``max_body`` bytes (a connection whose body was longer is closed,
 not reused). Connections are kept per origin (scheme, host, port) and reused by the next
 request to it, so many requests in flight on one event loop cost no handshake each: up to
@@ -33,9 +34,11 @@ HTTP/1.1 response with a length, no ``Connection: close``, and a body within ``m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import re
 import ssl
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -198,9 +201,14 @@ class HttpClient:
             pass
         else:
             return [url.host]
-        loop = asyncio.get_running_loop()
         try:
-            found = await loop.run_in_executor(None, self.guard.resolver, url.host, url.port)
+            found = await asyncio.wait_for(
+                _resolved(self.guard, url.host, url.port), self.connect_timeout
+            )
+        except TimeoutError:
+            raise SendError(
+                "resolve", f"{url.host} did not resolve within {self.connect_timeout:g} s"
+            ) from None
         except (OSError, UnicodeError) as exc:
             raise SendError("resolve", f"{url.host} does not resolve ({exc})") from None
         if not found:
@@ -341,6 +349,33 @@ class HttpClient:
             chunks.append(data)
             size += len(data)
         return False
+
+
+async def _resolved(guard: Guard, host: str, port: int) -> list[str]:
+    """``guard.resolver(host, port)`` in a daemon thread of its own, awaited: a resolver that
+    never answers holds that thread only, not one of the loop's default executor (which
+    psycopg's own lookups and every ``to_thread`` share); the caller bounds the wait."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(result: list[str] | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result or [])
+
+    def call() -> None:
+        try:
+            result, exc = guard.resolver(host, port), None
+        except Exception as error:  # handed to the awaiting loop
+            result, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=call, name="tockwork-resolve", daemon=True).start()
+    return await future
 
 
 def _parse_head(head: bytes) -> tuple[bytes, int, list[tuple[str, str]]]:

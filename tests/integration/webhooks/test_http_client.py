@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -166,3 +168,28 @@ def test_a_request_header_that_would_split_the_head_is_refused_unsent() -> None:
 
     assert asyncio.run(post()) == "protocol"
     assert b"x-injected" not in b"".join(received)  # nothing was written
+
+
+def test_a_resolver_that_does_not_answer_is_a_resolve_error_within_the_connect_timeout() -> None:
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(30)
+        return ["127.0.0.1"]
+
+    async def post() -> tuple[str, float]:
+        client = HttpClient(Guard(resolver=hanging), connect_timeout=0.2, timeout=10)
+        start = time.monotonic()
+        try:
+            await client.post(parse_url("http://hooks.example/x"), [], b"{}")
+        except SendError as exc:
+            return exc.kind, time.monotonic() - start
+        finally:
+            await client.aclose()
+        return "sent", time.monotonic() - start
+
+    try:
+        kind, took = asyncio.run(post())
+    finally:
+        release.set()
+    assert kind == "resolve" and took < 5
