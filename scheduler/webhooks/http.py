@@ -1,34 +1,32 @@
 """The webhooks' HTTP/1.1 client: keep-alive connections per origin, the SSRF guard at connect.
 
-Why our own rather than httpx: the guard must
-see the address a request actually goes to. Here every connection is opened to an address the
-guard has just checked (the host is resolved once, by us, and the socket connects to that
-address, never to the name), and the connected socket's peer address is checked again before a
-byte is sent; a name whose resolution changed since registration (DNS rebinding) is judged by
-what it resolves to now. TLS verifies the certificate against the host *name* (SNI), so
-connecting by address weakens nothing.
+Why our own rather than httpx: the guard must see the address a request actually goes to. Here
+every connection is opened to an address the guard has just checked (the host is resolved once, by
+us, and the socket connects to that address, never to the name), and the connected socket's peer
+address is checked again before a byte is sent; a name whose resolution changed since registration
+(DNS rebinding) is judged by what it resolves to now. TLS verifies the certificate against the host
+*name* (SNI), so connecting by address weakens nothing.
 
-Each request has a connect timeout (which also bounds the name's resolution, in a thread of
-its own) and a total timeout (connect, send, response, body); a
-response body is read up to ``max_body`` bytes (a connection whose body was longer is closed,
-not reused). Connections are kept per origin (scheme, host, port) and reused by the next
-request to it, so many requests in flight on one event loop cost no handshake each: up to
-``max_idle_per_origin`` idle ones (256 by default, above a worker's usual slots: a worker starts
-its deliveries in bursts, one claim's worth at once, and an idle list shorter than the burst
-closed the surplus only to open as many again at the next claim). A client belongs to the event
-loop that first uses it (its connections do).
+Each request has a connect timeout (which also bounds the name's resolution, in a thread of its
+own) and a total timeout (connect, send, response, body); a response body is read up to
+``max_body`` bytes (a connection whose body was longer is closed, not reused). Connections are kept
+per origin (scheme, host, port) and reused by the next request to it, so many requests in flight on
+one event loop cost no handshake each: up to ``max_idle_per_origin`` idle ones (256 by default,
+above a worker's usual slots: a worker starts its deliveries in bursts, one claim's worth at once,
+and an idle list shorter than the burst closed the surplus only to open as many again at the next
+claim). A client belongs to the event loop that first uses it (its connections do).
 
-The HTTP/1.1 of a webhook POST is written and read here (h11, which did it before, cost more
-CPU a delivery than everything else in the client: its event objects and its validation of
-each header, sent and received; the fakes keep it for their server side): the request's head is a
-handful of headers whose names are constants and whose values are ours (the signature
-headers, CR, LF and NUL refused) or come from a checked URL (:func:`~.ssrf.parse_url` refuses
-spaces and control characters); the response is read strictly (RFC 9112): a status line of
-HTTP/1.0 or HTTP/1.1, header lines up to 64 KiB in all (no obsolete line folding), interim 1xx
-answers skipped, the body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the
-connection's end, and anything else (a malformed line, a transfer coding other than chunked,
-conflicting lengths, a 101) a ``protocol`` error. A connection is reused only after a complete
-HTTP/1.1 response with a length, no ``Connection: close``, and a body within ``max_body``.
+The HTTP/1.1 of a webhook POST is written and read here (h11, which did it before, cost more CPU a
+delivery than everything else in the client: its event objects and its validation of each header,
+sent and received; the fakes keep it for their server side): the request's head is a handful of
+headers whose names are constants and whose values are ours (the signature headers, CR, LF and NUL
+refused) or come from a checked URL (:func:`~.ssrf.parse_url` refuses spaces and control
+characters); the response is read strictly (RFC 9112): a status line of HTTP/1.0 or HTTP/1.1,
+header lines ending in CRLF, up to 64 KiB in all (no obsolete line folding), interim 1xx answers
+skipped, the body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's
+end, and anything else (a malformed line, a transfer coding other than chunked, conflicting
+lengths, a 101) a ``protocol`` error. A connection is reused only after a complete HTTP/1.1
+response with a length, no ``Connection: close``, and a body within ``max_body``.
 """
 
 from __future__ import annotations
