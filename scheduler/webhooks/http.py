@@ -386,6 +386,7 @@ def _parse_head(head: bytes) -> tuple[bytes, int, list[tuple[str, str]]]:
         or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
         or len(parts[1]) != 3
         or not parts[1].isdigit()
+        or parts[1] < b"100"
     ):
         raise _Malformed("a bad status line")
     fields: list[tuple[str, str]] = []

@@ -127,6 +127,7 @@ def test_a_body_to_the_connections_end_and_connection_close_end_the_connection()
     [
         b"HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n",
         b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 099 Low\r\nContent-Length: 0\r\n\r\n",
         b"ICY 200 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
