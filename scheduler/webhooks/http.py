@@ -82,7 +82,7 @@ class SendError(SchedulerError):
         self.kind = kind
 
 
-class _Malformed(Exception):
+class _Malformed(SchedulerError):
     """A response this client does not read (module docstring): a ``protocol`` SendError."""
 
 
