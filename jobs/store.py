@@ -330,6 +330,8 @@ class PgJobStore:
                     {**params, "queues": [q for q, _ in plain], "limits": [n for _, n in plain]},
                 )
             )
+        # Generic plans for the per-key claims below (job_claim_fair_generic_plan says why).
+        self.conn.execute(query("job_claim_fair_generic_plan"))
         # One statement per queue with a policy: each starts its round at its own place.
         for queue, n in fair:
             start = self._fair_start.get(queue) or self._fair_start.setdefault(queue, uuid4())

@@ -47,3 +47,14 @@ SELECT queue FROM job_queue_policies
 WHERE queue = ANY(%(queues)s::text[]) AND concurrency_per_key IS NOT NULL
 ORDER BY queue
 FOR UPDATE;
+
+-- name: job_claim_fair_generic_plan
+-- Before the job_claim_fair statements, in their transaction (SET LOCAL: until it ends, and
+-- they are its last statements): their plans are generic, made once per connection. Once
+-- psycopg prepares them (at the 5th execution), the server's auto mode keeps planning them
+-- for each execution's parameters, and planning the per-key claim cost more than running it.
+-- Measured on a 10,000-job webhooks queue (20 keys of 8, PostgreSQL 18): a claim finding
+-- nothing cost the server 1.45 ms of CPU with custom plans, 0.20 ms generic; with a full
+-- key's 492 jobs waiting, 1.70 against 0.55 ms; draining, 3.0 against 2.5 ms a claim of 128.
+-- The plan changes nothing of what a claim returns.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);

@@ -2,14 +2,15 @@
 -- deliveries held back while their endpoint was disabled (outcome held, then released).
 
 -- name: webhook_attempt_insert
+-- A batch of attempts: the attempts parameter is a JSON array of objects, one per attempt,
+-- keyed by column (scheduler/webhooks/delivery.py, _attempt_rows).
 INSERT INTO webhook_attempts (endpoint_id, event_id, job_id, attempt, attempted_at, outcome,
                               status, duration_ms, error, response)
 SELECT u.endpoint_id, u.event_id, u.job_id, u.attempt, coalesce(%(now)s::timestamptz, now()),
        u.outcome, u.status, u.duration_ms, u.error, u.response
-FROM unnest(%(endpoint_ids)b::bigint[], %(event_ids)b::uuid[], %(job_ids)b::bigint[],
-            %(attempts)b::integer[], %(outcomes)b::text[], %(statuses)b::integer[],
-            %(durations)b::double precision[], %(errors)b::text[], %(responses)b::text[])
-     AS u(endpoint_id, event_id, job_id, attempt, outcome, status, duration_ms, error, response)
+FROM json_to_recordset(%(attempts)s::json)
+     AS u(endpoint_id bigint, event_id uuid, job_id bigint, attempt integer, outcome text,
+          status integer, duration_ms double precision, error text, response text)
 WHERE EXISTS (SELECT FROM webhook_endpoints AS e WHERE e.id = u.endpoint_id);
 
 -- name: webhook_attempt_recent

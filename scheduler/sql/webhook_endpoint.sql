@@ -86,12 +86,24 @@ WHERE e.id = ANY(%(ids)b::bigint[]);
 -- statement, when it answered 410 or its streak reached the threshold parameter of failures
 -- spanning at least the period parameter. Returns the endpoints this statement disabled, for
 -- their endpoint.disabled facts. Rows are locked in id order (no deadlock between batches).
+-- A batch that only succeeded, on an endpoint with no failure streak whose last_success_at is
+-- younger than the success_every parameter, changes nothing but that instant: the row is
+-- neither locked nor written (last_success_at is written at most once every success_every
+-- while an endpoint is healthy; otherwise every batch of a busy endpoint rewrote its row). The
+-- lock re-reads that condition on the row's newest version (a failure recorded meanwhile by
+-- another worker is seen, and reset here).
 WITH locked AS MATERIALIZED (
-    SELECT id
-    FROM webhook_endpoints
-    WHERE id = ANY(%(ids)b::bigint[])
-    ORDER BY id
-    FOR NO KEY UPDATE
+    SELECT e.id
+    FROM webhook_endpoints AS e
+    JOIN unnest(%(ids)b::bigint[], %(succeeded)b::bool[], %(failures)b::integer[],
+                %(gone)b::bool[]) AS u(id, succeeded, failures, gone) ON u.id = e.id
+    WHERE NOT (u.succeeded AND u.failures = 0 AND NOT u.gone
+               AND e.consecutive_failures = 0 AND e.failing_since IS NULL
+               AND coalesce(e.last_success_at
+                            > coalesce(%(now)s::timestamptz, now()) - %(success_every)s::interval,
+                            false))
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e
 ),
 computed AS (
     SELECT e.id, e.enabled AS was_enabled, u.succeeded, u.failures, u.gone,

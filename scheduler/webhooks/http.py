@@ -1,30 +1,45 @@
 """The webhooks' HTTP/1.1 client: keep-alive connections per origin, the SSRF guard at connect.
 
-Why our own (on ``h11``, already the fakes' HTTP/1.1 side) rather than httpx: the guard must
-see the address a request actually goes to. Here every connection is opened to an address the
-guard has just checked (the host is resolved once, by us, and the socket connects to that
-address, never to the name), and the connected socket's peer address is checked again before a
-byte is sent; a name whose resolution changed since registration (DNS rebinding) is judged by
-what it resolves to now. TLS verifies the certificate against the host *name* (SNI), so
-connecting by address weakens nothing.
+Why our own rather than httpx: the guard must see the address a request actually goes to. Here
+every connection is opened to an address the guard has just checked (the host is resolved once, by
+us, and the socket connects to that address, never to the name), and the connected socket's peer
+address is checked again before a byte is sent; a name whose resolution changed since registration
+(DNS rebinding) is judged by what it resolves to now. TLS verifies the certificate against the host
+*name* (SNI), so connecting by address weakens nothing.
 
-Each request has a connect timeout and a total timeout (connect, send, response, body); a
-response body is read up to ``max_body`` bytes (a connection whose body was longer is closed,
-not reused). Connections are kept per origin (scheme, host, port) and reused by the next
-request to it, so many requests in flight on one event loop cost no handshake each. A client
-belongs to the event loop that first uses it (its connections do).
+Each request has a connect timeout (which also bounds the name's resolution, in a thread of its
+own) and a total timeout (connect, send, response, body); a response body is read up to
+``max_body`` bytes (a connection whose body was longer is closed, not reused). Connections are kept
+per origin (scheme, host, port) and reused by the next request to it, so many requests in flight on
+one event loop cost no handshake each: up to ``max_idle_per_origin`` idle ones (256 by default,
+above a worker's usual slots: a worker starts its deliveries in bursts, one claim's worth at once,
+and an idle list shorter than the burst closed the surplus only to open as many again at the next
+claim). A client belongs to the event loop that first uses it (its connections do).
+
+The HTTP/1.1 of a webhook POST is written and read here (h11, which did it before, cost more CPU a
+delivery than everything else in the client: its event objects and its validation of each header,
+sent and received; the fakes keep it for their server side): the request's head is a handful of
+headers whose names are constants and whose values are ours (the signature headers, CR, LF and NUL
+refused) or come from a checked URL (:func:`~.ssrf.parse_url` refuses spaces and control
+characters); the response is read strictly (RFC 9112): a status line of HTTP/1.0 or HTTP/1.1,
+header lines ending in CRLF, up to 64 KiB in all (no obsolete line folding), interim 1xx answers
+skipped, the body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's
+end, and anything else (a malformed line, a transfer coding other than chunked, conflicting
+lengths, a 101) a ``protocol`` error. A connection is reused only after a complete HTTP/1.1
+response with a length, no ``Connection: close``, and a body within ``max_body``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import re
 import ssl
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import h11
 
 from scheduler.errors import SchedulerError
 from scheduler.webhooks.ssrf import Guard, WebhookUrl
@@ -33,7 +48,12 @@ USER_AGENT = "tockwork-webhooks/1"
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_MAX_BODY = 16 * 1024
-_READ = 65536
+DEFAULT_MAX_IDLE_PER_ORIGIN = 256
+_READ = 65536  # also the longest response head read (status line and headers)
+_HEAD_FORBIDDEN = frozenset("\r\n\x00")
+_NO_BODY = frozenset({204, 304})
+_FIELD_FORBIDDEN = frozenset(b"\r\n\x00")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
 
 Origin = tuple[str, str, int]
 
@@ -62,8 +82,12 @@ class SendError(SchedulerError):
         self.kind = kind
 
 
+class _Malformed(SchedulerError):
+    """A response this client does not read (module docstring): a ``protocol`` SendError."""
+
+
 class _Connection:
-    __slots__ = ("h11", "peer", "reader", "writer")
+    __slots__ = ("peer", "reader", "writer")
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
@@ -71,7 +95,6 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.peer = peer
-        self.h11 = h11.Connection(h11.CLIENT)
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -89,7 +112,7 @@ class HttpClient:
         timeout: float = DEFAULT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
         ssl_context: ssl.SSLContext | None = None,
-        max_idle_per_origin: int = 64,
+        max_idle_per_origin: int = DEFAULT_MAX_IDLE_PER_ORIGIN,
     ) -> None:
         self.guard = guard
         self.connect_timeout = connect_timeout
@@ -122,7 +145,9 @@ class HttpClient:
             raise
         except (ConnectionError, OSError) as exc:
             raise SendError("connect", f"connection failed: {type(exc).__name__}") from None
-        except (h11.ProtocolError, asyncio.IncompleteReadError) as exc:
+        except _Malformed as exc:
+            raise SendError("protocol", f"malformed response: {exc}") from None
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             raise SendError("protocol", f"malformed response: {type(exc).__name__}") from None
         finally:
             if held and not keep:
@@ -144,7 +169,7 @@ class HttpClient:
             held.append(conn)
             try:
                 return await self._exchange(conn, url, headers, body)
-            except (ConnectionError, h11.RemoteProtocolError, asyncio.IncompleteReadError):
+            except (ConnectionError, asyncio.IncompleteReadError):
                 # A kept connection the server had closed meanwhile: once more, anew.
                 conn.close()
         conn = await self._open(url)
@@ -174,9 +199,14 @@ class HttpClient:
             pass
         else:
             return [url.host]
-        loop = asyncio.get_running_loop()
         try:
-            found = await loop.run_in_executor(None, self.guard.resolver, url.host, url.port)
+            found = await asyncio.wait_for(
+                _resolved(self.guard, url.host, url.port), self.connect_timeout
+            )
+        except TimeoutError:
+            raise SendError(
+                "resolve", f"{url.host} did not resolve within {self.connect_timeout:g} s"
+            ) from None
         except (OSError, UnicodeError) as exc:
             raise SendError("resolve", f"{url.host} does not resolve ({exc})") from None
         if not found:
@@ -239,60 +269,153 @@ class HttpClient:
         headers: Sequence[tuple[str, str]],
         body: bytes,
     ) -> tuple[Response, bool]:
-        c = conn.h11
-        request = h11.Request(
-            method="POST",
-            target=url.target,
-            headers=[
-                ("host", url.host_header),
-                ("user-agent", USER_AGENT),
-                ("content-type", "application/json"),
-                ("content-length", str(len(body))),
-                *headers,
-            ],
-        )
-        conn.writer.write(
-            c.send(request) + c.send(h11.Data(data=body)) + c.send(h11.EndOfMessage())
-        )
+        conn.writer.write(_head(url.target, url.host_header, str(len(body)), headers) + body)
         await conn.writer.drain()
-        status = 0
-        response_headers: list[tuple[str, str]] = []
-        chunks: list[bytes] = []
-        size = 0
-        truncated = False
+        reader = conn.reader
         while True:
-            event = c.next_event()
-            if event is h11.NEED_DATA:
-                data = await conn.reader.read(_READ)
-                if not data and c.their_state is h11.SEND_RESPONSE:
-                    raise ConnectionResetError("closed before a response")
-                c.receive_data(data)
-                continue
-            if isinstance(event, h11.Response):
-                status = event.status_code
-                response_headers = [
-                    (k.decode().lower(), v.decode("latin-1")) for k, v in event.headers
-                ]
-            elif isinstance(event, h11.InformationalResponse):
-                continue
-            elif isinstance(event, h11.Data):
-                room = self.max_body - size
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as exc:
+                if not exc.partial:
+                    raise ConnectionResetError("closed before a response") from None
+                raise
+            version, status, fields = _parse_head(head)
+            if status >= 200:
+                break
+            if status == 101:
+                raise _Malformed("101 Switching Protocols")
+        close = version == b"HTTP/1.0" or "close" in _tokens(fields, "connection")
+        coding = _tokens(fields, "transfer-encoding")
+        lengths = {v.strip() for k, v in fields if k == "content-length"}
+        chunks: list[bytes] = []
+        truncated = False
+        if status in _NO_BODY:
+            pass
+        elif coding:
+            if coding != ["chunked"]:
+                raise _Malformed("a transfer coding other than chunked")
+            close = close or bool(lengths)  # both framings: read as chunked, then closed
+            truncated = await self._read_chunked(reader, chunks)
+        elif lengths:
+            value = lengths.pop() if len(lengths) == 1 else ""
+            if not (value.isascii() and value.isdigit()):
+                raise _Malformed("a bad Content-Length")
+            length = int(value)
+            truncated = length > self.max_body
+            if length:
+                chunks.append(await reader.readexactly(min(length, self.max_body)))
+        else:
+            close = True  # the body ends with the connection
+            truncated = await self._read_to_end(reader, chunks)
+        response = Response(status, fields, b"".join(chunks), truncated)
+        return response, not (close or truncated)
+
+    async def _read_chunked(self, reader: asyncio.StreamReader, chunks: list[bytes]) -> bool:
+        """A chunked body into ``chunks`` up to ``max_body``; whether it was longer (the rest is
+        not read: the connection is closed)."""
+        size = 0
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            digits = line[:-2].split(b";", 1)[0].strip()
+            if not digits or any(c not in b"0123456789abcdefABCDEF" for c in digits):
+                raise _Malformed("a bad chunk size")
+            n = int(digits, 16)
+            if n == 0:
+                break
+            room = self.max_body - size
+            if n > room:
                 if room > 0:
-                    chunks.append(bytes(event.data[:room]))
-                size += len(event.data)
-                if size > self.max_body:
-                    truncated = True
-                    break  # the rest is not read: the connection is closed, not reused
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            elif isinstance(event, h11.ConnectionClosed):
-                if status == 0:
-                    raise ConnectionResetError("closed before a response")
-                break
-        keep = not truncated and c.our_state is h11.DONE and c.their_state is h11.DONE
-        if keep:
-            c.start_next_cycle()
-        return Response(status, response_headers, b"".join(chunks), truncated), keep
+                    chunks.append(await reader.readexactly(room))
+                return True
+            chunks.append(await reader.readexactly(n))
+            size += n
+            if await reader.readexactly(2) != b"\r\n":
+                raise _Malformed("a chunk without its CRLF")
+        while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, ignored
+            pass
+        return False
+
+    async def _read_to_end(self, reader: asyncio.StreamReader, chunks: list[bytes]) -> bool:
+        """A body delimited by the end of the connection, up to ``max_body``; whether longer."""
+        size = 0
+        while data := await reader.read(_READ):
+            room = self.max_body - size
+            if len(data) > room:
+                if room > 0:
+                    chunks.append(data[:room])
+                return True
+            chunks.append(data)
+            size += len(data)
+        return False
+
+
+async def _resolved(guard: Guard, host: str, port: int) -> list[str]:
+    """``guard.resolver(host, port)`` in a daemon thread of its own, awaited: a resolver that
+    never answers holds that thread only, not one of the loop's default executor (which
+    psycopg's own lookups and every ``to_thread`` share); the caller bounds the wait."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[list[str]] = loop.create_future()
+
+    def settle(result: list[str] | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result or [])
+
+    def call() -> None:
+        try:
+            result, exc = guard.resolver(host, port), None
+        except Exception as error:  # handed to the awaiting loop
+            result, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=call, name="tockwork-resolve", daemon=True).start()
+    return await future
+
+
+def _parse_head(head: bytes) -> tuple[bytes, int, list[tuple[str, str]]]:
+    """Status line and header lines (``head`` ends with the blank line): the version, the
+    status and the headers (names lowercase, values latin-1, surrounding blanks stripped)."""
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if (
+        len(parts) < 2
+        or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
+        or len(parts[1]) != 3
+        or not parts[1].isdigit()
+        or parts[1] < b"100"
+    ):
+        raise _Malformed("a bad status line")
+    fields: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name) or not _FIELD_FORBIDDEN.isdisjoint(value):
+            raise _Malformed("a bad header line")
+        fields.append((name.decode("ascii").lower(), value.strip(b" \t").decode("latin-1")))
+    return parts[0], int(parts[1]), fields
+
+
+def _tokens(fields: Sequence[tuple[str, str]], name: str) -> list[str]:
+    """The comma-separated tokens of every ``name`` header, lowercase, in order."""
+    return [t.strip().lower() for k, v in fields if k == name for t in v.split(",") if t.strip()]
+
+
+def _head(target: str, host: str, length: str, headers: Sequence[tuple[str, str]]) -> bytes:
+    """The head of a POST: request line and headers. A value with CR, LF or NUL (which
+    would split the head) is refused as h11 would have refused it."""
+    lines = [
+        f"POST {target} HTTP/1.1\r\nhost: {host}\r\nuser-agent: {USER_AGENT}\r\n"
+        f"content-type: application/json\r\ncontent-length: {length}\r\n"
+    ]
+    for name, value in headers:
+        if not _HEAD_FORBIDDEN.isdisjoint(value) or not _HEAD_FORBIDDEN.isdisjoint(name):
+            raise _Malformed(f"the request header {name!r} holds CR, LF or NUL")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("ascii")
 
 
 def monotonic_ms(start: float) -> float:

@@ -263,3 +263,98 @@ def test_retention_deletes_old_attempts_but_keeps_held_ones(db_url: str) -> None
         counts = maintenance.retention(conn)
         assert counts["webhook_attempts"] == 2
         assert [a.outcome for a in recent_attempts(conn, endpoint.id)] == ["held"]
+
+
+def test_health_writes_a_healthy_endpoints_success_at_most_once_a_second(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """webhook_endpoint_record_health: a batch of successes on an endpoint with no failure
+    streak leaves its row alone within SUCCESS_EVERY of its last written success; a failure
+    in between is still reset by the next success, at once."""
+    from datetime import UTC, datetime
+
+    from scheduler.queries import query
+    from scheduler.webhooks.delivery import SUCCESS_EVERY
+
+    endpoint = add_endpoint(conn, "https://hooks.example/h", organization_id=ORG, guard=PUBLIC)
+    endpoint_id = endpoint.endpoint.id
+    t0 = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+
+    def record(at: timedelta, *, succeeded: bool, failures: int) -> None:
+        conn.execute(
+            query("webhook_endpoint_record_health"),
+            {"ids": [endpoint_id], "succeeded": [succeeded], "failures": [failures],
+             "gone": [False], "threshold": 20, "period": timedelta(hours=24),
+             "success_every": SUCCESS_EVERY, "now": t0 + at},
+        ).fetchall()  # fmt: skip
+
+    def health() -> tuple[Any, ...]:
+        row = conn.execute(
+            "SELECT last_success_at, consecutive_failures, failing_since, xmin::text"
+            " FROM webhook_endpoints WHERE id = %s",
+            (endpoint_id,),
+        ).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    record(timedelta(0), succeeded=True, failures=0)
+    first = health()
+    assert first[:3] == (t0, 0, None)
+    conn.commit()
+    record(timedelta(milliseconds=500), succeeded=True, failures=0)
+    assert health() == first  # not written: the same row version
+    record(timedelta(milliseconds=600), succeeded=False, failures=1)
+    assert health()[:3] == (t0, 1, t0 + timedelta(milliseconds=600))
+    record(timedelta(milliseconds=700), succeeded=True, failures=0)  # within the second: reset
+    assert health()[:3] == (t0 + timedelta(milliseconds=700), 0, None)
+    record(timedelta(milliseconds=700) + SUCCESS_EVERY, succeeded=True, failures=0)
+    assert health()[0] == t0 + timedelta(milliseconds=700) + SUCCESS_EVERY
+
+
+def test_the_client_writes_the_whole_request_and_refuses_a_header_that_would_split_it() -> None:
+    """The client writes the request head itself (h11 only parses the answer): the receiver
+    gets every header and the body; a value with CR or LF is a protocol error, nothing sent
+    on that connection; the connections are kept and reused across requests."""
+    from scheduler.webhooks.http import HttpClient, SendError
+    from scheduler.webhooks.ssrf import parse_url
+
+    received: list[FakeRequest] = []
+
+    def receiver(request: FakeRequest) -> FakeResponse:
+        received.append(request)
+        return FakeResponse(200, [("content-type", "application/json")], b'{"ok":true}')
+
+    server = FakeServer(receiver).start_in_thread()
+
+    async def run() -> tuple[list[int], str, int]:
+        client = HttpClient(Guard(allow=networks(["127.0.0.1/32"])))
+        url = parse_url(server.url + "/in?x=1")
+        try:
+            statuses = []
+            for n in range(3):
+                body = b'{"n":%d}' % n
+                response = await client.post(url, [("webhook-id", f"msg_{n}")], body)
+                statuses.append(response.status)
+            try:
+                await client.post(url, [("webhook-id", "a\r\nx-injected: 1")], b"{}")
+            except SendError as exc:
+                kind = exc.kind
+            else:
+                kind = "sent"
+            return statuses, kind, client.connections_opened
+        finally:
+            await client.aclose()
+
+    try:
+        statuses, kind, opened = asyncio.run(run())
+    finally:
+        server.stop_thread()
+    assert statuses == [200, 200, 200] and kind == "protocol" and opened == 1
+    assert [r.body for r in received] == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+    first = received[0]
+    assert first.path == "/in?x=1"
+    assert first.headers["webhook-id"] == "msg_0"
+    assert first.headers["content-type"] == "application/json"
+    assert first.headers["user-agent"] == "tockwork-webhooks/1"
+    assert first.headers["host"] == f"127.0.0.1:{server.port}"
+    assert "x-injected" not in {k for r in received for k in r.headers}
