@@ -82,7 +82,7 @@ from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushChannel, PushMessage, PushResult, PushStatus
-from scheduler.queries import database_now_steps, query
+from scheduler.queries import database_now_steps, plan_once_async, query
 from scheduler.reminders import (
     Due,
     ReminderBatch,
@@ -362,8 +362,11 @@ class _Plan:
 class _AsyncConnections:
     """The handler's async connections: one per batch in flight, kept for the next."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, *, plan_once: bool = False) -> None:
         self.conninfo = conninfo
+        # Only the built-in resolvers' statements (ours) are planned once with their generic
+        # plan: an application's resolver runs its own statements on these connections.
+        self.plan_once = plan_once
         self._idle: list[psycopg.AsyncConnection[Any]] = []
 
     @asynccontextmanager
@@ -376,6 +379,11 @@ class _AsyncConnections:
                 self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
             )
             arrays.register(conn)  # the read's and the record's columns (_read_folded)
+            if self.plan_once:
+                # A worker keeps up to a connection a batch in flight (16), each running a
+                # few batches of a herd: planned per call, the read and the record were
+                # planned again almost every time (docs/performance.md, fifth pass).
+                await plan_once_async(conn)
         try:
             yield conn
         finally:
@@ -434,7 +442,9 @@ class DeliveryHandler(jobs.BatchHandler):
             raise InvalidPushConfig("ttl", ttl, f"must be from {MIN_TTL} to {MAX_TTL}")
         self.ttl = ttl
         self.backoff = backoff if backoff is not None else jobs.RetryPolicy()
-        self._connections = _AsyncConnections(conninfo)
+        self._connections = _AsyncConnections(
+            conninfo, plan_once=type(self.resolver) in _FOLDED
+        )
 
     async def aclose(self) -> None:
         """Close the handler's connections and its channels."""

@@ -15,6 +15,20 @@ def query(name: str) -> LiteralString:
     return queries.load("scheduler")[name]
 
 
+async def plan_once_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Let ``conn`` plan each of its statements once: prepared at their first execution, and
+    executed with their generic plan (``plan_cache_mode``, this session only). For a
+    connection of the scheduler's own that runs a few fixed statements many times (the
+    delivery handler's, the simulated channel's); not behind a transaction-mode pooler, where
+    nothing is prepared (``jobs.connect_kwargs``) and a session setting would leak to other
+    clients: there it does nothing.
+    """
+    if conn.prepare_threshold is None:
+        return
+    conn.prepare_threshold = 0
+    await conn.execute(query("pg_session_generic_plans"))
+
+
 def database_now(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetime:
     """``now`` when given (a pinned or injected clock), else the database clock, read once.
 

@@ -40,6 +40,7 @@ from jobs.internal import arrays, queries
 from scheduler.errors import InvalidSchedule
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushMessage, PushResult, PushStatus
+from scheduler.queries import plan_once_async
 
 # The migration component's name (its package): ``sql/migrations`` and ``sql/schema.sql``.
 COMPONENT = "scheduler.simulated"
@@ -318,6 +319,7 @@ class SimulatedChannel:
                 self.conninfo, autocommit=True, **jobs.connect_kwargs(jobs.pooler_mode())
             )
             arrays.register(self._conn)  # the insert's columns (_channel_rows)
+            await plan_once_async(self._conn)  # one statement, many times: planned once
         return self._conn
 
     async def send(self, messages: Sequence[PushMessage], *, now: datetime) -> list[PushResult]:

@@ -58,3 +58,16 @@ SELECT pg_is_in_recovery(),
                                     - pg_last_xact_replay_timestamp()) END::float8,
        EXISTS (SELECT FROM pg_stat_wal_receiver),
        (SELECT status FROM pg_stat_wal_receiver);
+
+-- name: pg_session_generic_plans
+-- The delivery's own connections (scheduler/queries.py plan_once_async): each prepared
+-- statement planned once, with its generic plan, and that plan a probe by key of each table
+-- it reads. Their statements take a batch's keys as arrays and read each table by its index
+-- (a schedule by id, a key's effect records, a device by id or subject), the right shape
+-- whatever the sizes; but a generic plan is made at the first execution, and a table a herd
+-- fills from empty (job_effects) was scanned whole per row by the plan made while it was
+-- empty (the server's CPU a delivery doubled). Without sequential scans the one plan is the
+-- probe. A custom plan per execution cost 0.2-0.4 ms of the server's CPU (99-109 plans for
+-- 127 calls, docs/performance.md).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('enable_seqscan', 'off', false);
