@@ -90,6 +90,8 @@ def int4_array(values: Sequence[int]) -> Int4Array:
 def int8_array(values: Sequence[int | None]) -> Int8Array:
     n = len(values)
     if None in values:
+        if values.count(None) == n:  # a column the rows leave empty
+            return Int8Array(_header(_INT8, n, True) + _NULL * n)
         pack = _INT8_ELEMENT.pack
         parts = [_NULL if v is None else pack(8, v) for v in values]
         return Int8Array(_header(_INT8, n, True) + b"".join(parts))

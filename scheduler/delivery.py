@@ -65,6 +65,7 @@ import json
 import logging
 import os
 import re
+from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
+from prometheus_client.values import MutexValue
 
 import jobs
 from jobs import Job, effects
@@ -313,6 +315,53 @@ def content(
     return Content(title, body, data, ttl, collapse, priority)
 
 
+# A payload's content as a delivery uses it: title, body, data, ttl, collapse key (or
+# _SCHEDULE_COLLAPSE: the schedule's default), priority, and whether the payload set the ttl.
+_Content = tuple[str, str, Mapping[str, str], timedelta, str | None, str, bool]
+_SCHEDULE_COLLAPSE = "\0schedule"  # not a key a payload can give: it would be text like any
+
+
+def _content_of(
+    job: Job, meta: OccurrenceMeta | None, default_ttl: timedelta, known: dict[Any, _Content]
+) -> _Content:
+    """:func:`content` of ``job`` (raises :class:`BadPayload` as it does), read once per
+    distinct payload content of a batch (``known``): a herd's jobs share their title, body
+    and options, and differ by subject and schedule (the default collapse key is left as
+    :data:`_SCHEDULE_COLLAPSE`, for the caller to fill)."""
+    payload = job.payload
+    if type(payload) is dict and not payload.get("data"):
+        get = payload.get
+        fields = (
+            get("title"),
+            get("body"),
+            get("message"),
+            get("ttl"),
+            get("collapse_key"),
+            get("priority"),
+        )
+        try:
+            cached = known.get(fields)
+        except TypeError:  # a field that is neither text nor a number: content() names it
+            content(job, default_ttl=default_ttl, meta=meta)
+            raise  # not reached: content() raised BadPayload
+        if cached is not None:
+            return cached
+        c = content(job, default_ttl=default_ttl, meta=None)
+        collapse = c.collapse_key if fields[4] is not None else _SCHEDULE_COLLAPSE
+        cached = known[fields] = (
+            c.title,
+            c.body,
+            c.data,
+            c.ttl,
+            collapse,
+            c.priority,
+            fields[3] is not None,
+        )
+        return cached
+    c = content(job, default_ttl=default_ttl, meta=meta)
+    return (c.title, c.body, c.data, c.ttl, c.collapse_key, c.priority, _own_ttl(payload))
+
+
 def render(text: str, *, subject: str, at: datetime, zone: str | None) -> str:
     """``text`` with its placeholders filled: ``{subject}``, ``{time}`` and ``{date}`` (``at``
     in ``zone``, else UTC) and ``{zone}``; other braces are left as they are."""
@@ -399,6 +448,34 @@ class _AsyncConnections:
 _START_DELAY = Metrics.for_registry().occurrence_start_delay
 
 
+def _observe_all(histogram: Any, values: Sequence[float]) -> None:
+    """``histogram.observe(v)`` for each of ``values``, in order, with the figures it would
+    expose (the sum added to value by value, the buckets counted), for the price of a few
+    observations: a batch's delays, one per job, are a few distinct values. A histogram whose
+    values are not ``prometheus_client``'s in-process ones (its multiprocess mode) is
+    observed value by value."""
+    total, buckets = histogram._sum, histogram._buckets
+    if type(total) is not MutexValue or any(type(b) is not MutexValue for b in buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    bounds: list[float] = histogram._upper_bounds
+    counts = [0] * len(bounds)
+    index: dict[float, int] = {}
+    with total._lock:  # other threads' workers may observe the same child
+        added = total._value
+        for value in values:
+            added += value
+            i = index.get(value)
+            if i is None:
+                i = index[value] = bisect_left(bounds, value)  # observe(): first bound >= value
+            counts[i] += 1
+        total._value = added
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
+
+
 class DeliveryHandler(jobs.BatchHandler):
     """The batch handler of reminder jobs, through ``channels`` (module docstring).
 
@@ -442,9 +519,7 @@ class DeliveryHandler(jobs.BatchHandler):
             raise InvalidPushConfig("ttl", ttl, f"must be from {MIN_TTL} to {MAX_TTL}")
         self.ttl = ttl
         self.backoff = backoff if backoff is not None else jobs.RetryPolicy()
-        self._connections = _AsyncConnections(
-            conninfo, plan_once=type(self.resolver) in _FOLDED
-        )
+        self._connections = _AsyncConnections(conninfo, plan_once=type(self.resolver) in _FOLDED)
 
     async def aclose(self) -> None:
         """Close the handler's connections and its channels."""
@@ -477,11 +552,18 @@ class DeliveryHandler(jobs.BatchHandler):
                 await self._apply_cap(conn, todo, dues, found, now)
         plans: list[_Plan] = []
         skips: dict[int, Due] = {}
-        late = _START_DELAY.labels(todo[0].job_type) if todo else None
+        # Occurrence to start, every job's: a herd's jobs share their instant, so each
+        # distinct one's delay is computed once, and the batch's are observed together.
+        delays: list[float] = []
+        delay_of: dict[datetime, float] = {}
+        contents: dict[Any, _Content] = {}
         for job in todo:
             meta = metas[job.id]
-            if meta is not None and late is not None:  # occurrence to start (all jobs)
-                late.observe(max((now - meta.at).total_seconds(), 0.0))
+            if meta is not None:
+                delay = delay_of.get(meta.at)
+                if delay is None:
+                    delay = delay_of[meta.at] = max((now - meta.at).total_seconds(), 0.0)
+                delays.append(delay)
             due = dues[job.id]
             if due.defer_until is not None:
                 batch.snooze(job, max(due.defer_until - now, timedelta(0)))
@@ -492,10 +574,20 @@ class DeliveryHandler(jobs.BatchHandler):
                     skips[job.id] = due
                 continue
             plan = self._plan(
-                job, meta, recipients[job.id], now, zones, found.get(job.id, ()), batch, skips
+                job,
+                meta,
+                recipients[job.id],
+                now,
+                zones,
+                found.get(job.id, ()),
+                batch,
+                skips,
+                contents,
             )
             if plan is not None:
                 plans.append(plan)
+        if delays:
+            _observe_all(_START_DELAY.labels(todo[0].job_type), delays)
         if skips:
             self._record_skips(batch, skips, now)
         if not plans:
@@ -632,59 +724,79 @@ class DeliveryHandler(jobs.BatchHandler):
         devices: Sequence[tuple[int | None, str, str, str, bool]],
         batch: ReminderBatch,
         skips: dict[int, Due],
+        contents: dict[Any, _Content] | None = None,
     ) -> _Plan | None:
         """The messages of one due job to ``devices`` (:data:`Found`: each with its key and
         whether it is recorded), or None when its outcome is set already (a bad payload,
-        nothing to send, expired)."""
+        nothing to send, expired). ``contents``: the batch's payload contents read so far
+        (:func:`_content_of`)."""
         if not devices:
             batch.succeed(job)
             skips[job.id] = Due(False, "no_device")
             return None
         try:
-            c = content(job, default_ttl=self.ttl, meta=meta)
+            c = _content_of(job, meta, self.ttl, contents if contents is not None else {})
         except BadPayload as exc:
             batch.fail(job, str(exc), code="bad_payload")
             return None
+        title, body, data, ttl, collapse, priority, own_ttl = c
+        if collapse is _SCHEDULE_COLLAPSE:
+            collapse = f"tockwork-{meta.schedule_id}" if meta is not None else None
         at = meta.at if meta is not None else job.run_at
         # The payload's own ttl, when it sets one; else the handler's ttl, cut to the job's
         # expiry: the provider keeps the message no longer than a worker would start the job.
-        expires_at = at + c.ttl
-        if job.expires_at is not None and not _own_ttl(job.payload):
-            expires_at = min(expires_at, job.expires_at)
-        plan = _Plan(job)
+        expires_at = at + ttl
+        if job.expires_at is not None and not own_ttl and job.expires_at < expires_at:
+            expires_at = job.expires_at
         subject = recipient[1] if recipient is not None else ""
-        zone = zones.get(meta.schedule_id) if meta is not None else None
-        title = render(c.title, subject=subject, at=at, zone=zone)
-        body = render(c.body, subject=subject, at=at, zone=zone)
+        if "{" in title or "{" in body:
+            zone = zones.get(meta.schedule_id) if meta is not None else None
+            title = render(title, subject=subject, at=at, zone=zone)
+            body = render(body, subject=subject, at=at, zone=zone)
+        plan = _Plan(job)
+        sends = plan.sends
         # What every device's data holds after its key (tockwork_key, set per device).
-        occurrence = (
-            {"tockwork_schedule": str(meta.schedule_id), "tockwork_occurrence": meta.occurrence_key}
-            if meta is not None
-            else {}
-        )
-        planned: set[str] = set()
+        schedule = str(meta.schedule_id) if meta is not None else ""
+        planned: set[str] | None = set() if len(devices) > 1 else None
         for device_id, channel, token, key, recorded in devices:
-            if key in planned:  # a resolver listed one device twice: one message
-                continue
-            planned.add(key)
+            if planned is not None:
+                if key in planned:  # a resolver listed one device twice: one message
+                    continue
+                planned.add(key)
             if recorded:
                 plan.done += 1
                 continue
-            message = PushMessage(
-                key,
-                channel,
-                token,
-                title,
-                body,
-                {**c.data, "tockwork_key": key, **occurrence},
-                c.collapse_key,
-                expires_at,
-                c.priority,
-                subject,
-                device_id,
+            if meta is None:
+                message_data = {**data, "tockwork_key": key}
+            elif data:
+                message_data = {
+                    **data,
+                    "tockwork_key": key,
+                    "tockwork_schedule": schedule,
+                    "tockwork_occurrence": meta.occurrence_key,
+                }
+            else:
+                message_data = {
+                    "tockwork_key": key,
+                    "tockwork_schedule": schedule,
+                    "tockwork_occurrence": meta.occurrence_key,
+                }
+            sends.append(
+                PushMessage(
+                    key,
+                    channel,
+                    token,
+                    title,
+                    body,
+                    message_data,
+                    collapse,
+                    expires_at,
+                    priority,
+                    subject,
+                    device_id,
+                )
             )
-            plan.sends.append(message)
-        if not plan.sends:
+        if not sends:
             batch.succeed(job)  # every device notified by an earlier run (check-before-send)
             return None
         if expires_at <= now:
@@ -847,7 +959,11 @@ def _outcome(
     backoff: jobs.RetryPolicy,
 ) -> None:
     """One job's outcome from its devices' results (module docstring)."""
-    answers = [results[m.key] for m in plan.sends]
+    sends = plan.sends
+    if len(sends) == 1 and results[sends[0].key].status in _SUCCEEDS:  # one device: no list
+        batch.succeed(plan.job)
+        return
+    answers = [results[m.key] for m in sends]
     if all(r.status in _SUCCEEDS for r in answers):  # the common case: no list to sort out
         batch.succeed(plan.job)
         return

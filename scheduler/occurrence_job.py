@@ -99,15 +99,17 @@ class OccurrenceMeta:
         meta = payload.get(SCHEDULE_PAYLOAD_KEY)
         if type(meta) is not dict and not isinstance(meta, Mapping):
             return None
-        schedule_id, key, at, version = (
-            meta.get("id"),
-            meta.get("occurrence"),
-            meta.get("at"),
-            meta.get("version"),
-        )
-        if not (_integer(schedule_id) and _integer(version)):
+        get = meta.get
+        schedule_id, key, at, version = get("id"), get("occurrence"), get("at"), get("version")
+        # type() first, as above: JSON's integers and strings are exactly int and str (the
+        # checks for a subclass, and for a bool, which is an int, follow only for the others).
+        if not (type(schedule_id) is int or _integer(schedule_id)):
             return None
-        if not (isinstance(key, str) and isinstance(at, str)):
+        if not (type(version) is int or _integer(version)):
+            return None
+        if not (type(key) is str or isinstance(key, str)):
+            return None
+        if not (type(at) is str or isinstance(at, str)):
             return None
         instant = _instant(at)
         if instant is None:

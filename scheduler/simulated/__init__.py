@@ -384,13 +384,17 @@ def _channel_rows(rows: Sequence[PushMessage]) -> dict[str, bytes]:
         schedule_ids.append(int(schedule) if schedule is not None and schedule.isdigit() else None)
         occurrence_keys.append(data.get("tockwork_occurrence"))
     texts: dict[str, bytes] = {}  # the titles and messages of a herd repeat
+    subjects = [m.subject for m in rows]
+    tokens = [m.token for m in rows]
+    encoded_subjects = arrays.text_array(subjects)
     return {
         "effect_keys": arrays.text_array([m.key for m in rows]),
         "job_ids": arrays.int8_array([None] * len(rows)),
         "schedule_ids": arrays.int8_array(schedule_ids),
         "occurrence_keys": arrays.text_array(occurrence_keys, texts),
-        "subjects": arrays.text_array([m.subject for m in rows]),
-        "tokens": arrays.text_array([m.token for m in rows]),
+        "subjects": encoded_subjects,
+        # Each subject its own token (SubjectAsToken, the simulated app's): encoded once.
+        "tokens": encoded_subjects if tokens == subjects else arrays.text_array(tokens),
         "titles": arrays.text_array([m.title for m in rows], texts),
         "messages": arrays.text_array([m.body for m in rows], texts),
     }

@@ -417,6 +417,61 @@ def test_the_message_fields_from_the_payload(
     assert c.data["tockwork_schedule"] == str(custom)
 
 
+def test_each_message_is_its_own_payload_s_in_a_batch_that_shares_contents(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make
+) -> None:
+    """The handler reads a payload's content once per distinct content of a batch (a herd's
+    jobs share theirs): each message is still what content() and render() make of its own
+    job's payload, with its own schedule's collapse key and its own subject."""
+    payloads: list[dict[str, Any]] = [
+        {"message": "drink water"},
+        {"message": "drink water"},
+        {"message": "drink water", "collapse_key": ""},
+        {"message": "drink water", "collapse_key": "mine"},
+        {"message": "drink water", "ttl": 7200},
+        {"message": "drink water", "ttl": 7200.0},
+        {"title": "Hi {subject}", "body": "at {time} {zone}"},
+        {"title": "Hi {subject}", "body": "at {time} {zone}"},
+        {"message": "drink water", "priority": "normal"},
+        {"message": "drink water", "data": {"k": 1}},
+        {"message": "drink water", "title": 5},
+    ]
+    ids = {f"s{i}": create(conn, f"s{i}", **payload) for i, payload in enumerate(payloads)}
+    batch_jobs = claim(conn, db_url)
+    channel = ScriptedChannel()
+    handler = handlers(channel, resolver=SubjectAsToken("fake"), ttl=timedelta(minutes=5))
+    batch = RecordingBatch(batch_jobs)
+    deliver(handler, batch)
+    sent = {m.subject: m for m in channel.sent}
+    assert len(sent) == len(payloads) - 1
+    for job in batch_jobs:
+        subject = str(job.payload["subject"])
+        if subject == "s10":
+            assert batch.outcome(job) == ("dead", "bad_payload")
+            continue
+        c = delivery.content(job, default_ttl=timedelta(minutes=5))
+        m, at = sent[subject], meta(job).at
+        assert m.title == delivery.render(c.title, subject=subject, at=at, zone="UTC")
+        assert m.body == delivery.render(c.body, subject=subject, at=at, zone="UTC")
+        assert (m.collapse_key, m.priority) == (c.collapse_key, c.priority)
+        expires = at + c.ttl
+        if job.payload.get("ttl") is None and job.expires_at is not None:
+            expires = min(expires, job.expires_at)
+        assert m.expires_at == expires
+        assert dict(m.data) == {
+            **c.data,
+            "tockwork_key": m.key,
+            "tockwork_schedule": str(ids[subject]),
+            "tockwork_occurrence": meta(job).occurrence_key,
+        }
+    assert sent["s0"].collapse_key == f"tockwork-{ids['s0']}"
+    assert sent["s1"].collapse_key == f"tockwork-{ids['s1']}"
+    assert (sent["s2"].collapse_key, sent["s3"].collapse_key) == (None, "mine")
+    assert (sent["s6"].title, sent["s7"].title) == ("Hi s6", "Hi s7")
+    assert sent["s4"].expires_at == sent["s5"].expires_at != sent["s0"].expires_at
+    assert sent["s9"].data["k"] == "1" and "k" not in sent["s0"].data
+
+
 def test_the_default_ttl_is_an_hour_after_the_nominal_instant(
     conn: psycopg.Connection[Any], db_url: str, handlers: Make
 ) -> None:
@@ -993,7 +1048,10 @@ def test_a_registry_batch_is_read_in_one_statement_and_recorded_in_one(
     deliver(handler, batch)
     assert [batch.outcome(j) for j in batch_jobs] == [("succeeded",)] * 3
     assert len(channel.sent) == 6
-    assert len(statements.sent) == 2 and statements.transactions == 0, statements.sent
+    # A new connection's one setup statement (its statements planned once), then the batch's two.
+    setup, *sent = statements.sent
+    assert setup.startswith("-- The delivery's own connections"), statements.sent
+    assert len(sent) == 2 and statements.transactions == 0, statements.sent
     conn.commit()
     keys = [device_key(j, Device("fake", t.token)) for j in batch_jobs
             for t in registry.list_devices(conn, subject=str(j.payload["subject"]))]  # fmt: skip
@@ -1006,6 +1064,59 @@ def test_a_registry_batch_is_read_in_one_statement_and_recorded_in_one(
     deliver(handler, again)
     assert [again.outcome(j) for j in again.jobs] == [("succeeded",)] * 3
     assert len(channel.sent) == 6 and len(statements.sent) == 1
+
+
+def test_the_handler_s_connections_plan_each_statement_once_as_index_probes(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make
+) -> None:
+    """The built-in resolvers' connections prepare their statements at the first call and run
+    their generic plan (no custom plan per batch), and that plan probes job_effects by its
+    key even when it was made while the table was empty; an application's resolver's
+    connections keep the server's defaults."""
+    for subject in ("ada", "bob"):
+        registry.add_device(conn, subject, "fake", f"tok-{subject}-0123456789")
+        create(conn, subject)
+    batch_jobs = claim(conn, db_url)
+    handler = handlers(ScriptedChannel())
+    deliver(handler, RecordingBatch(batch_jobs[:1]))
+    deliver(handler, RecordingBatch(batch_jobs[1:]))
+
+    async def prepared(h: DeliveryHandler) -> tuple[list[Any], list[Any]]:
+        async with h._connections.connection() as c:
+            cur = await c.execute(
+                "SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')"
+            )
+            settings = list(await cur.fetchall())
+            cur = await c.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            )
+            rows = await cur.fetchall()
+            ours = [r for r in rows if "FROM job_effects" in r[0] or "effect_recorded" in r[0]]
+            return settings, ours
+
+    settings, statements = asyncio.run(prepared(handler))
+    assert settings == [("force_generic_plan", "off")]
+    assert len(statements) == 2, statements  # the read and the record, each called twice
+    assert all(generic == 2 and custom == 0 for _, generic, custom in statements), statements
+    read = next(text for text, _, _ in statements if "job_effects WHERE effect_key" in text)
+    conn.execute("TRUNCATE job_effects")
+    conn.commit()
+
+    def plan(seqscan: str) -> str:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute("SELECT set_config('enable_seqscan', %s, false)", [seqscan])
+            return "\n".join(r[0] for r in c.execute("EXPLAIN (GENERIC_PLAN) " + read))
+
+    assert "Seq Scan on job_effects" in plan("on")  # what the one plan would be without
+    assert "Seq Scan on job_effects" not in plan("off") and "Index" in plan("off")
+
+    class OwnResolver(SubjectAsToken):
+        """An application's resolver (not one of the built-in ones)."""
+
+    own = handlers(ScriptedChannel(), resolver=OwnResolver("fake"))
+    deliver(own, RecordingBatch(claim(conn, db_url, SAT_0800 + timedelta(days=1))))
+    settings, _ = asyncio.run(prepared(own))
+    assert settings == [("auto", "on")]
 
 
 def test_the_database_computes_each_device_s_key_as_device_key_does(
