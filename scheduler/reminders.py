@@ -85,12 +85,18 @@ class _State(NamedTuple):
 
 def _states(rows: Sequence[Any]) -> dict[int, _State]:
     """``schedule_still_due_many`` rows by schedule id."""
+    # tuple.__new__, not _State(...): a named tuple's constructor is a Python function, a
+    # frame per schedule of a batch; the columns are bigint, boolean and integer already.
+    new = tuple.__new__
     return {
-        int(sid): _State(
-            bool(paused),
-            int(version),
-            None if q_start is None else QuietHours(q_start, q_end, QuietAction(q_action)),
-            zone,
+        sid: new(
+            _State,
+            (
+                paused,
+                version,
+                None if q_start is None else QuietHours(q_start, q_end, QuietAction(q_action)),
+                zone,
+            ),
         )
         for sid, paused, version, q_start, q_end, q_action, zone in rows
     }
