@@ -257,6 +257,7 @@ class Relay(Service[RelayStats]):
         self._woken = False
         self._general_full = False
         self._last_general = 0.0
+        self._followed: set[UUID] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -365,6 +366,9 @@ class Relay(Service[RelayStats]):
         self.stats.batches += 1
         self.stats.claimed += len(rows)
         events = [Event(*row[:9]) for row in rows]
+        # The events whose aggregate had a later pending event at their claim (the lease's
+        # "more"): only their aggregates are probed for a next event when they settle.
+        self._followed = {row[0] for row in rows if row[10]}
 
         built: dict[UUID, list[JobSpec]] = {}
         failures: dict[UUID, tuple[Event, BaseException]] = {}
@@ -460,14 +464,19 @@ class Relay(Service[RelayStats]):
     def _build(self, event: Event) -> list[JobSpec]:
         specs: list[JobSpec] = []
         for projection in self.projections.for_event(event.event_type):
-            for index, spec in enumerate(projection.build(event)):
-                if not isinstance(spec, JobSpec):
+            for index, built in enumerate(projection.build(event)):
+                if not isinstance(built, JobSpec):
                     raise ProjectionError(
-                        f"projection {projection.name!r} returned {type(spec).__name__}, "
+                        f"projection {projection.name!r} returned {type(built).__name__}, "
                         "not a jobs.JobSpec"
                     )
-                specs.append(
-                    dataclasses.replace(
+                spec = built
+                if not spec.idempotency_key or (
+                    spec.organization_id is None and event.organization_id is not None
+                ):
+                    # A copy only when something is filled in (the fan-out's specs have both:
+                    # a replace() a job cost the relay some microseconds a fact).
+                    spec = dataclasses.replace(
                         spec,
                         idempotency_key=spec.idempotency_key
                         or f"outbox:{event.id}:{projection.name}:{index}",
@@ -475,7 +484,7 @@ class Relay(Service[RelayStats]):
                         if spec.organization_id is not None
                         else event.organization_id,
                     )
-                )
+                specs.append(spec)
         return specs
 
     def _settle(
@@ -512,7 +521,7 @@ class Relay(Service[RelayStats]):
                             owners.extend([event] * len(built[event.id]))
                             specs.extend(built[event.id])
                     results = _enqueue(conn, specs, now)
-                    settled = [e for e in pending if e.id in marked]
+                    settled = [e for e in pending if e.id in marked and e.id in self._followed]
                     successors: list[Any] = []
                     room = self.batch_size - len(self._next_rows)
                     if settled and room > 0 and not self._stopping.is_set():
