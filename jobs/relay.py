@@ -131,8 +131,11 @@ class RelayConfig:
     fields.
     """
 
+    # 500: a batch costs the relay and the server about 1.5 ms whatever its size (its round
+    # trips, statements and commit); at 100 that was a third of what a fact cost
+    # (docs/performance.md, "The drain's margin, fifth pass").
     batch_size: int = setting(
-        100,
+        500,
         help=f"events per claim (1 to {MAX_BATCH})",
         flag="--batch-size",
         minimum=1,
