@@ -134,8 +134,8 @@ class RelayConfig:
     fields.
     """
 
-    # 500: a batch costs the relay and the server about 1.5 ms whatever its size (its round
-    # trips, statements and commit); at 100 that was a third of what a fact cost
+    # 500: a batch costs the relay and the server about 1.7 ms whatever its size (its round
+    # trips, statements and commit); at 100 that was over a quarter of what a fact cost
     # (docs/performance.md, "The drain's margin, fifth pass").
     batch_size: int = setting(
         500,
