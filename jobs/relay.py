@@ -49,7 +49,9 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import psycopg
+from psycopg.types.json import set_json_loads
 
+from jobs import arrays
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.enqueue import enqueue, enqueue_many
 from jobs.errors import InvalidJob, ProjectionError
@@ -59,6 +61,7 @@ from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
 from jobs.service import Reconnect, Service, default_name
 from jobs.tracing import Span, service_span
+from jobs.worker import _json_loads
 from timezones.clock import Clock
 
 log = logging.getLogger("tockwork.relay")
@@ -131,8 +134,11 @@ class RelayConfig:
     fields.
     """
 
+    # 500: a batch costs the relay and the server about 1.7 ms whatever its size (its round
+    # trips, statements and commit); at 100 that was over a quarter of what a fact cost
+    # (docs/performance.md, "The drain's margin, fifth pass").
     batch_size: int = setting(
-        100,
+        500,
         help=f"events per claim (1 to {MAX_BATCH})",
         flag="--batch-size",
         minimum=1,
@@ -257,8 +263,16 @@ class Relay(Service[RelayStats]):
         self._woken = False
         self._general_full = False
         self._last_general = 0.0
+        self._followed: set[UUID] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    def _connected(self, conn: psycopg.Connection[Any]) -> None:
+        # Claimed payloads through orjson (as the worker's), and the mark's and the next
+        # claim's arrays sent pre-encoded (jobs.arrays): per fact, json.loads and psycopg's
+        # element-by-element dumping were a tenth of the relay's own CPU.
+        set_json_loads(_json_loads, conn)
+        arrays.register(conn)
 
     def _result(self) -> RelayStats:
         return self.stats
@@ -365,6 +379,9 @@ class Relay(Service[RelayStats]):
         self.stats.batches += 1
         self.stats.claimed += len(rows)
         events = [Event(*row[:9]) for row in rows]
+        # The events whose aggregate had a later pending event at their claim (the lease's
+        # "more"): only their aggregates are probed for a next event when they settle.
+        self._followed = {row[0] for row in rows if row[10]}
 
         built: dict[UUID, list[JobSpec]] = {}
         failures: dict[UUID, tuple[Event, BaseException]] = {}
@@ -460,14 +477,19 @@ class Relay(Service[RelayStats]):
     def _build(self, event: Event) -> list[JobSpec]:
         specs: list[JobSpec] = []
         for projection in self.projections.for_event(event.event_type):
-            for index, spec in enumerate(projection.build(event)):
-                if not isinstance(spec, JobSpec):
+            for index, built in enumerate(projection.build(event)):
+                if not isinstance(built, JobSpec):
                     raise ProjectionError(
-                        f"projection {projection.name!r} returned {type(spec).__name__}, "
+                        f"projection {projection.name!r} returned {type(built).__name__}, "
                         "not a jobs.JobSpec"
                     )
-                specs.append(
-                    dataclasses.replace(
+                spec = built
+                if not spec.idempotency_key or (
+                    spec.organization_id is None and event.organization_id is not None
+                ):
+                    # A copy only when something is filled in (the fan-out's specs have both:
+                    # a replace() a job cost the relay some microseconds a fact).
+                    spec = dataclasses.replace(
                         spec,
                         idempotency_key=spec.idempotency_key
                         or f"outbox:{event.id}:{projection.name}:{index}",
@@ -475,7 +497,7 @@ class Relay(Service[RelayStats]):
                         if spec.organization_id is not None
                         else event.organization_id,
                     )
-                )
+                specs.append(spec)
         return specs
 
     def _settle(
@@ -499,20 +521,23 @@ class Relay(Service[RelayStats]):
                     cur.execute(
                         query("outbox_event_mark_processed"),
                         {
-                            "ids": [e.id for e in pending],
-                            "tokens": [e.attempt for e in pending],
+                            "ids": arrays.uuid_array([e.id for e in pending]),
+                            "tokens": arrays.int4_array([e.attempt for e in pending]),
                             "now": now,
                         },
                     )
                     marked = {row[0] for row in cur.fetchall()}
                     owners: list[Event] = []
                     specs: list[JobSpec] = []
+                    settled: list[Event] = []  # marked, with a later event waiting at the claim
                     for event in pending:
                         if event.id in marked:
-                            owners.extend([event] * len(built[event.id]))
-                            specs.extend(built[event.id])
+                            jobs_of = built[event.id]
+                            owners.extend([event] * len(jobs_of))
+                            specs.extend(jobs_of)
+                            if event.id in self._followed:
+                                settled.append(event)
                     results = _enqueue(conn, specs, now)
-                    settled = [e for e in pending if e.id in marked]
                     successors: list[Any] = []
                     room = self.batch_size - len(self._next_rows)
                     if settled and room > 0 and not self._stopping.is_set():
@@ -520,8 +545,8 @@ class Relay(Service[RelayStats]):
                             query("outbox_event_claim_next"),
                             {
                                 "limit": room,
-                                "types": [e.aggregate_type for e in settled],
-                                "ids": [e.aggregate_id for e in settled],
+                                "types": arrays.text_array([e.aggregate_type for e in settled], {}),
+                                "ids": arrays.text_array([e.aggregate_id for e in settled]),
                                 "relay": self.name,
                                 "claim": self.run_id,
                                 "now": now,

@@ -4,7 +4,12 @@
 -- An event is pending while processed_at and dead_at are both NULL.
 
 -- fragment: outbox_event_lease
--- Lease the candidates to the relay run %(claim)s; attempts is the fencing token.
+-- Lease the candidates to the relay run %(claim)s; attempts is the fencing token. "more": whether
+-- the event's aggregate had a later pending event when it was claimed (one probe of
+-- outbox_aggregate_pending_idx, whose predicate it writes): the relay runs
+-- outbox_event_claim_next only for the aggregates that had one. A later event committed after
+-- the claim is found by the next general claim instead (the relay claims again at once after a
+-- batch that found work), so skipping costs it a round at most, never the event.
 UPDATE outbox_events AS o
 SET claimed_at = coalesce(%(now)s::timestamptz, now()),
     claimed_by = %(relay)s,
@@ -12,7 +17,10 @@ SET claimed_at = coalesce(%(now)s::timestamptz, now()),
     attempts = o.attempts + 1
 WHERE o.id = ANY(ARRAY(SELECT id FROM candidates))
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq,
+          EXISTS (SELECT FROM outbox_events AS n
+                  WHERE n.aggregate_type = o.aggregate_type AND n.aggregate_id = o.aggregate_id
+                    AND coalesce(n.processed_at, n.dead_at) IS NULL AND n.seq > o.seq) AS more
 
 -- name: outbox_event_record
 -- Insert one event in the caller's transaction and wake the relays. The notification payload is
@@ -135,7 +143,7 @@ SET claimed_at = coalesce(%(now)s::timestamptz, now())
 WHERE o.claim_id = %(claim)s
   AND o.claimed_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL
 RETURNING o.id, o.organization_id, o.aggregate_type, o.aggregate_id, o.event_type,
-          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq;
+          o.schema_version, o.payload, o.occurred_at, o.attempts, o.seq, true AS more;
 
 -- fragment: outbox_event_fenced
 -- The events given (the ids parameter) whose claim the caller still holds (the tokens: the

@@ -555,7 +555,7 @@ class WebhookHandler:
     def _count(self, r: _Result) -> None:
         """Count an attempt recorded (:mod:`.metrics`: bounded labels only)."""
         if r.duration_ms is not None:
-            self.metrics.attempt_duration.labels(r.outcome).observe(r.duration_ms / 1000.0)
+            self.metrics.duration(r.outcome, r.duration_ms / 1000.0)
         if r.outcome == "delivered":
             self.metrics.attempt("delivered")
         elif r.outcome == "held":

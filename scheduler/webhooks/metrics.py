@@ -116,6 +116,10 @@ class WebhookMetrics:
             ["error_class"],
             registry=registry,
         )
+        # The labelled children looked up once: labels() takes a lock and checks its values
+        # at every call, some microseconds a delivery.
+        self._deliveries: dict[tuple[str, str], Any] = {}
+        self._durations: dict[str, Any] = {}
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry | None = None) -> WebhookMetrics:
@@ -131,10 +135,22 @@ class WebhookMetrics:
         """Count one attempt (``outcome`` in :data:`OUTCOMES`, ``error`` in
         :data:`ERROR_CLASSES`; anything else counts as ``other``, so no value can grow the
         label set)."""
-        self.deliveries.labels(
-            outcome if outcome in OUTCOMES else "other",
-            error if error in ERROR_CLASSES else "other",
-        ).inc()
+        child = self._deliveries.get((outcome, error))
+        if child is None:
+            child = self.deliveries.labels(
+                outcome if outcome in OUTCOMES else "other",
+                error if error in ERROR_CLASSES else "other",
+            )
+            if outcome in OUTCOMES and error in ERROR_CLASSES:  # a bounded set of keys
+                self._deliveries[(outcome, error)] = child
+        child.inc()
+
+    def duration(self, outcome: str, seconds: float) -> None:
+        """Observe one request's time under ``outcome`` (delivered, failed or held)."""
+        child = self._durations.get(outcome)
+        if child is None:
+            child = self._durations[outcome] = self.attempt_duration.labels(outcome)
+        child.observe(seconds)
 
 
 _instances: weakref.WeakKeyDictionary[CollectorRegistry, WebhookMetrics] = (

@@ -190,6 +190,28 @@ def test_the_claims_read_the_head_of_the_stream_when_the_statistics_say_all_is_p
         assert _rows_read(plan) <= 300, plan
 
 
+def test_a_claim_says_which_aggregates_have_a_later_event_waiting(
+    auto: psycopg.Connection[Any],
+) -> None:
+    """The lease's last column ("more"): whether the claimed event's aggregate had a later
+    pending event. The relay probes for a next event, when it settles, only where it is true;
+    a later event committed after the claim is left to the next general claim."""
+    record(auto, "deep", "order.placed", 1)
+    record(auto, "deep", "order.placed", 2)
+    record(auto, "single", "order.placed", 1)
+    done = record(auto, "done", "order.placed", 1)
+    record(auto, "done", "order.placed", 2)
+    auto.execute("UPDATE outbox_events SET processed_at = %s WHERE id = %s", (T0, done))
+    params = {"limit": 10, "lease": timedelta(minutes=1), "relay": "r", "claim": UUID(int=7),
+              "now": T0}  # fmt: skip
+    rows = auto.execute(query("outbox_event_claim"), params).fetchall()
+    assert {(r[3], r[6]["n"], r[10]) for r in rows} == {
+        ("deep", 1, True),
+        ("single", 1, False),
+        ("done", 2, False),  # the processed event before it is no later event
+    }
+
+
 def test_a_poison_event_retries_then_is_set_aside_without_stalling_the_stream(
     auto: psycopg.Connection[Any], db_url: str
 ) -> None:
