@@ -23,7 +23,9 @@ records each request's path, ``webhook-id`` and arrival time, read back through
    endpoint's cost is taken per pair from the fast endpoints' *steady* rate (between the 10th
    and the 90th percentile of their arrival times: a 2-4 s phase's start and last stragglers
    moved the plain rate by tens of percent on a shared machine), and printed per pair with the
-   median; beside it, each phase's CPU (every process) over the fast endpoints' deliveries.
+   median; beside it, each phase's CPU (every process, and PostgreSQL's) from its start to the
+   fast endpoints' last delivery, over their deliveries: what the fast deliveries cost with and
+   without the slow endpoint, steadier than their rate on a shared machine.
 5. **backlogs** (``--backlogs 4000,10000,50000``, off by default): the worker alone, all fast,
    draining backlogs of those sizes one after the other: whether the drain rate, or the CPU a
    delivery costs, depends on the backlog.
@@ -66,6 +68,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
@@ -236,10 +239,24 @@ class BackendCpu:
         return sum(last - first for first, last in self.seen.values())
 
 
-def collect(receiver: Receiver, expected: int, deadline: float) -> list[tuple[str, str, float]]:
+def collect(
+    receiver: Receiver,
+    expected: int,
+    deadline: float,
+    fast_done: tuple[int, Callable[[], None]] | None = None,
+) -> list[tuple[str, str, float]]:
+    """The receipts, until ``expected`` or the deadline; ``fast_done``: (n, f), f called once
+    n receipts of the fast endpoints are in (to within the 50 ms of a poll)."""
     got: list[tuple[str, str, float]] = []
+    fast = 0
     while len(got) < expected and time.monotonic() < deadline:
-        got.extend(receiver.receipts())
+        new = receiver.receipts()
+        got.extend(new)
+        if fast_done is not None:
+            fast += sum(1 for p, _, _ in new if p != f"/e{SLOW}")
+            if fast >= fast_done[0]:
+                fast_done[1]()
+                fast_done = None
         if len(got) < expected:
             time.sleep(0.05)
     return got
@@ -421,7 +438,17 @@ def pipeline(
             for first in range(0, facts, step):
                 record_facts(url, first, min(step, facts - first), committed, step)
                 time.sleep(max(0.0, start + (first + step) / paced - time.time()))
-        got = collect(receiver, facts, time.monotonic() + args.timeout)
+
+        # The CPU until the fast endpoints' last delivery: what they cost, without the slow
+        # endpoint's tail (when it is slow, the worker then cycles for its deliveries only).
+        def fast_done() -> None:
+            used = sum(process_cpu(p.proc.pid) for _, p in started if p.proc is not None)
+            used += process_cpu(receiver.process.pid) + backends.seconds
+            fast_cpu.extend([used + sum(cpu.values()), backends.seconds])
+
+        fast_cpu: list[float] = []
+        fast_n = sum(1 for n in range(facts) if n % ENDPOINTS != SLOW)
+        got = collect(receiver, facts, time.monotonic() + args.timeout, (fast_n, fast_done))
         for name, process in started:
             assert process.proc is not None
             cpu[name] += process_cpu(process.proc.pid)
@@ -437,6 +464,9 @@ def pipeline(
     if paced is None:
         phase.p50_ms = phase.p99_ms = None  # a backlog's drain: latency says nothing
         phase.cpu_us = per_delivery(cpu, len(got))
+        if fast_cpu:
+            phase.cpu_us["fast total"] = fast_cpu[0] * 1e6 / max(phase.fast_deliveries, 1)
+            phase.cpu_us["fast postgres"] = fast_cpu[1] * 1e6 / max(phase.fast_deliveries, 1)
     # Paced: the facts recorded meanwhile (by this process, through connections of their own)
     # would be counted with the deliveries, so no CPU figures.
     return phase
@@ -494,13 +524,6 @@ def spread(costs: list[float]) -> str:
     ordered = sorted(costs)
     each = ", ".join(f"{c * 100:.1f}%" for c in costs)
     return f"{each}: median {ordered[len(ordered) // 2] * 100:.1f}%"
-
-
-def cpu_per_fast(p: Phase, process: str = "total") -> float:
-    """The phase's CPU (every process, or one) over the fast endpoints' deliveries, in us: with
-    one slow endpoint, what its tail (the worker's cycles while only its deliveries wait) costs
-    counts against the deliveries that matter."""
-    return p.cpu_us.get(process, 0.0) * p.deliveries / max(p.fast_deliveries, 1)
 
 
 def main() -> int:
@@ -622,15 +645,17 @@ def main() -> int:
         f"slow endpoint costs the fast ones {spread(alone_costs)} of their steady rate"
     )
     for name, both in (("drain", drains), ("worker alone", alones)):
+        extra = [w.cpu_us.get("fast total", 0) - f.cpu_us.get("fast total", 0) for f, w in both]
         print(
-            f"{name}, CPU us a fast delivery (all CPU of the phase / the fast endpoints' "
-            "deliveries), all fast -> one slow: "
+            f"{name}: CPU us a fast delivery until the fast endpoints' last one (every process; "
+            "PostgreSQL's), all fast -> one slow: "
             + "; ".join(
-                f"{cpu_per_fast(f):,.0f} -> {cpu_per_fast(w):,.0f} "
-                f"(postgres {cpu_per_fast(f, 'postgres'):,.0f} -> "
-                f"{cpu_per_fast(w, 'postgres'):,.0f})"
+                f"{f.cpu_us.get('fast total', 0):,.0f} ({f.cpu_us.get('fast postgres', 0):,.0f})"
+                f" -> {w.cpu_us.get('fast total', 0):,.0f} "
+                f"({w.cpu_us.get('fast postgres', 0):,.0f})"
                 for f, w in both
             )
+            + f"; the slow endpoint adds a median {sorted(extra)[len(extra) // 2]:,.0f} us"
         )
     if fast.cpu_us.get("total") and raw.cpu_us.get("total"):
         print(

@@ -152,7 +152,7 @@ def test_a_claim_does_not_read_a_full_keys_waiting_jobs(
 def test_a_queue_of_more_keys_than_the_walk_visits_is_claimed_in_plain_order(
     db_url: str, stores: Callable[..., PgJobStore]
 ) -> None:
-    """Past the walk's bound (64 keys for a small claim) the claim reads in plain order as
+    """Past the walk's bound (64 keys) the claim reads in plain order as
     before: every key still gets its turn and a full one none."""
     many = [JobSpec("noop", {"k": k}, concurrency_key=f"k{k:03}") for k in range(100)]
     setup(db_url, 1, [*keyed("busy", 5, run_at=T0 - timedelta(hours=1)), *many])
