@@ -545,8 +545,11 @@ FROM unnest(ARRAY(
     LIMIT {{limit}}
 )) AS chosen(id)
 CROSS JOIN LATERAL (
+    -- status and run_at again: a row changed since the read (a replaced unique job's new
+    -- run_at) is checked on its newest version once locked
     SELECT id, job_type, concurrency_key, priority, run_at FROM jobs
     WHERE id = chosen.id AND status IN ('pending', 'retrying')
+      AND run_at <= coalesce(%(now)s::timestamptz, now())
     FOR UPDATE SKIP LOCKED
 ) AS c
 
