@@ -22,11 +22,12 @@ sent and received; the fakes keep it for their server side): the request's head 
 headers whose names are constants and whose values are ours (the signature headers, CR, LF and NUL
 refused) or come from a checked URL (:func:`~.ssrf.parse_url` refuses spaces and control
 characters); the response is read strictly (RFC 9112): a status line of HTTP/1.0 or HTTP/1.1,
-header lines ending in CRLF, up to 64 KiB in all (no obsolete line folding), interim 1xx answers
-skipped, the body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the connection's
-end, and anything else (a malformed line, a transfer coding other than chunked, conflicting
-lengths, a 101) a ``protocol`` error. A connection is reused only after a complete HTTP/1.1
-response with a length, no ``Connection: close``, and a body within ``max_body``.
+header lines ending in CRLF or a bare LF (RFC 9112 section 2.2 lets a recipient accept one; a lone
+CR, or a CR or NUL in a value, is refused), up to 64 KiB in all (no obsolete line folding), interim
+1xx answers skipped, the body framed by ``Transfer-Encoding: chunked``, ``Content-Length`` or the
+connection's end, and anything else (a malformed line, a transfer coding other than chunked,
+conflicting lengths, a 101) a ``protocol`` error. A connection is reused only after a complete
+HTTP/1.1 response with a length, no ``Connection: close``, and a body within ``max_body``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _READ = 65536  # also the longest response head read (status line and headers)
 _HEAD_FORBIDDEN = frozenset("\r\n\x00")
 _NO_BODY = frozenset({204, 304})
 _FIELD_FORBIDDEN = frozenset(b"\r\n\x00")
+_HEAD_END = re.compile(rb"\n\r?\n")  # the blank line that ends a head, after a line's LF
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
 
 Origin = tuple[str, str, int]
@@ -86,13 +88,88 @@ class _Malformed(SchedulerError):
     """A response this client does not read (module docstring): a ``protocol`` SendError."""
 
 
+class _Reader:
+    """A connection's incoming bytes, read in blocks of up to ``_READ`` from its stream into a
+    buffer of our own and taken from there: a response head is found with one search for its
+    blank line, whichever line ends it uses (a ``readuntil`` a line cost a microsecond each,
+    and one ``readuntil`` of CRLF CRLF cannot see a head whose lines end in a bare LF)."""
+
+    __slots__ = ("buffer", "stream")
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    def at_eof(self) -> bool:
+        return not self.buffer and self.stream.at_eof()
+
+    async def _fill(self) -> None:
+        data = await self.stream.read(_READ)
+        if not data:
+            raise asyncio.IncompleteReadError(bytes(self.buffer), None)
+        self.buffer += data
+
+    async def head(self) -> list[bytes]:
+        """The status line and the header lines of a response, up to its blank line, each
+        without its line end; at most ``_READ`` bytes in all."""
+        buffer = self.buffer
+        start = 0
+        while (found := _HEAD_END.search(buffer, start)) is None:
+            if len(buffer) > _READ:
+                raise _Malformed(f"a response head over {_READ} bytes")
+            start = max(len(buffer) - 2, 0)
+            data = await self.stream.read(_READ)
+            if not data:
+                raise asyncio.IncompleteReadError(bytes(buffer), None)
+            buffer += data
+        end = found.start()  # the LF of the last line
+        if end >= _READ:
+            raise _Malformed(f"a response head over {_READ} bytes")
+        head = bytes(memoryview(buffer)[: end + 1]).replace(b"\r\n", b"\n")
+        del buffer[: found.end()]
+        if b"\r" in head:
+            raise _Malformed("a lone CR in the response head")
+        return head[:-1].split(b"\n")
+
+    async def line(self) -> bytes:
+        """One line (a chunk's size, a trailer), without its line end."""
+        start = 0
+        while (end := self.buffer.find(b"\n", start)) < 0:
+            if len(self.buffer) > _READ:
+                raise _Malformed(f"a line over {_READ} bytes")
+            start = len(self.buffer)
+            await self._fill()
+        raw = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
+        return _line(raw)
+
+    async def exactly(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            await self._fill()  # (rarely: the body is most often read with the head)
+        if len(self.buffer) == n:
+            data = bytes(self.buffer)
+            self.buffer.clear()
+            return data
+        data = bytes(memoryview(self.buffer)[:n])
+        del self.buffer[:n]
+        return data
+
+    async def some(self) -> bytes:
+        """What is buffered, or the next block; b"" at the end of the stream."""
+        if self.buffer:
+            data = bytes(self.buffer)
+            self.buffer.clear()
+            return data
+        return await self.stream.read(_READ)
+
+
 class _Connection:
     __slots__ = ("peer", "reader", "writer")
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> None:
-        self.reader = reader
+        self.reader = _Reader(reader)
         self.writer = writer
         self.peer = peer
 
@@ -274,7 +351,7 @@ class HttpClient:
         reader = conn.reader
         while True:
             try:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head = await reader.head()
             except asyncio.IncompleteReadError as exc:
                 if not exc.partial:
                     raise ConnectionResetError("closed before a response") from None
@@ -303,20 +380,20 @@ class HttpClient:
             length = int(value)
             truncated = length > self.max_body
             if length:
-                chunks.append(await reader.readexactly(min(length, self.max_body)))
+                chunks.append(await reader.exactly(min(length, self.max_body)))
         else:
             close = True  # the body ends with the connection
             truncated = await self._read_to_end(reader, chunks)
         response = Response(status, fields, b"".join(chunks), truncated)
         return response, not (close or truncated)
 
-    async def _read_chunked(self, reader: asyncio.StreamReader, chunks: list[bytes]) -> bool:
+    async def _read_chunked(self, reader: _Reader, chunks: list[bytes]) -> bool:
         """A chunked body into ``chunks`` up to ``max_body``; whether it was longer (the rest is
         not read: the connection is closed)."""
         size = 0
         while True:
-            line = await reader.readuntil(b"\r\n")
-            digits = line[:-2].split(b";", 1)[0].strip()
+            line = await reader.line()
+            digits = line.split(b";", 1)[0].strip()
             if not digits or any(c not in b"0123456789abcdefABCDEF" for c in digits):
                 raise _Malformed("a bad chunk size")
             n = int(digits, 16)
@@ -325,20 +402,20 @@ class HttpClient:
             room = self.max_body - size
             if n > room:
                 if room > 0:
-                    chunks.append(await reader.readexactly(room))
+                    chunks.append(await reader.exactly(room))
                 return True
-            chunks.append(await reader.readexactly(n))
+            chunks.append(await reader.exactly(n))
             size += n
-            if await reader.readexactly(2) != b"\r\n":
-                raise _Malformed("a chunk without its CRLF")
-        while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, ignored
+            if await reader.line():
+                raise _Malformed("a chunk without its line end")
+        while await reader.line():  # trailers, ignored
             pass
         return False
 
-    async def _read_to_end(self, reader: asyncio.StreamReader, chunks: list[bytes]) -> bool:
+    async def _read_to_end(self, reader: _Reader, chunks: list[bytes]) -> bool:
         """A body delimited by the end of the connection, up to ``max_body``; whether longer."""
         size = 0
-        while data := await reader.read(_READ):
+        while data := await reader.some():
             room = self.max_body - size
             if len(data) > room:
                 if room > 0:
@@ -376,17 +453,27 @@ async def _resolved(guard: Guard, host: str, port: int) -> list[str]:
     return await future
 
 
-def _parse_head(head: bytes) -> tuple[bytes, int, list[tuple[str, str]]]:
-    """Status line and header lines (``head`` ends with the blank line): the version, the
-    status and the headers (names lowercase, values latin-1, surrounding blanks stripped)."""
-    lines = head[:-4].split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
+def _line(raw: bytes) -> bytes:
+    """A line read up to its LF (``raw``, the LF left out), without its line end: CRLF, or a
+    bare LF, which RFC 9112 (section 2.2) lets a recipient take for one (h11 did, and servers
+    send it). A CR left in the line (a lone CR) is refused."""
+    line = raw[:-1] if raw.endswith(b"\r") else raw
+    if b"\r" in line:
+        raise _Malformed("a lone CR in a line")
+    return line
+
+
+def _parse_head(lines: list[bytes]) -> tuple[bytes, int, list[tuple[str, str]]]:
+    """Status line and header lines (without their line ends): the version, the status and
+    the headers (names lowercase, values latin-1, surrounding blanks stripped)."""
+    parts = lines[0].split(b" ", 2) if lines else []
     if (
         len(parts) < 2
         or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0")
         or len(parts[1]) != 3
         or not parts[1].isdigit()
         or parts[1] < b"100"
+        or b"\x00" in lines[0]
     ):
         raise _Malformed("a bad status line")
     fields: list[tuple[str, str]] = []

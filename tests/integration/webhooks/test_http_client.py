@@ -122,6 +122,25 @@ def test_a_body_to_the_connections_end_and_connection_close_end_the_connection()
     assert opened == 3
 
 
+def test_bare_lf_line_ends_are_read_as_crlf() -> None:
+    """RFC 9112 section 2.2: a recipient may take a bare LF for a line end; h11 did, and a
+    server that sends them is answered, not timed out (it was, before: the head was read up to
+    CRLF CRLF). In the status line, the headers, the chunk lines and the trailers, mixed with
+    CRLF too; the connection is reused as with CRLF."""
+    results, opened, _ = run([
+        b"HTTP/1.1 200 OK\nContent-Length: 5\nX-Thing:  a b \n\nhello",
+        b"HTTP/1.1 201 Created\nTransfer-Encoding: chunked\n\n"
+        b"3;ext=1\nabc\n2\r\nde\r\n0\nTrailer: x\n\n",
+        b"HTTP/1.1 100 Continue\n\nHTTP/1.1 204 No Content\r\n\n",
+        b"HTTP/1.1 503\r\nretry-after: 7\ncontent-length: 0\n\r\n",
+    ])  # fmt: skip
+    assert [(r.status, r.body, r.truncated) for r in results] == [
+        (200, b"hello", False), (201, b"abcde", False), (204, b"", False), (503, b"", False),
+    ]  # fmt: skip
+    assert results[0].header("X-Thing") == "a b" and results[3].header("Retry-After") == "7"
+    assert opened == 1
+
+
 @pytest.mark.parametrize(
     "answer",
     [
@@ -138,6 +157,18 @@ def test_a_body_to_the_connections_end_and_connection_close_end_the_connection()
         b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 0\r\n\r\n",
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        # a lone CR: in a value, in the status line, ending a line, in a chunk line
+        b"HTTP/1.1 200 OK\nX-A: a\rb\nContent-Length: 0\n\n",
+        b"HTTP/1.1 200 OK\rContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-A: a\r\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n3\rabc\n0\n\n",
+        b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n3\nabc\r0\n\n",
+        # NUL in a value or the status line, with bare LFs
+        b"HTTP/1.1 200 OK\nX-A: a\x00b\nContent-Length: 0\n\n",
+        b"HTTP/1.1 200 O\x00K\nContent-Length: 0\n\n",
+        # a head over 64 KiB, in one line or in many
+        b"HTTP/1.1 200 OK\nX-A: " + b"a" * 70_000 + b"\nContent-Length: 0\n\n",
+        b"HTTP/1.1 200 OK\n" + b"X-A: 0123456789012345678901234567890123\n" * 2_000 + b"\n",
     ],
 )
 def test_a_malformed_response_is_a_protocol_error(answer: bytes) -> None:
