@@ -461,98 +461,6 @@ AND id <> ALL(q.ids)
 -- fragment: job_claim_refill_limit
 greatest(q.n - cardinality(q.ids), 0)
 
--- fragment: job_claim_key_walk_bound
--- How many keys with waiting jobs the key walk visits at most before it gives up: then the
--- claim reads in plain order as before (a queue of many keys, each with a few jobs, is cheaper
--- to claim that way than by one index descent a key and up to min(room, n) rows of each).
-64
-
--- fragment: job_claim_key_walk
--- The concurrency keys of queue f.queue with waiting (pending or retrying) jobs, in key order,
--- by a loose index scan of jobs_ready_key_idx (one descent a key, full or not; a full key's
--- waiting jobs are not read), at most job_claim_key_walk_bound + 1 of them.
-WITH RECURSIVE walk AS (
-    (SELECT concurrency_key AS key, 1 AS pos FROM jobs
-     WHERE queue = f.queue AND status IN ('pending', 'retrying') AND concurrency_key IS NOT NULL
-     ORDER BY concurrency_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT nx.concurrency_key FROM jobs AS nx
-            WHERE nx.queue = f.queue AND nx.status IN ('pending', 'retrying')
-              AND nx.concurrency_key > walk.key
-            ORDER BY nx.concurrency_key LIMIT 1),
-           walk.pos + 1
-    FROM walk
-    WHERE walk.key IS NOT NULL AND walk.pos <= {{job_claim_key_walk_bound}}
-)
-SELECT key FROM walk WHERE key IS NOT NULL
-
--- fragment: job_claim_key_ready
--- The ready jobs of key {{key}} in queue q.queue that the refill may take (not picked by the
--- round), best first: a range of jobs_ready_key_idx.
-SELECT id, job_type, priority, run_at FROM jobs
-WHERE queue = q.queue AND status IN ('pending', 'retrying')
-  AND concurrency_key = {{key}}
-  AND run_at <= coalesce(%(now)s::timestamptz, now())
-  AND id <> ALL(q.ids)
-  {{job_claim_held_back}}
-ORDER BY priority DESC, run_at, id
-
--- fragment: job_claim_key_scan
--- The refill by key (q.by_key: the queue has a per-key limit, a key of it is full, and the walk
--- found every key with waiting jobs): the first {{limit}} ready jobs in claim order, each key
--- taking at most its room (the plain order reads a key's surplus and drops it in allowed, so it
--- may lease fewer), without reading a full key's waiting jobs, which the plain order reads past
--- at every claim for as long as the key stays full (a slow webhook endpoint's backlog, at the
--- head of the queue; 500 rows a claim at the end of bench/webhooks.py's drain):
--- 1. each key with room gives its first ready jobs, at most its room and {{limit}}; the jobs
---    without a key their first {{limit}} (a range of jobs_ready_key_idx each);
--- 2. the first {{limit}} of those, best first, locked here and only they (SKIP LOCKED). The
---    reads in 1 lock nothing: the claimers of a queue with a per-key limit take turns
---    (job_queue_policy_lock), and a row another statement locked meanwhile is skipped in 2.
--- (Ranking the keys by their first job first, to read fewer rows of the later ones, cost more
--- than it saved: 0.92 against 0.84 ms of server CPU a claim of 8 in the drain of 10,000.)
-SELECT c.id, c.job_type, c.concurrency_key AS key, c.priority, c.run_at
--- A primary-key probe a chosen job (lateral: the planner cannot take a whole scan instead)
-FROM unnest(ARRAY(
-    SELECT u.id
-    FROM (
-        SELECT d.id, d.priority, d.run_at
-        FROM unnest(q.keys) AS kk(key)
-        CROSS JOIN LATERAL (
-            SELECT q.k - coalesce((SELECT l.leased FROM leased_keys AS l
-                                   WHERE l.queue = q.queue AND l.key = kk.key), 0) AS room
-        ) AS rm
-        CROSS JOIN LATERAL (
-            {{job_claim_key_ready key=kk.key}}
-            LIMIT least(greatest(rm.room, 0), {{limit}})
-        ) AS d
-        UNION ALL
-        SELECT n.id, n.priority, n.run_at
-        FROM (
-            SELECT id, priority, run_at FROM jobs
-            WHERE queue = q.queue AND status IN ('pending', 'retrying')
-              AND concurrency_key IS NULL
-              AND run_at <= coalesce(%(now)s::timestamptz, now())
-              AND id <> ALL(q.ids)
-              {{job_claim_held_back}}
-            -- concurrency_key first (NULL here): the order of jobs_ready_key_idx, which finds
-            -- them by the key; jobs_ready_idx would read every keyed job to find none
-            ORDER BY concurrency_key, priority DESC, run_at, id
-            LIMIT {{limit}}
-        ) AS n
-    ) AS u
-    ORDER BY u.priority DESC, u.run_at, u.id
-    LIMIT {{limit}}
-)) AS chosen(id)
-CROSS JOIN LATERAL (
-    -- status and run_at again: a row changed since the read (a replaced unique job's new
-    -- run_at) is checked on its newest version once locked
-    SELECT id, job_type, concurrency_key, priority, run_at FROM jobs
-    WHERE id = chosen.id AND status IN ('pending', 'retrying')
-      AND run_at <= coalesce(%(now)s::timestamptz, now())
-    FOR UPDATE SKIP LOCKED
-) AS c
-
 -- fragment: job_claim_fair if fair
 -- The fair round (a queue with a policy, job_queue_policies): the organizations with ready work
 -- are found by a loose index scan over jobs_ready_org_idx (a missing organization is the nil
@@ -572,23 +480,11 @@ CROSS JOIN LATERAL (
       AND j.queue = ANY(ARRAY(SELECT queue FROM wanted WHERE k IS NOT NULL))
     GROUP BY j.queue, j.concurrency_key
 ),
-keyed AS MATERIALIZED (
+queues AS (
     SELECT w.*,
            ARRAY(SELECT l.key FROM leased_keys AS l
                  WHERE l.queue = w.queue AND l.leased >= w.k) AS full_keys
     FROM wanted AS w
-),
-walked AS MATERIALIZED (
-    SELECT f.*,
-           CASE WHEN f.k IS NOT NULL AND cardinality(f.full_keys) > 0 THEN ARRAY(
-               {{job_claim_key_walk}}
-           ) END AS keys
-    FROM keyed AS f
-),
-queues AS (
-    SELECT f.*,
-           f.keys IS NOT NULL AND cardinality(f.keys) <= {{job_claim_key_walk_bound}} AS by_key
-    FROM walked AS f
 ),
 orgs AS (
     SELECT q.queue, o.org, o.pos
@@ -673,13 +569,6 @@ refill AS (
         FROM (
             {{job_ready_scan queue=q.queue scope= filter=job_claim_refill_filter limit=job_claim_refill_limit}}
         ) AS s
-        WHERE NOT q.by_key
-        UNION ALL
-        SELECT s.id, s.job_type, s.key, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
-        FROM (
-            {{job_claim_key_scan limit=job_claim_refill_limit}}
-        ) AS s
-        WHERE q.by_key
     ) AS c
 ),
 ranked AS (

@@ -87,12 +87,6 @@ CREATE INDEX jobs_ready_org_idx
              priority DESC, run_at, id)
     WHERE status IN ('pending', 'retrying');
 
--- Ready work by concurrency key (jobs without one under NULL), in claim order within each key
--- (migration 0023): the per-key claim's loose index scan over the keys of a queue and its pick
--- of each key with room's first jobs, so a full key's waiting jobs are not read at every claim.
-CREATE INDEX jobs_ready_key_idx ON jobs (queue, concurrency_key, priority DESC, run_at, id)
-    WHERE status IN ('pending', 'retrying');
-
 -- Leases to recover: the reaper scans only leased rows.
 CREATE INDEX jobs_leased_idx ON jobs (locked_until) WHERE status = 'leased';
 

@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from uuid import UUID
 
 import psycopg
 import pytest
@@ -19,7 +18,6 @@ import jobs
 from jobs import JobSpec
 from jobs.enqueue import enqueue_columns
 from jobs.model import Job, JobStatus
-from jobs.queries import query, variant
 from jobs.retry import SUCCEEDED, Decision
 from jobs.store import Finished, PgJobStore
 from tests.processes import wait_for
@@ -82,87 +80,6 @@ def test_a_full_key_does_not_block_the_others(
     assert [j.payload for j in store.claim({"default": 4}, "w", LEASE, T0)] == [{"i": 0}]
     assert len(store.claim({"default": 4}, "w", LEASE, T0)) == 1
     assert leased_per_key(db_url) == {"busy": 1, "other": 1}
-
-
-def _rows_read(node: dict[str, Any]) -> int:
-    """Rows an EXPLAIN ANALYZE plan read from jobs (its scans' rows, kept and filtered out, over
-    all their loops)."""
-    read = 0
-    if node.get("Relation Name") == "jobs":
-        read += (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * node.get(
-            "Actual Loops", 1
-        )
-    return int(read) + sum(_rows_read(child) for child in node.get("Plans", []))
-
-
-def explain_claim(store: PgJobStore, n: int, *, skip_scan: bool) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of the claim of n jobs of queue default as the store sends it (the policy
-    lock, the generic plans, the per-key variant), rolled back."""
-    store.skip_scan = skip_scan
-    params = store._claim_params({"default": n}, "w", LEASE, T0, None)
-    assert params is not None and store._policy_queues(params)
-    conn = store.conn
-    with conn.transaction(force_rollback=True):
-        conn.execute(query("job_queue_policy_lock"), {"queues": ["default"]})
-        conn.execute(query("job_claim_fair_generic_plan"))
-        claim = variant("job_claim", fair=True, limited=store._limited, skip_scan=skip_scan)
-        row = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + claim, {**params, "start": UUID(int=0)}
-        ).fetchone()
-    assert row is not None
-    plan: dict[str, Any] = row[0][0]["Plan"]
-    return plan
-
-
-@pytest.mark.parametrize("skip_scan", [True, False], ids=["pg18", "before-18"])
-def test_a_claim_does_not_read_a_full_keys_waiting_jobs(
-    db_url: str, stores: Callable[..., PgJobStore], skip_scan: bool
-) -> None:
-    """A full key's backlog at the head of the queue (a slow webhook endpoint's deliveries):
-    the claim walks the keys with room (jobs_ready_key_idx) and reads their first jobs, not the
-    full key's 500 waiting ones. The plain-order claim before jobs migration 0023 read past all
-    of them at every claim (rows read here: 514, against 48)."""
-    early = T0 - timedelta(hours=1)
-    others = [
-        JobSpec("noop", {"key": f"k{k}", "j": j}, concurrency_key=f"k{k}",
-                run_at=T0 - timedelta(minutes=50 - j, seconds=10 - k))
-        for j in range(5) for k in range(10)
-    ]  # fmt: skip
-    setup(db_url, 2, [*keyed("busy", 502, run_at=early), *others, *keyed(None, 3)])
-    store = stores()
-    store.conn.execute("ANALYZE jobs")  # the statistics of a filled queue (else a seq scan)
-    assert len(store.claim({"default": 2}, "w", LEASE, T0)) == 2  # busy is now full
-    plan = explain_claim(store, 4, skip_scan=skip_scan)
-    assert plan["Actual Rows"] == 4
-    assert _rows_read(plan) <= 100, plan
-    # What it leases is what the plain order gives: the first 4 jobs past busy's backlog.
-    got = store.claim({"default": 4}, "w", LEASE, T0)
-    assert [j.payload for j in got] == [{"key": f"k{k}", "j": 0} for k in range(4)]
-    # Each key up to its room (2), best first, then the jobs without a key.
-    got = store.claim({"default": 30}, "w", LEASE, T0)
-    assert [j.payload for j in got[:16]] == [
-        *({"key": f"k{k}", "j": 0} for k in range(4, 10)),
-        *({"key": f"k{k}", "j": 1} for k in range(10)),
-    ]
-    assert [j.payload for j in got[16:]] == [{"i": i} for i in range(3)]
-    expected: dict[str | None, int] = {"busy": 2, None: 3, **{f"k{k}": 2 for k in range(10)}}
-    assert leased_per_key(db_url) == expected
-
-
-def test_a_queue_of_more_keys_than_the_walk_visits_is_claimed_in_plain_order(
-    db_url: str, stores: Callable[..., PgJobStore]
-) -> None:
-    """Past the walk's bound (64 keys) the claim reads in plain order as
-    before: every key still gets its turn and a full one none."""
-    many = [JobSpec("noop", {"k": k}, concurrency_key=f"k{k:03}") for k in range(100)]
-    setup(db_url, 1, [*keyed("busy", 5, run_at=T0 - timedelta(hours=1)), *many])
-    store = stores()
-    assert [j.payload for j in store.claim({"default": 1}, "w", LEASE, T0)] == [{"i": 0}]
-    got = [j.payload for j in store.claim({"default": 8}, "w", LEASE, T0)]
-    assert got == [{"k": k} for k in range(8)]
-    while store.claim({"default": 8}, "w", LEASE, T0):
-        pass
-    assert leased_per_key(db_url) == {"busy": 1, **{f"k{k:03}": 1 for k in range(100)}}
 
 
 def test_the_stored_key_is_the_enqueued_one(db_url: str) -> None:
