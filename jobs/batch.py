@@ -285,12 +285,16 @@ class Decided:
 
 @dataclass(slots=True)
 class BatchResult:
-    """What running one batch produced: a decision per job (claim order) and the effects."""
+    """What running one batch produced: a decision per job (claim order) and the effects.
+
+    ``quiet``: every job succeeded in the first run (one duration for all), so a reader that
+    tallies outcomes may count the batch at once instead of job by job."""
 
     decided: list[Decided]
     effects: list[RunEffects]
     runs: int
     errors: list[BaseException]
+    quiet: bool = False
 
 
 def rerun_budget(n: int) -> int:
@@ -367,6 +371,11 @@ def _bisect(
 def _first_run(jobs: Sequence[Job], batch: Batch, ms: float, retry: RetryPolicies) -> BatchResult:
     """The result of a batch whose first run returned (:func:`_bisect`)."""
     outcomes = batch._outcomes
+    effects = [RunEffects(tuple(batch._effects), tuple(jobs))] if batch._effects else []
+    # An outcome set is an exception (true), a success None: no outcome but successes, the
+    # usual batch, is one pass in C and one Decided per job with nothing to look up.
+    if not any(outcomes.values()):
+        return BatchResult([Decided(j, SUCCEEDED, None, ms) for j in jobs], effects, 1, [], True)
     result: list[Decided] = []
     append = result.append
     for j in jobs:
@@ -374,7 +383,6 @@ def _first_run(jobs: Sequence[Job], batch: Batch, ms: float, retry: RetryPolicie
         # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
         append(Decided(j, SUCCEEDED if cause is None else decide(j, cause, retry.for_job(j)),
                        cause, ms))  # fmt: skip
-    effects = [RunEffects(tuple(batch._effects), tuple(jobs))] if batch._effects else []
     return BatchResult(result, effects, 1, [])
 
 

@@ -104,7 +104,7 @@ from jobs.config import UNSET, Unset, merged, setting
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
-from jobs.metrics import UNREGISTERED, Metrics
+from jobs.metrics import UNREGISTERED, Metrics, observe_many
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.processes import ProcessFacts
@@ -221,12 +221,16 @@ class ClaimSizer:
 
 @dataclass(slots=True)
 class _Run:
-    """What one pool task produced: finished attempts and their completion effects."""
+    """What one pool task produced: finished attempts and their completion effects.
+
+    ``quiet``: every attempt succeeded, all of one queue and job type with one duration (a
+    batch whose first run returned, or one job): the settle counts them at once."""
 
     finished: list[Finished]
     effects: list[RunEffects]
     batch: bool = False
     reruns: int = 0
+    quiet: bool = False
 
 
 def _joined(first: _Run | None, second: _Run) -> _Run:
@@ -679,7 +683,7 @@ class Worker(Service[WorkerStats]):
         for r in runs:
             self.stats.batches += r.batch
             self.stats.reruns += r.reruns
-        self._settle(finished, written)
+        self._settle(runs, written)
         got = self._by_queue(claimed)
         if wanted:
             with self._pool_lock:
@@ -982,7 +986,9 @@ class Worker(Service[WorkerStats]):
         if self.on_outcome is not None:
             self.on_outcome(job, decision, duration_ms)
         effects = [RunEffects((single_effects(fns),), (job,))] if fns and error is None else []
-        return _Run([Finished(job, decision, started_at, duration_ms)], effects)
+        return _Run(
+            [Finished(job, decision, started_at, duration_ms)], effects, quiet=error is None
+        )
 
     def _execute_batch(self, handler: BatchHandler, batch: list[Job]) -> _Run:
         started_at = self.now()
@@ -996,19 +1002,27 @@ class Worker(Service[WorkerStats]):
         self, handler: BatchHandler, batch: list[Job], started_at: Any, result: BatchResult
     ) -> _Run:
         """A batch call's outcomes (sync or async): log and report them."""
-        finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided]
-        debug = job_log.isEnabledFor(logging.DEBUG)
-        for d in result.decided:
-            if debug:
-                job_log.debug(
-                    "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
-                )
-            if self.on_outcome is not None:
-                self.on_outcome(d.job, d.decision, d.duration_ms)
-        failed = [d for d in result.decided if d.decision.status not in _QUIET]
+        decided = result.decided
+        if result.quiet and decided:  # every job succeeded, in one run: one duration
+            ms = decided[0].duration_ms
+            finished = [Finished(d.job, SUCCEEDED, started_at, ms) for d in decided]
+        else:
+            finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in decided]
+        if self.on_outcome is not None or job_log.isEnabledFor(logging.DEBUG):
+            debug = job_log.isEnabledFor(logging.DEBUG)
+            for d in decided:
+                if debug:
+                    job_log.debug(
+                        "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
+                    )
+                if self.on_outcome is not None:
+                    self.on_outcome(d.job, d.decision, d.duration_ms)
+        failed = [] if result.quiet else [d for d in decided if d.decision.status not in _QUIET]
         if failed:
             self._log_batch(handler, batch, failed, result.errors, result.runs)
-        return _Run(finished, result.effects, batch=True, reruns=result.runs - 1)
+        return _Run(
+            finished, result.effects, batch=True, reruns=result.runs - 1, quiet=result.quiet
+        )
 
     @staticmethod
     def _fields(d: Decided) -> dict[str, Any]:
@@ -1123,40 +1137,63 @@ class Worker(Service[WorkerStats]):
         """Write finished outcomes without claiming (shutdown)."""
         self._cycle(claim=False)
 
-    def _settle(self, finished: list[Finished], written: dict[int, str]) -> None:
+    def _settle(self, runs: Sequence[_Run], written: dict[int, str]) -> None:
         # The labelled children of this settle are looked up once per label set, not per job
         # (``labels`` is the costliest part of a fast job's bookkeeping), and the outcome
-        # counters are added to once per label set: only the duration histogram is per job.
+        # counters are added to once per label set. A quiet run (a batch whose jobs all
+        # succeeded in one run: one queue, job type and duration) written as such is counted
+        # at once, its handler time observed for all its jobs in one call
+        # (jobs.metrics.observe_many: the same exposition as one observe per job, in the same
+        # order); the other runs' jobs one by one.
         labelled = self._labelled
         labelled.clear()
         tally: dict[tuple[str, str, str], int] = {}
-        inflight, replaced = self._inflight, self._replaced
-        for item in finished:
-            job = item.job
-            outcome = written.get(job.id, "fenced")
-            if outcome == "fenced":
-                self.stats.fenced += 1
-                log.warning(
-                    "job %s: outcome %s not recorded: its lease had ended before it was "
-                    "written (expired and recovered, then perhaps claimed again)",
-                    job.id,
-                    item.decision.outcome,
-                )
-            job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
-            key = (job.queue, job_type, outcome)
-            children = labelled.get(key)
-            if children is None:
-                children = labelled[key] = self._children(key)
-            if outcome != "expired":  # not run: no handler time to observe
-                children[0].observe(item.duration_ms / 1000.0)
-            tally[key] = tally.get(key, 0) + 1
-            decision = replaced.get(job.id, item.decision)
-            if outcome != "fenced" and decision.status is JobStatus.RETRYING:
-                m = self.metrics
-                m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
-            elif outcome == "expired":
-                self.metrics.expired.labels(job.queue, job_type).inc()
-            inflight.pop(job.id, None)
+        inflight, replaced, handlers = self._inflight, self._replaced, self.handlers
+        outcome_of, done = written.get, inflight.pop
+        for run in runs:
+            finished = run.finished
+            if run.quiet and finished:
+                ids = [f.job.id for f in finished]
+                # None fenced, none changed by a failed completion effect: all as decided.
+                if set(map(outcome_of, ids)) == _SUCCEEDED_ONLY:
+                    first = finished[0]
+                    job = first.job
+                    job_type = job.job_type if job.job_type in handlers else UNREGISTERED
+                    key = (job.queue, job_type, SUCCEEDED.outcome)
+                    children = labelled.get(key)
+                    if children is None:
+                        children = labelled[key] = self._children(key)
+                    observe_many(children[0], first.duration_ms / 1000.0, len(ids))
+                    tally[key] = tally.get(key, 0) + len(ids)
+                    for job_id in ids:
+                        done(job_id, None)
+                    continue
+            for item in finished:
+                job = item.job
+                outcome = outcome_of(job.id, "fenced")
+                if outcome == "fenced":
+                    self.stats.fenced += 1
+                    log.warning(
+                        "job %s: outcome %s not recorded: its lease had ended before it was "
+                        "written (expired and recovered, then perhaps claimed again)",
+                        job.id,
+                        item.decision.outcome,
+                    )
+                job_type = job.job_type if job.job_type in handlers else UNREGISTERED
+                key = (job.queue, job_type, outcome)
+                children = labelled.get(key)
+                if children is None:
+                    children = labelled[key] = self._children(key)
+                if outcome != "expired":  # not run: no handler time to observe
+                    children[0].observe(item.duration_ms / 1000.0)
+                tally[key] = tally.get(key, 0) + 1
+                decision = replaced.get(job.id, item.decision)
+                if outcome != "fenced" and decision.status is JobStatus.RETRYING:
+                    m = self.metrics
+                    m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
+                elif outcome == "expired":
+                    self.metrics.expired.labels(job.queue, job_type).inc()
+                done(job.id, None)
         outcomes = self.stats.outcomes
         for key, n in tally.items():
             labelled[key][1].inc(n)
@@ -1220,3 +1257,5 @@ class Worker(Service[WorkerStats]):
 
 # A batch's outcomes that need no warning: success, and a snooze (it uses no attempt).
 _QUIET = frozenset({JobStatus.SUCCEEDED, JobStatus.PENDING})
+# The outcomes written for a quiet run when none was fenced or replaced (_settle).
+_SUCCEEDED_ONLY = {SUCCEEDED.outcome}
