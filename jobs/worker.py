@@ -81,6 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from operator import attrgetter
 from typing import Any
 from uuid import uuid4
 
@@ -431,6 +432,8 @@ class Worker(Service[WorkerStats]):
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
+        # Whether the last cycle's claim got every job it asked for (see _step).
+        self._claimed_full = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -544,9 +547,13 @@ class Worker(Service[WorkerStats]):
             return 0.0
         deadline = min(self._next_heartbeat, self._next_reap) - time.monotonic()
         wait = min(self.poll_interval.total_seconds(), deadline)
-        if self._has_free_slot() and wait > _MIN_WAIT:
+        if self._has_free_slot() and wait > _MIN_WAIT and not self._claimed_full:
             # Sleep until the next scheduled job falls due, if that comes first.
             # or until a rate limit holding back ready jobs has refilled (jobs.limits).
+            # Not after a claim that got all it asked for: ready jobs are likely left, and
+            # the next cycle (at the next handler's end, a notification or the poll) claims
+            # again, a job fallen due since included. In a drain that is every cycle, and the
+            # probe was a round trip and a planned statement each time.
             due = self._db(
                 lambda s: s.next_due(
                     list(self.queues), self.now_or_none(), job_types=list(self.handlers)
@@ -625,6 +632,8 @@ class Worker(Service[WorkerStats]):
         finished = [f for r in runs for f in r.finished]
         effects = [e for r in runs for e in r.effects]
         wanted = self._wanted() if claim else {}
+        if claim:
+            self._claimed_full = False
         if not finished and not wanted:
             return 0
         self._replaced.clear()
@@ -689,6 +698,7 @@ class Worker(Service[WorkerStats]):
             with self._pool_lock:
                 for q, n in wanted.items():
                     self._sizers[q].claimed(n, got.get(q, 0))
+            self._claimed_full = all(got.get(q, 0) >= n for q, n in wanted.items())
         self._dispatch(claimed, got)
         return len(claimed)
 
@@ -712,16 +722,20 @@ class Worker(Service[WorkerStats]):
         many each queue got."""
         if not claimed:
             return
+        self._inflight.update(zip(map(_ID, claimed), claimed, strict=True))
+        first = claimed[0]
+        job_types = list(map(_JOB_TYPE, claimed))
         groups: dict[tuple[str, str], list[Job]] = {}
-        inflight = self._inflight
-        for job in claimed:
-            inflight[job.id] = job
-            key = (job.queue, job.job_type)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [job]
-            else:
-                group.append(job)
+        if len(by_queue) == 1 and job_types.count(first.job_type) == len(job_types):
+            groups[(first.queue, first.job_type)] = list(claimed)  # the usual claim: one group
+        else:
+            for job in claimed:
+                key = (job.queue, job.job_type)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [job]
+                else:
+                    group.append(job)
         self.stats.claimed += len(claimed)
         for q, n in by_queue.items():
             self.metrics.claimed.labels(q).inc(n)  # once per queue, not per job
@@ -752,8 +766,12 @@ class Worker(Service[WorkerStats]):
                 continue
             handler = self.handlers.get(job_type)
             if isinstance(handler, BatchHandler):
-                taken = [waiting.popleft() for _ in range(min(handler.max_batch, len(waiting)))]
-                self._unmarked.append((now, [(j.id, j.lease_token) for j in taken]))
+                if handler.max_batch >= len(waiting):
+                    taken = list(waiting)
+                    waiting.clear()
+                else:
+                    taken = [waiting.popleft() for _ in range(handler.max_batch)]
+                self._unmarked.append((now, list(map(_LEASE, taken))))
             else:  # one job: this runs once per job, so no comprehension
                 job = waiting.popleft()
                 taken = [job]
@@ -1255,6 +1273,9 @@ class Worker(Service[WorkerStats]):
             )
 
 
+_ID = attrgetter("id")
+_JOB_TYPE = attrgetter("job_type")
+_LEASE = attrgetter("id", "lease_token")  # a job's (id, token) pair
 # A batch's outcomes that need no warning: success, and a snooze (it uses no attempt).
 _QUIET = frozenset({JobStatus.SUCCEEDED, JobStatus.PENDING})
 # The outcomes written for a quiet run when none was fenced or replaced (_settle).
