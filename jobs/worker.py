@@ -81,7 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 from uuid import uuid4
 
@@ -604,7 +604,8 @@ class Worker(Service[WorkerStats]):
                 groups.append(unmarked.popleft()[1])
             # The calls that ended since (most of them, in a drain of short jobs) go too: the
             # queue holds about the jobs still running, not every start of the last mark_after.
-            while unmarked and not any(m[0] in inflight for m in unmarked[0][1]):
+            running = inflight.keys()
+            while unmarked and running.isdisjoint(map(_FIRST, unmarked[0][1])):
                 unmarked.popleft()
         if not groups:
             return []
@@ -1020,22 +1021,25 @@ class Worker(Service[WorkerStats]):
         self, handler: BatchHandler, batch: list[Job], started_at: Any, result: BatchResult
     ) -> _Run:
         """A batch call's outcomes (sync or async): log and report them."""
-        decided = result.decided
-        if result.quiet and decided:  # every job succeeded, in one run: one duration
-            ms = decided[0].duration_ms
-            finished = [Finished(d.job, SUCCEEDED, started_at, ms) for d in decided]
+        if result.quiet:  # every job succeeded, in one run: one duration
+            ms = result.duration_ms
+            finished = [Finished(j, SUCCEEDED, started_at, ms) for j in result.jobs]
         else:
-            finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in decided]
+            finished = [
+                Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided
+            ]
         if self.on_outcome is not None or job_log.isEnabledFor(logging.DEBUG):
             debug = job_log.isEnabledFor(logging.DEBUG)
-            for d in decided:
+            for d in result.decided:
                 if debug:
                     job_log.debug(
                         "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
                     )
                 if self.on_outcome is not None:
                     self.on_outcome(d.job, d.decision, d.duration_ms)
-        failed = [] if result.quiet else [d for d in decided if d.decision.status not in _QUIET]
+        failed = (
+            [] if result.quiet else [d for d in result.decided if d.decision.status not in _QUIET]
+        )
         if failed:
             self._log_batch(handler, batch, failed, result.errors, result.runs)
         return _Run(
@@ -1276,6 +1280,7 @@ class Worker(Service[WorkerStats]):
 _ID = attrgetter("id")
 _JOB_TYPE = attrgetter("job_type")
 _LEASE = attrgetter("id", "lease_token")  # a job's (id, token) pair
+_FIRST = itemgetter(0)  # a lease's id
 # A batch's outcomes that need no warning: success, and a snooze (it uses no attempt).
 _QUIET = frozenset({JobStatus.SUCCEEDED, JobStatus.PENDING})
 # The outcomes written for a quiet run when none was fenced or replaced (_settle).
