@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
+from operator import attrgetter
 from typing import Any, cast, overload
 
 import psycopg
@@ -63,6 +64,8 @@ from jobs.retry import SUCCEEDED, Decision, RetryPolicies, decide
 BatchEffect = Callable[[psycopg.Connection[Any], Sequence[Job]], None]
 SingleEffect = Callable[[psycopg.Connection[Any]], None]
 
+_ID = attrgetter("id")
+
 DEFAULT_MAX_BATCH = 500
 # The error code of a job retried because its completion effect raised.
 COMPLETION_EFFECT = "completion_effect"
@@ -80,7 +83,7 @@ class Batch:
 
     def __init__(self, jobs: Sequence[Job]) -> None:
         self.jobs: Sequence[Job] = tuple(jobs)
-        self._ids = frozenset(j.id for j in self.jobs)
+        self._ids = frozenset(map(_ID, self.jobs))
         # job id -> the outcome as the exception a single handler would raise (None: succeeded)
         self._outcomes: dict[int, HandlerOutcome | None] = {}
         self._effects: list[BatchEffect] = []
@@ -101,7 +104,10 @@ class Batch:
 
     def succeed(self, job: Job) -> None:
         """The job succeeded (the default for a job the handler leaves undecided)."""
-        self._set(job, None)
+        # _set's body, inlined: a handler may call this for every job of every batch.
+        if job.id not in self._ids:
+            raise InvalidJob("job", job.id, "is not in this batch")
+        self._outcomes[job.id] = None
 
     def retry(
         self,
@@ -283,14 +289,41 @@ class Decided:
     duration_ms: float
 
 
-@dataclass(slots=True)
 class BatchResult:
-    """What running one batch produced: a decision per job (claim order) and the effects."""
+    """What running one batch produced: a decision per job (claim order) and the effects.
 
-    decided: list[Decided]
-    effects: list[RunEffects]
-    runs: int
-    errors: list[BaseException]
+    ``quiet``: every job succeeded in the first run, so all share one duration
+    (``duration_ms``) and a reader may count the batch at once instead of job by job
+    (``jobs``: a quiet batch's jobs). A quiet result builds its ``decided`` list only when it
+    is read (one object a job that the worker's usual path does not need)."""
+
+    __slots__ = ("_decided", "duration_ms", "effects", "errors", "jobs", "quiet", "runs")
+
+    def __init__(
+        self,
+        decided: list[Decided] | None,
+        effects: list[RunEffects],
+        runs: int,
+        errors: list[BaseException],
+        *,
+        jobs: Sequence[Job] = (),
+        duration_ms: float = 0.0,
+    ) -> None:
+        self._decided = decided
+        self.effects = effects
+        self.runs = runs
+        self.errors = errors
+        self.quiet = decided is None  # built by _first_run: every job succeeded
+        self.jobs = jobs
+        self.duration_ms = duration_ms
+
+    @property
+    def decided(self) -> list[Decided]:
+        """Each job's outcome in claim order."""
+        if self._decided is None:
+            ms = self.duration_ms
+            self._decided = [Decided(j, SUCCEEDED, None, ms) for j in self.jobs]
+        return self._decided
 
 
 def rerun_budget(n: int) -> int:
@@ -367,6 +400,11 @@ def _bisect(
 def _first_run(jobs: Sequence[Job], batch: Batch, ms: float, retry: RetryPolicies) -> BatchResult:
     """The result of a batch whose first run returned (:func:`_bisect`)."""
     outcomes = batch._outcomes
+    effects = [RunEffects(tuple(batch._effects), tuple(jobs))] if batch._effects else []
+    # An outcome set is an exception (true), a success None: no outcome but successes, the
+    # usual batch, is one pass in C and one Decided per job with nothing to look up.
+    if not any(outcomes.values()):
+        return BatchResult(None, effects, 1, [], jobs=jobs, duration_ms=ms)
     result: list[Decided] = []
     append = result.append
     for j in jobs:
@@ -374,7 +412,6 @@ def _first_run(jobs: Sequence[Job], batch: Batch, ms: float, retry: RetryPolicie
         # A success needs no retry policy (decide() returns SUCCEEDED before reading it).
         append(Decided(j, SUCCEEDED if cause is None else decide(j, cause, retry.for_job(j)),
                        cause, ms))  # fmt: skip
-    effects = [RunEffects(tuple(batch._effects), tuple(jobs))] if batch._effects else []
     return BatchResult(result, effects, 1, [])
 
 

@@ -85,6 +85,46 @@ def error_class(code: str | None) -> str:
     return cleaned or OTHER
 
 
+def observe_many(histogram: Histogram, amount: float, n: int) -> None:
+    """Record ``n`` observations of ``amount`` in a histogram (a labelled child, or one without
+    labels): the exposition is exactly that of ``n`` calls of ``histogram.observe(amount)``.
+
+    For the jobs of a batch, which share their handler time (and the occurrences of a herd,
+    which share their delay): ``observe`` costs about a microsecond, a fast job's largest piece
+    of bookkeeping. The bucket is found once and counted ``n`` at once (whole numbers add up
+    exactly as floats); the sum is still added to ``n`` times, since ``n * amount`` can differ
+    from ``n`` additions in the last digit the exposition prints. This reads prometheus_client's
+    own fields of a histogram (``_sum``, ``_buckets``, ``_upper_bounds``, stable since its first
+    releases); a histogram without them gets ``n`` calls of ``observe``.
+    tests/unit/jobs/test_metrics_batched.py compares the expositions.
+    """
+    if n <= 0:
+        return
+    fields: Any = histogram  # prometheus_client's own fields, untyped there
+    try:
+        check, total, buckets, bounds = (
+            fields._raise_if_not_observable,
+            fields._sum,
+            fields._buckets,
+            fields._upper_bounds,
+        )
+    except AttributeError:
+        for _ in range(n):
+            histogram.observe(amount)
+        return
+    if n == 1:
+        histogram.observe(amount)
+        return
+    check()  # a histogram with labels refuses, as observe does
+    add = total.inc
+    for _ in range(n):
+        add(amount)
+    for i, bound in enumerate(bounds):
+        if amount <= bound:  # observe's test: the first bound at or above (none for NaN)
+            buckets[i].inc(n)
+            break
+
+
 class Metrics:
     """The in-process instruments of one registry; get them with :meth:`for_registry`."""
 

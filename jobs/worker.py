@@ -18,7 +18,11 @@ taken over cannot overwrite the new owner's result.
 :class:`jobs.batch.BatchHandler` taking a :class:`jobs.batch.Batch`. Claimed jobs wait per
 (queue, job type); a pool thread that becomes free takes one job, or for a batch handler every
 waiting job of its type up to ``max_batch``. A batch occupies one thread: a queue's
-concurrency counts handler calls at once, not jobs.
+concurrency counts handler calls at once, not jobs. In a backlog (the queue's last claim got
+all it asked for) a batch call short of ``max_batch`` does not start while another call of the
+queue runs and the next claim can fill it: it waits for that claim (made when a call ends), so
+a herd runs in full batches rather than in one full batch and one of the claim's few extra
+jobs per claim. Outside a backlog, or with no other call running, it starts at once.
 
 **Async handlers.** An ``async def`` handler (single or batch, detected by
 :func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
@@ -81,6 +85,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from operator import attrgetter, itemgetter
 from typing import Any
 from uuid import uuid4
 
@@ -104,7 +109,7 @@ from jobs.config import UNSET, Unset, merged, setting
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
-from jobs.metrics import UNREGISTERED, Metrics
+from jobs.metrics import UNREGISTERED, Metrics, observe_many
 from jobs.model import Job, JobStatus
 from jobs.outcomes import TransientError
 from jobs.processes import ProcessFacts
@@ -221,12 +226,16 @@ class ClaimSizer:
 
 @dataclass(slots=True)
 class _Run:
-    """What one pool task produced: finished attempts and their completion effects."""
+    """What one pool task produced: finished attempts and their completion effects.
+
+    ``quiet``: every attempt succeeded, all of one queue and job type with one duration (a
+    batch whose first run returned, or one job): the settle counts them at once."""
 
     finished: list[Finished]
     effects: list[RunEffects]
     batch: bool = False
     reruns: int = 0
+    quiet: bool = False
 
 
 def _joined(first: _Run | None, second: _Run) -> _Run:
@@ -427,6 +436,10 @@ class Worker(Service[WorkerStats]):
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
+        # Whether the last cycle's claim got every job it asked for (see _step), and the
+        # queues whose last claim did (under _pool_lock, see _tops_up).
+        self._claimed_full = False
+        self._full: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -540,9 +553,13 @@ class Worker(Service[WorkerStats]):
             return 0.0
         deadline = min(self._next_heartbeat, self._next_reap) - time.monotonic()
         wait = min(self.poll_interval.total_seconds(), deadline)
-        if self._has_free_slot() and wait > _MIN_WAIT:
+        if self._has_free_slot() and wait > _MIN_WAIT and not self._claimed_full:
             # Sleep until the next scheduled job falls due, if that comes first.
             # or until a rate limit holding back ready jobs has refilled (jobs.limits).
+            # Not after a claim that got all it asked for: ready jobs are likely left, and
+            # the next cycle (at the next handler's end, a notification or the poll) claims
+            # again, a job fallen due since included. In a drain that is every cycle, and the
+            # probe was a round trip and a planned statement each time.
             due = self._db(
                 lambda s: s.next_due(
                     list(self.queues), self.now_or_none(), job_types=list(self.handlers)
@@ -593,7 +610,8 @@ class Worker(Service[WorkerStats]):
                 groups.append(unmarked.popleft()[1])
             # The calls that ended since (most of them, in a drain of short jobs) go too: the
             # queue holds about the jobs still running, not every start of the last mark_after.
-            while unmarked and not any(m[0] in inflight for m in unmarked[0][1]):
+            running = inflight.keys()
+            while unmarked and running.isdisjoint(map(_FIRST, unmarked[0][1])):
                 unmarked.popleft()
         if not groups:
             return []
@@ -621,6 +639,8 @@ class Worker(Service[WorkerStats]):
         finished = [f for r in runs for f in r.finished]
         effects = [e for r in runs for e in r.effects]
         wanted = self._wanted() if claim else {}
+        if claim:
+            self._claimed_full = False
         if not finished and not wanted:
             return 0
         self._replaced.clear()
@@ -679,12 +699,17 @@ class Worker(Service[WorkerStats]):
         for r in runs:
             self.stats.batches += r.batch
             self.stats.reruns += r.reruns
-        self._settle(finished, written)
+        self._settle(runs, written)
         got = self._by_queue(claimed)
         if wanted:
             with self._pool_lock:
                 for q, n in wanted.items():
                     self._sizers[q].claimed(n, got.get(q, 0))
+                    if got.get(q, 0) >= n:
+                        self._full.add(q)
+                    else:
+                        self._full.discard(q)
+            self._claimed_full = all(got.get(q, 0) >= n for q, n in wanted.items())
         self._dispatch(claimed, got)
         return len(claimed)
 
@@ -705,19 +730,27 @@ class Worker(Service[WorkerStats]):
         """Queue the claimed jobs by (queue, job type), owe each queue one handler call per
         job (per ``max_batch`` jobs for a batch handler), and start what the free slots allow
         (a call that finds its jobs taken by an earlier one ends at once). ``by_queue``: how
-        many each queue got."""
+        many each queue got. With nothing claimed, the calls a call's end left waiting for this
+        claim (_tops_up) start now."""
         if not claimed:
+            with self._pool_lock:
+                starts = [s for q, owed in self._calls.items() if owed for s in self._take(q)]
+            self._launch(starts)
             return
+        self._inflight.update(zip(map(_ID, claimed), claimed, strict=True))
+        first = claimed[0]
+        job_types = list(map(_JOB_TYPE, claimed))
         groups: dict[tuple[str, str], list[Job]] = {}
-        inflight = self._inflight
-        for job in claimed:
-            inflight[job.id] = job
-            key = (job.queue, job.job_type)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [job]
-            else:
-                group.append(job)
+        if len(by_queue) == 1 and job_types.count(first.job_type) == len(job_types):
+            groups[(first.queue, first.job_type)] = list(claimed)  # the usual claim: one group
+        else:
+            for job in claimed:
+                key = (job.queue, job.job_type)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = [job]
+                else:
+                    group.append(job)
         self.stats.claimed += len(claimed)
         for q, n in by_queue.items():
             self.metrics.claimed.labels(q).inc(n)  # once per queue, not per job
@@ -732,13 +765,14 @@ class Worker(Service[WorkerStats]):
                     else len(group)
                 )
                 self._calls[q].extend([t] * calls)
-            starts = [s for q in {q for q, _ in groups} for s in self._take(q)]
+            starts = [s for q, owed in self._calls.items() if owed for s in self._take(q)]
         self._launch(starts)
 
-    def _take(self, queue: str) -> list[tuple[str, list[Job]]]:
+    def _take(self, queue: str, *, ending: bool = False) -> list[tuple[str, list[Job]]]:
         """Under the pool lock: take the jobs of the handler calls the queue's free slots can
-        start now. Sync and async calls of a queue share its ``concurrency`` slots."""
-        calls, started = self._calls[queue], []
+        start now. Sync and async calls of a queue share its ``concurrency`` slots. ``ending``:
+        called at a call's end, whose outcomes wake the dispatcher for a cycle (_tops_up)."""
+        calls, started, deferred = self._calls[queue], [], []
         busy, limit = self._busy[queue], self.queues[queue]
         now = time.monotonic()
         while calls and busy < limit:
@@ -748,8 +782,15 @@ class Worker(Service[WorkerStats]):
                 continue
             handler = self.handlers.get(job_type)
             if isinstance(handler, BatchHandler):
-                taken = [waiting.popleft() for _ in range(min(handler.max_batch, len(waiting)))]
-                self._unmarked.append((now, [(j.id, j.lease_token) for j in taken]))
+                if self._tops_up(queue, busy, ending, handler, len(waiting)):
+                    deferred.append(job_type)  # still owed: started by a later _take
+                    continue
+                if handler.max_batch >= len(waiting):
+                    taken = list(waiting)
+                    waiting.clear()
+                else:
+                    taken = [waiting.popleft() for _ in range(handler.max_batch)]
+                self._unmarked.append((now, list(map(_LEASE, taken))))
             else:  # one job: this runs once per job, so no comprehension
                 job = waiting.popleft()
                 taken = [job]
@@ -758,7 +799,26 @@ class Worker(Service[WorkerStats]):
             self._unstarted[queue] -= len(taken)
             busy += 1
         self._busy[queue] = busy
+        calls.extendleft(reversed(deferred))
         return started
+
+    def _tops_up(
+        self, queue: str, busy: int, ending: bool, handler: BatchHandler, waiting: int
+    ) -> bool:
+        """Under the pool lock: whether a batch call of ``waiting`` jobs, short of
+        ``max_batch``, waits for the queue's next claim to fill it instead of starting now
+        (see "Single and batch handlers" in the module docstring). Only in a backlog: the
+        queue's last claim got all it asked for; a dispatcher cycle is sure to follow (another
+        of the queue's calls runs, ``busy``, whose end will wake the dispatcher, or this is a
+        call's end, ``ending``, which does), whose _dispatch takes the call again, claim or no
+        claim; and the next claim may ask for enough to make a whole batch. A herd's claims
+        of max_batch and a few jobs each otherwise ran as one full batch and one of a few
+        jobs, whose per-call costs (the handler's statements and round trips) then fell on a
+        handful of jobs."""
+        n = handler.max_batch
+        if not (busy or ending) or waiting >= n or queue not in self._full:
+            return False
+        return self._sizers[queue].wanted(busy, self._unstarted[queue]) + waiting >= n
 
     def _launch(self, starts: Sequence[tuple[str, list[Job]]], *, on_loop: bool = False) -> None:
         """Start taken handler calls: a sync one on its queue's pool, an async one as a task
@@ -794,7 +854,7 @@ class Worker(Service[WorkerStats]):
         with self._pool_lock:
             self._busy[queue] -= 1
             self._sizers[queue].observe(n, time.perf_counter() - t0)
-            starts = self._take(queue)
+            starts = self._take(queue, ending=run is not None)
         if run is not None:
             self._done.put(run)
             # Put first, then look: a wake-up already pending covers this run too (the
@@ -982,7 +1042,9 @@ class Worker(Service[WorkerStats]):
         if self.on_outcome is not None:
             self.on_outcome(job, decision, duration_ms)
         effects = [RunEffects((single_effects(fns),), (job,))] if fns and error is None else []
-        return _Run([Finished(job, decision, started_at, duration_ms)], effects)
+        return _Run(
+            [Finished(job, decision, started_at, duration_ms)], effects, quiet=error is None
+        )
 
     def _execute_batch(self, handler: BatchHandler, batch: list[Job]) -> _Run:
         started_at = self.now()
@@ -996,19 +1058,30 @@ class Worker(Service[WorkerStats]):
         self, handler: BatchHandler, batch: list[Job], started_at: Any, result: BatchResult
     ) -> _Run:
         """A batch call's outcomes (sync or async): log and report them."""
-        finished = [Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided]
-        debug = job_log.isEnabledFor(logging.DEBUG)
-        for d in result.decided:
-            if debug:
-                job_log.debug(
-                    "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
-                )
-            if self.on_outcome is not None:
-                self.on_outcome(d.job, d.decision, d.duration_ms)
-        failed = [d for d in result.decided if d.decision.status not in _QUIET]
+        if result.quiet:  # every job succeeded, in one run: one duration
+            ms = result.duration_ms
+            finished = [Finished(j, SUCCEEDED, started_at, ms) for j in result.jobs]
+        else:
+            finished = [
+                Finished(d.job, d.decision, started_at, d.duration_ms) for d in result.decided
+            ]
+        if self.on_outcome is not None or job_log.isEnabledFor(logging.DEBUG):
+            debug = job_log.isEnabledFor(logging.DEBUG)
+            for d in result.decided:
+                if debug:
+                    job_log.debug(
+                        "job %s %s", d.job.id, d.decision.outcome, extra={"job": self._fields(d)}
+                    )
+                if self.on_outcome is not None:
+                    self.on_outcome(d.job, d.decision, d.duration_ms)
+        failed = (
+            [] if result.quiet else [d for d in result.decided if d.decision.status not in _QUIET]
+        )
         if failed:
             self._log_batch(handler, batch, failed, result.errors, result.runs)
-        return _Run(finished, result.effects, batch=True, reruns=result.runs - 1)
+        return _Run(
+            finished, result.effects, batch=True, reruns=result.runs - 1, quiet=result.quiet
+        )
 
     @staticmethod
     def _fields(d: Decided) -> dict[str, Any]:
@@ -1123,40 +1196,63 @@ class Worker(Service[WorkerStats]):
         """Write finished outcomes without claiming (shutdown)."""
         self._cycle(claim=False)
 
-    def _settle(self, finished: list[Finished], written: dict[int, str]) -> None:
+    def _settle(self, runs: Sequence[_Run], written: dict[int, str]) -> None:
         # The labelled children of this settle are looked up once per label set, not per job
         # (``labels`` is the costliest part of a fast job's bookkeeping), and the outcome
-        # counters are added to once per label set: only the duration histogram is per job.
+        # counters are added to once per label set. A quiet run (a batch whose jobs all
+        # succeeded in one run: one queue, job type and duration) written as such is counted
+        # at once, its handler time observed for all its jobs in one call
+        # (jobs.metrics.observe_many: the same exposition as one observe per job, in the same
+        # order); the other runs' jobs one by one.
         labelled = self._labelled
         labelled.clear()
         tally: dict[tuple[str, str, str], int] = {}
-        inflight, replaced = self._inflight, self._replaced
-        for item in finished:
-            job = item.job
-            outcome = written.get(job.id, "fenced")
-            if outcome == "fenced":
-                self.stats.fenced += 1
-                log.warning(
-                    "job %s: outcome %s not recorded: its lease had ended before it was "
-                    "written (expired and recovered, then perhaps claimed again)",
-                    job.id,
-                    item.decision.outcome,
-                )
-            job_type = job.job_type if job.job_type in self.handlers else UNREGISTERED
-            key = (job.queue, job_type, outcome)
-            children = labelled.get(key)
-            if children is None:
-                children = labelled[key] = self._children(key)
-            if outcome != "expired":  # not run: no handler time to observe
-                children[0].observe(item.duration_ms / 1000.0)
-            tally[key] = tally.get(key, 0) + 1
-            decision = replaced.get(job.id, item.decision)
-            if outcome != "fenced" and decision.status is JobStatus.RETRYING:
-                m = self.metrics
-                m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
-            elif outcome == "expired":
-                self.metrics.expired.labels(job.queue, job_type).inc()
-            inflight.pop(job.id, None)
+        inflight, replaced, handlers = self._inflight, self._replaced, self.handlers
+        outcome_of, done = written.get, inflight.pop
+        for run in runs:
+            finished = run.finished
+            if run.quiet and finished:
+                ids = [f.job.id for f in finished]
+                # None fenced, none changed by a failed completion effect: all as decided.
+                if set(map(outcome_of, ids)) == _SUCCEEDED_ONLY:
+                    first = finished[0]
+                    job = first.job
+                    job_type = job.job_type if job.job_type in handlers else UNREGISTERED
+                    key = (job.queue, job_type, SUCCEEDED.outcome)
+                    children = labelled.get(key)
+                    if children is None:
+                        children = labelled[key] = self._children(key)
+                    observe_many(children[0], first.duration_ms / 1000.0, len(ids))
+                    tally[key] = tally.get(key, 0) + len(ids)
+                    for job_id in ids:
+                        done(job_id, None)
+                    continue
+            for item in finished:
+                job = item.job
+                outcome = outcome_of(job.id, "fenced")
+                if outcome == "fenced":
+                    self.stats.fenced += 1
+                    log.warning(
+                        "job %s: outcome %s not recorded: its lease had ended before it was "
+                        "written (expired and recovered, then perhaps claimed again)",
+                        job.id,
+                        item.decision.outcome,
+                    )
+                job_type = job.job_type if job.job_type in handlers else UNREGISTERED
+                key = (job.queue, job_type, outcome)
+                children = labelled.get(key)
+                if children is None:
+                    children = labelled[key] = self._children(key)
+                if outcome != "expired":  # not run: no handler time to observe
+                    children[0].observe(item.duration_ms / 1000.0)
+                tally[key] = tally.get(key, 0) + 1
+                decision = replaced.get(job.id, item.decision)
+                if outcome != "fenced" and decision.status is JobStatus.RETRYING:
+                    m = self.metrics
+                    m.retries.labels(job.queue, job_type, m.error_class(decision.code)).inc()
+                elif outcome == "expired":
+                    self.metrics.expired.labels(job.queue, job_type).inc()
+                done(job.id, None)
         outcomes = self.stats.outcomes
         for key, n in tally.items():
             labelled[key][1].inc(n)
@@ -1218,5 +1314,11 @@ class Worker(Service[WorkerStats]):
             )
 
 
+_ID = attrgetter("id")
+_JOB_TYPE = attrgetter("job_type")
+_LEASE = attrgetter("id", "lease_token")  # a job's (id, token) pair
+_FIRST = itemgetter(0)  # a lease's id
 # A batch's outcomes that need no warning: success, and a snooze (it uses no attempt).
 _QUIET = frozenset({JobStatus.SUCCEEDED, JobStatus.PENDING})
+# The outcomes written for a quiet run when none was fenced or replaced (_settle).
+_SUCCEEDED_ONLY = {SUCCEEDED.outcome}

@@ -728,11 +728,15 @@ concurrency_key, trace_parent, trace_state, unique_key, heartbeat_at, expires_at
 -- as 'fenced' and changes nothing else; the ids of those are returned. delays, attempt_deltas,
 -- codes and summaries may each be
 -- a NULL array (a batch of successes): unnest pads it with NULLs, and a NULL delta is 0.
+-- statuses and outcomes are NULL arrays together when every attempt succeeded (each is then
+-- 'succeeded'), never one NULL element among others.
 -- A job that ends (succeeded, cancelled, expired) leaves jobs for job_history in this statement
 -- (deleted, and its row as it ends inserted there); one that goes on (retrying, pending after
 -- a snooze) or goes dead stays, updated.
 WITH input AS (
-    SELECT *
+    SELECT t.id, t.token, t.attempt, t.queue, t.job_type,
+           coalesce(t.status, 'succeeded') AS status, coalesce(t.outcome, 'succeeded') AS outcome,
+           t.delay, t.attempt_delta, t.code, t.summary, t.started_at, t.duration_ms
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(attempts)b::int[],
                 %(queues)b::text[], %(job_types)b::text[], %(statuses)b::text[],
                 %(outcomes)b::text[], %(delays)b::interval[], %(attempt_deltas)b::int[],

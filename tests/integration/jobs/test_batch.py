@@ -478,3 +478,59 @@ def test_a_blocked_handler_hoards_no_leases(conn: psycopg.Connection[Any], db_ur
         release.set()
         runner.join(30)
     assert not runner.is_alive()
+
+
+def test_in_a_backlog_a_short_batch_waits_for_the_next_claim_to_fill_it(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """While a queue's claims come back full and another of its calls runs, a batch call short
+    of max_batch waits for the next claim to top it up instead of starting with the claim's
+    remainder (without the wait the second call would run the first claim's 2 jobs alone)."""
+    jobs.enqueue_many(conn, [JobSpec("push", {"n": n}) for n in range(12)], now=T0)
+    conn.commit()
+    sizes: list[int] = []
+    called, release = threading.Semaphore(0), threading.Event()
+
+    @batch_handler(max_batch=4)
+    def push(batch: Batch) -> None:
+        sizes.append(len(batch))
+        called.release()
+        assert release.wait(30)
+
+    w = worker(db_url, {"push": push}, queues={"default": 2}, prefetch=4)
+    with w._session(until_idle=False):
+        try:
+            w._step(until_idle=False)  # claims 2 + 4 (full): a batch of 4 runs, 2 wait
+            assert (w.stats.claimed, w._busy["default"], w._unstarted["default"]) == (6, 1, 2)
+            w._step(until_idle=False)  # claims 3 more (full): the 2 and 2 of them make a batch
+            assert (w.stats.claimed, w._busy["default"], w._unstarted["default"]) == (9, 2, 1)
+            assert called.acquire(timeout=10) and called.acquire(timeout=10)
+            assert sizes == [4, 4]
+        finally:
+            release.set()
+    # Stopping gave the waiting job back; the rest (4 jobs, a short claim) runs at once.
+    stats = worker(db_url, {"push": push}, queues={"default": 2}, prefetch=4).run_until_idle()
+    assert sizes[2:] == [4]
+    assert stats.outcomes == {"succeeded": 4}
+    assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'succeeded'").fetchone() == (
+        12,
+    )
+
+
+def test_at_a_calls_end_a_short_batch_waits_for_the_claim_that_end_wakes(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """One slot: the job left over by a full claim does not start alone when the running call
+    ends; the claim that end wakes tops it up to a whole batch. The last one starts when a
+    claim comes back short (no backlog left)."""
+    jobs.enqueue_many(conn, [JobSpec("push", {"n": n}) for n in range(9)], now=T0)
+    conn.commit()
+    sizes: list[int] = []
+
+    @batch_handler(max_batch=4)
+    def push(batch: Batch) -> None:
+        sizes.append(len(batch))
+
+    stats = worker(db_url, {"push": push}, queues={"default": 1}, prefetch=4).run_until_idle()
+    assert stats.outcomes == {"succeeded": 9}
+    assert sizes == [4, 4, 1]  # without the wait: 4, 1, 4

@@ -13,6 +13,7 @@ import pytest
 import jobs
 from jobs import Job, JobSpec, RetryPolicies, RetryPolicy, Worker
 from jobs.service import Reconnect
+from jobs.store import PgJobStore
 from tests.processes import wait_for
 from timezones.clock import FrozenClock
 
@@ -218,6 +219,42 @@ def test_poll_only_processes_everything(conn: psycopg.Connection[Any], db_url: s
     assert conn.execute("SELECT count(*) FROM jobs_all WHERE status <> 'succeeded'").fetchone() == (
         0,
     )
+
+
+def test_no_idle_probe_after_a_claim_that_got_all_it_asked_for(
+    conn: psycopg.Connection[Any], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a full claim the next cycle claims again anyway (a job fallen due included), so the
+    worker does not ask when the next job falls due (job_next_due, a round trip) before it
+    sleeps; after a short claim it does."""
+    jobs.enqueue_many(conn, [JobSpec("t", {}) for _ in range(2)], now=T0)
+    conn.commit()
+    probes: list[int] = []
+    next_due = PgJobStore.next_due
+
+    def probe(store: PgJobStore, *args: Any, **kwargs: Any) -> float | None:
+        probes.append(worker.stats.claims)
+        return next_due(store, *args, **kwargs)
+
+    monkeypatch.setattr(PgJobStore, "next_due", probe)
+    release = threading.Event()
+    worker = Worker(
+        db_url, {"t": lambda _job: release.wait(30)}, {"default": 2}, clock=FrozenClock(T0),
+        listen=False,
+    )  # fmt: skip
+    with worker._session(until_idle=False):
+        try:
+            # A fast handler measured: the target of jobs claimed ahead grows after a full
+            # claim, so a slot is free after it (the case in which the probe was sent).
+            worker._sizers["default"].seconds_per_job = 0.001
+            worker._step(until_idle=False)  # wants 2 (the threads), gets 2: full
+            assert (worker.stats.claimed, probes) == (2, [])
+            assert worker._has_free_slot()
+            worker._step(until_idle=False)  # wants 2 ahead, gets none: short, a slot free
+            assert (worker.stats.claimed, probes) == (2, [2])
+        finally:
+            release.set()
+    assert worker.stats.outcomes == {"succeeded": 2}
 
 
 def test_a_flood_of_reports_never_delays_critical_alerts(
