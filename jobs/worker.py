@@ -730,12 +730,8 @@ class Worker(Service[WorkerStats]):
         """Queue the claimed jobs by (queue, job type), owe each queue one handler call per
         job (per ``max_batch`` jobs for a batch handler), and start what the free slots allow
         (a call that finds its jobs taken by an earlier one ends at once). ``by_queue``: how
-        many each queue got. With nothing claimed, the calls a call's end left waiting for this
-        claim (_tops_up) start now."""
+        many each queue got."""
         if not claimed:
-            with self._pool_lock:
-                starts = [s for q, owed in self._calls.items() if owed for s in self._take(q)]
-            self._launch(starts)
             return
         self._inflight.update(zip(map(_ID, claimed), claimed, strict=True))
         first = claimed[0]
@@ -765,13 +761,12 @@ class Worker(Service[WorkerStats]):
                     else len(group)
                 )
                 self._calls[q].extend([t] * calls)
-            starts = [s for q, owed in self._calls.items() if owed for s in self._take(q)]
+            starts = [s for q in {q for q, _ in groups} for s in self._take(q)]
         self._launch(starts)
 
-    def _take(self, queue: str, *, ending: bool = False) -> list[tuple[str, list[Job]]]:
+    def _take(self, queue: str) -> list[tuple[str, list[Job]]]:
         """Under the pool lock: take the jobs of the handler calls the queue's free slots can
-        start now. Sync and async calls of a queue share its ``concurrency`` slots. ``ending``:
-        called at a call's end, whose outcomes wake the dispatcher for a cycle (_tops_up)."""
+        start now. Sync and async calls of a queue share its ``concurrency`` slots."""
         calls, started, deferred = self._calls[queue], [], []
         busy, limit = self._busy[queue], self.queues[queue]
         now = time.monotonic()
@@ -782,7 +777,7 @@ class Worker(Service[WorkerStats]):
                 continue
             handler = self.handlers.get(job_type)
             if isinstance(handler, BatchHandler):
-                if self._tops_up(queue, busy, ending, handler, len(waiting)):
+                if self._tops_up(queue, busy, handler, len(waiting)):
                     deferred.append(job_type)  # still owed: started by a later _take
                     continue
                 if handler.max_batch >= len(waiting):
@@ -802,21 +797,17 @@ class Worker(Service[WorkerStats]):
         calls.extendleft(reversed(deferred))
         return started
 
-    def _tops_up(
-        self, queue: str, busy: int, ending: bool, handler: BatchHandler, waiting: int
-    ) -> bool:
+    def _tops_up(self, queue: str, busy: int, handler: BatchHandler, waiting: int) -> bool:
         """Under the pool lock: whether a batch call of ``waiting`` jobs, short of
         ``max_batch``, waits for the queue's next claim to fill it instead of starting now
         (see "Single and batch handlers" in the module docstring). Only in a backlog: the
-        queue's last claim got all it asked for; a dispatcher cycle is sure to follow (another
-        of the queue's calls runs, ``busy``, whose end will wake the dispatcher, or this is a
-        call's end, ``ending``, which does), whose _dispatch takes the call again, claim or no
-        claim; and the next claim may ask for enough to make a whole batch. A herd's claims
-        of max_batch and a few jobs each otherwise ran as one full batch and one of a few
-        jobs, whose per-call costs (the handler's statements and round trips) then fell on a
-        handful of jobs."""
+        queue's last claim got all it asked for; another of its calls runs (``busy``), whose
+        end calls _take again and wakes the dispatcher; and the next claim may ask for enough
+        to make a whole batch. A herd's claims of max_batch and a few jobs each otherwise ran
+        as one full batch and one of a few jobs, whose per-call costs (the handler's statements
+        and round trips) then fell on a handful of jobs."""
         n = handler.max_batch
-        if not (busy or ending) or waiting >= n or queue not in self._full:
+        if busy == 0 or waiting >= n or queue not in self._full:
             return False
         return self._sizers[queue].wanted(busy, self._unstarted[queue]) + waiting >= n
 
@@ -854,7 +845,7 @@ class Worker(Service[WorkerStats]):
         with self._pool_lock:
             self._busy[queue] -= 1
             self._sizers[queue].observe(n, time.perf_counter() - t0)
-            starts = self._take(queue, ending=run is not None)
+            starts = self._take(queue)
         if run is not None:
             self._done.put(run)
             # Put first, then look: a wake-up already pending covers this run too (the

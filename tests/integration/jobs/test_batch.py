@@ -515,22 +515,3 @@ def test_in_a_backlog_a_short_batch_waits_for_the_next_claim_to_fill_it(
     assert conn.execute("SELECT count(*) FROM jobs_all WHERE status = 'succeeded'").fetchone() == (
         12,
     )
-
-
-def test_at_a_calls_end_a_short_batch_waits_for_the_claim_that_end_wakes(
-    conn: psycopg.Connection[Any], db_url: str
-) -> None:
-    """One slot: the job left over by a full claim does not start alone when the running call
-    ends; the claim that end wakes tops it up to a whole batch. The last one starts when a
-    claim comes back short (no backlog left)."""
-    jobs.enqueue_many(conn, [JobSpec("push", {"n": n}) for n in range(9)], now=T0)
-    conn.commit()
-    sizes: list[int] = []
-
-    @batch_handler(max_batch=4)
-    def push(batch: Batch) -> None:
-        sizes.append(len(batch))
-
-    stats = worker(db_url, {"push": push}, queues={"default": 1}, prefetch=4).run_until_idle()
-    assert stats.outcomes == {"succeeded": 9}
-    assert sizes == [4, 4, 1]  # without the wait: 4, 1, 4
