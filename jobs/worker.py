@@ -18,11 +18,7 @@ taken over cannot overwrite the new owner's result.
 :class:`jobs.batch.BatchHandler` taking a :class:`jobs.batch.Batch`. Claimed jobs wait per
 (queue, job type); a pool thread that becomes free takes one job, or for a batch handler every
 waiting job of its type up to ``max_batch``. A batch occupies one thread: a queue's
-concurrency counts handler calls at once, not jobs. In a backlog (the queue's last claim got
-all it asked for) a batch call short of ``max_batch`` does not start while another call of the
-queue runs and the next claim can fill it: it waits for that claim (made when a call ends), so
-a herd runs in full batches rather than in one full batch and one of the claim's few extra
-jobs per claim. Outside a backlog, or with no other call running, it starts at once.
+concurrency counts handler calls at once, not jobs.
 
 **Async handlers.** An ``async def`` handler (single or batch, detected by
 :func:`jobs.batch.is_async_handler`) runs as a task on the worker's one event loop, in a thread
@@ -436,10 +432,8 @@ class Worker(Service[WorkerStats]):
         self._store: JobStore | None = None
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
-        # Whether the last cycle's claim got every job it asked for (see _step), and the
-        # queues whose last claim did (under _pool_lock, see _tops_up).
+        # Whether the last cycle's claim got every job it asked for (see _step).
         self._claimed_full = False
-        self._full: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -705,10 +699,6 @@ class Worker(Service[WorkerStats]):
             with self._pool_lock:
                 for q, n in wanted.items():
                     self._sizers[q].claimed(n, got.get(q, 0))
-                    if got.get(q, 0) >= n:
-                        self._full.add(q)
-                    else:
-                        self._full.discard(q)
             self._claimed_full = all(got.get(q, 0) >= n for q, n in wanted.items())
         self._dispatch(claimed, got)
         return len(claimed)
@@ -767,7 +757,7 @@ class Worker(Service[WorkerStats]):
     def _take(self, queue: str) -> list[tuple[str, list[Job]]]:
         """Under the pool lock: take the jobs of the handler calls the queue's free slots can
         start now. Sync and async calls of a queue share its ``concurrency`` slots."""
-        calls, started, deferred = self._calls[queue], [], []
+        calls, started = self._calls[queue], []
         busy, limit = self._busy[queue], self.queues[queue]
         now = time.monotonic()
         while calls and busy < limit:
@@ -777,9 +767,6 @@ class Worker(Service[WorkerStats]):
                 continue
             handler = self.handlers.get(job_type)
             if isinstance(handler, BatchHandler):
-                if self._tops_up(queue, busy, handler, len(waiting)):
-                    deferred.append(job_type)  # still owed: started by a later _take
-                    continue
                 if handler.max_batch >= len(waiting):
                     taken = list(waiting)
                     waiting.clear()
@@ -794,22 +781,7 @@ class Worker(Service[WorkerStats]):
             self._unstarted[queue] -= len(taken)
             busy += 1
         self._busy[queue] = busy
-        calls.extendleft(reversed(deferred))
         return started
-
-    def _tops_up(self, queue: str, busy: int, handler: BatchHandler, waiting: int) -> bool:
-        """Under the pool lock: whether a batch call of ``waiting`` jobs, short of
-        ``max_batch``, waits for the queue's next claim to fill it instead of starting now
-        (see "Single and batch handlers" in the module docstring). Only in a backlog: the
-        queue's last claim got all it asked for; another of its calls runs (``busy``), whose
-        end calls _take again and wakes the dispatcher; and the next claim may ask for enough
-        to make a whole batch. A herd's claims of max_batch and a few jobs each otherwise ran
-        as one full batch and one of a few jobs, whose per-call costs (the handler's statements
-        and round trips) then fell on a handful of jobs."""
-        n = handler.max_batch
-        if busy == 0 or waiting >= n or queue not in self._full:
-            return False
-        return self._sizers[queue].wanted(busy, self._unstarted[queue]) + waiting >= n
 
     def _launch(self, starts: Sequence[tuple[str, list[Job]]], *, on_loop: bool = False) -> None:
         """Start taken handler calls: a sync one on its queue's pool, an async one as a task
