@@ -1103,11 +1103,24 @@ def test_the_handler_s_connections_plan_each_statement_once_as_index_probes(
     conn.commit()
 
     def plan(seqscan: str) -> str:
+        # PREPARE and EXPLAIN EXECUTE under force_generic_plan, not EXPLAIN (GENERIC_PLAN):
+        # that option exists from PostgreSQL 16 on, and CI also runs on 15.
         with psycopg.connect(db_url, autocommit=True) as c:
             c.execute("SELECT set_config('enable_seqscan', %s, false)", [seqscan])
-            return "\n".join(r[0] for r in c.execute("EXPLAIN (GENERIC_PLAN) " + read))
+            c.execute("SET plan_cache_mode = force_generic_plan")
+            c.execute("PREPARE the_read AS " + read)
+            row = c.execute(
+                "SELECT cardinality(parameter_types) FROM pg_prepared_statements"
+                " WHERE name = 'the_read'"
+            ).fetchone()
+            assert row is not None
+            nulls = ", ".join(["NULL"] * row[0])
+            return "\n".join(r[0] for r in c.execute(f"EXPLAIN EXECUTE the_read({nulls})"))
 
-    assert "Seq Scan on job_effects" in plan("on")  # what the one plan would be without
+    if conn.info.server_version >= 160000:
+        # What the one plan would be without the setting (PostgreSQL 16 on; 15's planner
+        # estimates the emptied table otherwise and probes its index either way).
+        assert "Seq Scan on job_effects" in plan("on")
     assert "Seq Scan on job_effects" not in plan("off") and "Index" in plan("off")
 
     class OwnResolver(SubjectAsToken):
