@@ -32,9 +32,11 @@ application's handlers open through :func:`connect`.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Literal
 
+import orjson
 import psycopg
 
 from jobs.errors import InvalidJob
@@ -85,3 +87,12 @@ def connect(conninfo: str, *, pooler: str | None = None, **kwargs: Any) -> psyco
     """``psycopg.connect(conninfo, **kwargs)`` with the pooler mode's settings
     (``jobs.connect(url, pooler="transaction")``; :func:`pooler_mode` says which mode)."""
     return psycopg.connect(conninfo, **connect_kwargs(pooler, **kwargs))
+
+
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """JSON from the database: orjson, or the standard library for what orjson refuses
+    (integers beyond 64 bits), so the values are those ``json.loads`` gives."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)

@@ -33,6 +33,7 @@ import re
 import threading
 import time
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from socketserver import ThreadingMixIn
@@ -44,6 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import make_wsgi_app as _prometheus_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.values import MutexValue
 
 from jobs.admin import queue_stats
 from jobs.connection import connect
@@ -123,6 +125,34 @@ def observe_many(histogram: Histogram, amount: float, n: int) -> None:
         if amount <= bound:  # observe's test: the first bound at or above (none for NaN)
             buckets[i].inc(n)
             break
+
+
+def observe_all(histogram: Any, values: Sequence[float]) -> None:
+    """``histogram.observe(v)`` for each of ``values``, in order, with the figures it would
+    expose (the sum added to value by value, the buckets counted), for the price of a few
+    observations: a batch's delays, one per job, are a few distinct values. A histogram whose
+    values are not ``prometheus_client``'s in-process ones (its multiprocess mode) is
+    observed value by value."""
+    total, buckets = histogram._sum, histogram._buckets
+    if type(total) is not MutexValue or any(type(b) is not MutexValue for b in buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    bounds: list[float] = histogram._upper_bounds
+    counts = [0] * len(bounds)
+    index: dict[float, int] = {}
+    with total._lock:  # other threads' workers may observe the same child
+        added = total._value
+        for value in values:
+            added += value
+            i = index.get(value)
+            if i is None:
+                i = index[value] = bisect_left(bounds, value)  # observe(): first bound >= value
+            counts[i] += 1
+        total._value = added
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 class Metrics:

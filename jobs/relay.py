@@ -53,6 +53,7 @@ from psycopg.types.json import set_json_loads
 
 from jobs import arrays
 from jobs.config import UNSET, Unset, merged, setting
+from jobs.connection import json_loads
 from jobs.enqueue import enqueue, enqueue_many
 from jobs.errors import InvalidJob, ProjectionError
 from jobs.model import Enqueued, JobSpec
@@ -61,7 +62,6 @@ from jobs.queries import query
 from jobs.retry import RetryPolicy, summarize
 from jobs.service import Reconnect, Service, default_name
 from jobs.tracing import Span, service_span
-from jobs.worker import _json_loads
 from timezones.clock import Clock
 
 log = logging.getLogger("tockwork.relay")
@@ -271,7 +271,7 @@ class Relay(Service[RelayStats]):
         # Claimed payloads through orjson (as the worker's), and the mark's and the next
         # claim's arrays sent pre-encoded (jobs.arrays): per fact, json.loads and psycopg's
         # element-by-element dumping were a tenth of the relay's own CPU.
-        set_json_loads(_json_loads, conn)
+        set_json_loads(json_loads, conn)
         arrays.register(conn)
 
     def _result(self) -> RelayStats:

@@ -69,7 +69,6 @@ nothing stays leased.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import queue as queue_module
@@ -85,7 +84,6 @@ from operator import attrgetter, itemgetter
 from typing import Any
 from uuid import uuid4
 
-import orjson
 import psycopg
 from psycopg.types.json import set_json_loads
 
@@ -102,6 +100,7 @@ from jobs.batch import (
     single_effects,
 )
 from jobs.config import UNSET, Unset, merged, setting
+from jobs.connection import json_loads
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
@@ -118,15 +117,6 @@ from timezones.clock import Clock
 Handler = Callable[[Job], object]
 
 log = logging.getLogger("tockwork.worker")
-
-
-def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
-    """JSON from the database: orjson, or the standard library for what orjson refuses
-    (integers beyond 64 bits), so the values are those ``json.loads`` gives."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
 
 
 job_log = logging.getLogger("tockwork.jobs")
@@ -465,7 +455,7 @@ class Worker(Service[WorkerStats]):
             self._shutdown()
 
     def _connected(self, conn: psycopg.Connection[Any]) -> None:
-        set_json_loads(_json_loads, conn)  # claimed payloads: orjson, several times json's speed
+        set_json_loads(json_loads, conn)  # claimed payloads: orjson, several times json's speed
         if self.pooler != "transaction":
             # The claim's cost estimate can pass jit_above_cost on a big table, and compiling
             # it then takes a hundred times longer than running it (measured on PostgreSQL 15:

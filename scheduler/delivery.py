@@ -65,7 +65,6 @@ import json
 import logging
 import os
 import re
-from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -74,12 +73,11 @@ from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
-from prometheus_client.values import MutexValue
 
 import jobs
 from jobs import Job, effects
 from jobs.internal import Steps, arrays, steps
-from jobs.metrics import Metrics
+from jobs.metrics import Metrics, observe_all
 from scheduler import devices as registry
 from scheduler.errors import InvalidPushConfig
 from scheduler.occurrence_job import OccurrenceMeta
@@ -448,34 +446,6 @@ class _AsyncConnections:
 _START_DELAY = Metrics.for_registry().occurrence_start_delay
 
 
-def _observe_all(histogram: Any, values: Sequence[float]) -> None:
-    """``histogram.observe(v)`` for each of ``values``, in order, with the figures it would
-    expose (the sum added to value by value, the buckets counted), for the price of a few
-    observations: a batch's delays, one per job, are a few distinct values. A histogram whose
-    values are not ``prometheus_client``'s in-process ones (its multiprocess mode) is
-    observed value by value."""
-    total, buckets = histogram._sum, histogram._buckets
-    if type(total) is not MutexValue or any(type(b) is not MutexValue for b in buckets):
-        for value in values:
-            histogram.observe(value)
-        return
-    bounds: list[float] = histogram._upper_bounds
-    counts = [0] * len(bounds)
-    index: dict[float, int] = {}
-    with total._lock:  # other threads' workers may observe the same child
-        added = total._value
-        for value in values:
-            added += value
-            i = index.get(value)
-            if i is None:
-                i = index[value] = bisect_left(bounds, value)  # observe(): first bound >= value
-            counts[i] += 1
-        total._value = added
-    for i, n in enumerate(counts):
-        if n:
-            buckets[i].inc(n)
-
-
 class DeliveryHandler(jobs.BatchHandler):
     """The batch handler of reminder jobs, through ``channels`` (module docstring).
 
@@ -587,7 +557,7 @@ class DeliveryHandler(jobs.BatchHandler):
             if plan is not None:
                 plans.append(plan)
         if delays:
-            _observe_all(_START_DELAY.labels(todo[0].job_type), delays)
+            observe_all(_START_DELAY.labels(todo[0].job_type), delays)
         if skips:
             self._record_skips(batch, skips, now)
         if not plans:

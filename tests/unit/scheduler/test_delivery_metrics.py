@@ -7,8 +7,7 @@ import random
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from jobs.metrics import Metrics
-from scheduler.delivery import _observe_all
+from jobs.metrics import Metrics, observe_all
 
 
 def test_a_batch_s_delays_observed_together_expose_what_one_by_one_would() -> None:
@@ -22,8 +21,8 @@ def test_a_batch_s_delays_observed_together_expose_what_one_by_one_would() -> No
     for start in (0, 150, 300):  # three batches, the sum carried from one to the next
         for value in values[start : start + 150]:
             a.labels("reminder").observe(value)
-        _observe_all(b.labels("reminder"), values[start : start + 150])
-    _observe_all(b.labels("other"), [])
+        observe_all(b.labels("reminder"), values[start : start + 150])
+    observe_all(b.labels("other"), [])
     a.labels("other")
     assert figures(together) == figures(one_by_one)
     name = "tockwork_scheduler_occurrence_start_delay_seconds"
