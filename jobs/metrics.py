@@ -36,6 +36,7 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from math import isnan
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -88,20 +89,27 @@ def error_class(code: str | None) -> str:
 
 
 def observe_many(histogram: Histogram, amount: float, n: int) -> None:
-    """Record ``n`` observations of ``amount`` in a histogram (a labelled child, or one without
-    labels): the exposition is exactly that of ``n`` calls of ``histogram.observe(amount)``.
+    """Record ``n`` observations of ``amount`` (:func:`observe_all` of ``n`` times ``amount``).
 
-    For the jobs of a batch, which share their handler time (and the occurrences of a herd,
-    which share their delay): ``observe`` costs about a microsecond, a fast job's largest piece
-    of bookkeeping. The bucket is found once and counted ``n`` at once (whole numbers add up
-    exactly as floats); the sum is still added to ``n`` times, since ``n * amount`` can differ
-    from ``n`` additions in the last digit the exposition prints. This reads prometheus_client's
-    own fields of a histogram (``_sum``, ``_buckets``, ``_upper_bounds``, stable since its first
-    releases); a histogram without them gets ``n`` calls of ``observe``.
+    For the jobs of a batch, which share their handler time: ``observe`` costs about a
+    microsecond, a fast job's largest piece of bookkeeping.
     tests/unit/jobs/test_metrics_batched.py compares the expositions.
     """
-    if n <= 0:
-        return
+    if n > 0:
+        observe_all(histogram, [amount] * n)
+
+
+def observe_all(histogram: Histogram, values: Sequence[float]) -> None:
+    """``histogram.observe(v)`` for each of ``values`` (a labelled child, or a histogram
+    without labels), in order, with exactly the exposition it would give: the sum added to
+    value by value (``n * amount`` can differ from ``n`` additions in the last digit the
+    exposition prints), each distinct value's bucket found once and counted at once. A batch's
+    values (its jobs' delays, their shared handler time) are a few distinct ones.
+
+    This reads prometheus_client's own fields of a histogram (``_sum``, ``_buckets``,
+    ``_upper_bounds``, stable since its first releases); a histogram without them, or whose
+    values are not the in-process ones (the library's multiprocess mode), is observed value
+    by value."""
     fields: Any = histogram  # prometheus_client's own fields, untyped there
     try:
         check, total, buckets, bounds = (
@@ -111,40 +119,25 @@ def observe_many(histogram: Histogram, amount: float, n: int) -> None:
             fields._upper_bounds,
         )
     except AttributeError:
-        for _ in range(n):
-            histogram.observe(amount)
-        return
-    if n == 1:
-        histogram.observe(amount)
-        return
-    check()  # a histogram with labels refuses, as observe does
-    add = total.inc
-    for _ in range(n):
-        add(amount)
-    for i, bound in enumerate(bounds):
-        if amount <= bound:  # observe's test: the first bound at or above (none for NaN)
-            buckets[i].inc(n)
-            break
-
-
-def observe_all(histogram: Any, values: Sequence[float]) -> None:
-    """``histogram.observe(v)`` for each of ``values``, in order, with the figures it would
-    expose (the sum added to value by value, the buckets counted), for the price of a few
-    observations: a batch's delays, one per job, are a few distinct values. A histogram whose
-    values are not ``prometheus_client``'s in-process ones (its multiprocess mode) is
-    observed value by value."""
-    total, buckets = histogram._sum, histogram._buckets
-    if type(total) is not MutexValue or any(type(b) is not MutexValue for b in buckets):
+        total = None
+    if (
+        total is None
+        or type(total) is not MutexValue
+        or len(values) == 1
+        or any(type(b) is not MutexValue for b in buckets)
+    ):
         for value in values:
             histogram.observe(value)
         return
-    bounds: list[float] = histogram._upper_bounds
+    check()  # a histogram with labels refuses, as observe does
     counts = [0] * len(bounds)
     index: dict[float, int] = {}
     with total._lock:  # other threads' workers may observe the same child
         added = total._value
         for value in values:
             added += value
+            if isnan(value):  # added to the sum, counted in no bucket, as observe() does
+                continue
             i = index.get(value)
             if i is None:
                 i = index[value] = bisect_left(bounds, value)  # observe(): first bound >= value

@@ -738,15 +738,9 @@ class DeliveryHandler(jobs.BatchHandler):
                 continue
             if meta is None:
                 message_data = {**data, "tockwork_key": key}
-            elif data:
-                message_data = {
-                    **data,
-                    "tockwork_key": key,
-                    "tockwork_schedule": schedule,
-                    "tockwork_occurrence": meta.occurrence_key,
-                }
             else:
                 message_data = {
+                    **data,
                     "tockwork_key": key,
                     "tockwork_schedule": schedule,
                     "tockwork_occurrence": meta.occurrence_key,
