@@ -68,6 +68,9 @@ TOCKWORK = str(Path(sys.executable).with_name("tockwork"))
 TIMEOUT = 60.0  # seconds any one command or script may take: nothing a user types may hang
 SERVICES = {"worker", "scheduler", "relay", "metrics-server", "dashboard"}
 STARTED = re.compile(r"\b(started|serving /metrics|listening on)\b")
+# A worker, scheduler or relay logs "<kind> <name> started" once its SIGTERM handler is in place;
+# its "serving /metrics" line comes before that (a SIGTERM then ends it by the default action).
+SERVICE_STARTED = re.compile(r"\b(worker|scheduler|relay) \S+ started\b")
 
 DRAINED = """
 SELECT NOT EXISTS (
@@ -376,11 +379,12 @@ class Page:
             pid, stream = self._fork(tockwork, Path(TOCKWORK).parent, _env(command))
         output: list[str] = []
         started = threading.Event()
+        ready = SERVICE_STARTED if args[0] in {"worker", "scheduler", "relay"} else STARTED
 
         def read() -> None:
             for line in stream:
                 output.append(line)
-                if STARTED.search(line):
+                if ready.search(line):
                     started.set()
             started.set()  # the stream closed: the process ended (checked below)
 
