@@ -99,13 +99,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # worker says so once in its log), and /healthz knows it.
     poll_only = args.no_listen or (mode == "transaction" and listen_on is None)
     queues = _queues(args.queue) if args.queue else dict(jobs.WorkerConfig().queues)
+    if args.migrate:
+        # Before the app: its factory may open connections and install a component of its own
+        # on top of the core schema (the simulated provider's table, scheduler.simulated).
+        ensure_schema(url, apply=True, flag=True)
     handlers = load_app(args.app)
     if not args.no_maintenance:
         # The built-in maintenance needs no extra process (scheduler/maintenance.py): one
         # thread of every worker serves its queue, which holds nothing else.
         handlers, queues = with_maintenance(handlers, queues, url)
     config = config_from_args(jobs.WorkerConfig, args, queues=queues)
-    ensure_schema(url, apply=args.migrate, flag=True)
+    if not args.migrate:
+        ensure_schema(url, apply=False, flag=True)
     worker = jobs.Worker(
         url,
         handlers,

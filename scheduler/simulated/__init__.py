@@ -29,14 +29,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from functools import cache
 from typing import Any, LiteralString
 
 import psycopg
 
 import jobs
 from jobs import Job, effects, migrate
-from jobs.internal import arrays, queries
+from jobs.internal import arrays, pending_migrations, queries
 from scheduler.errors import InvalidSchedule
 from scheduler.occurrence_job import OccurrenceMeta
 from scheduler.push import PushMessage, PushResult, PushStatus
@@ -53,16 +52,27 @@ def query(name: str) -> LiteralString:
     return queries.load(COMPONENT)[name]
 
 
-@cache
-def _installed(url: str) -> bool:
+_INSTALLED: set[str] = set()
+
+
+def install(url: str) -> bool:
+    """Apply this component's migrations to the database at ``url`` (once per process), if
+    the scheduler's core migrations are in; return whether the component is installed.
+
+    On a database without the core schema it does nothing: the scheduler's first migration
+    (from before the table was opt-in) creates ``simulated_pushes`` itself and the next drops
+    it when empty, so a table made first would fail ``tockwork migrate`` ("relation
+    simulated_pushes already exists"). The command that loads the app then refuses the
+    unmigrated database with its one line, or migrates it first (``--migrate``); the next
+    start installs the component."""
+    if url in _INSTALLED:
+        return True
     with psycopg.connect(url) as conn:
+        if pending_migrations(conn, ("jobs", "scheduler")):
+            return False
         migrate(conn, (COMPONENT,))
+    _INSTALLED.add(url)
     return True
-
-
-def install(url: str) -> None:
-    """Apply this component's migrations to the database at ``url`` (once per process)."""
-    _installed(url)
 
 
 def _fraction(*parts: object) -> float:

@@ -110,3 +110,60 @@ def test_every_command_says_what_to_run(stale_db: tuple[str, str], tmp_path: Pat
     assert run(["migrate", "--database-url", url]).code == 0
     assert run(["stats", "--database-url", url]).code == 0
     assert run(["healthz", "--database-url", url, "--max-scheduler-lag", "0"]).code == 0
+
+
+@pytest.fixture
+def empty_db(server_url: str) -> Iterator[str]:
+    with throwaway_database(server_url, f"tockwork_empty_sim_{os.getpid()}", components=()) as url:
+        yield url
+
+
+def _has_simulated_pushes(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT to_regclass('simulated_pushes') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+
+def test_the_simulated_app_leaves_an_empty_database_to_tockwork_migrate(empty_db: str) -> None:
+    """The simulated app's factory installs its table only on top of the core schema: made
+    first, it failed the core's first migration ("relation simulated_pushes already exists")."""
+    app = ["worker", "--app", "scheduler.delivery:simulated_app", "--queue", "reminders=1"]
+    result = run([*app, "--database-url", empty_db])
+    assert result.code == 2 and "has no Tockwork schema" in result.err, result.err
+    assert not _has_simulated_pushes(empty_db)
+    migrated = run(["migrate", "--database-url", empty_db])
+    assert migrated.code == 0, migrated.err
+
+
+def test_a_worker_with_migrate_starts_the_simulated_app_on_an_empty_database(
+    empty_db: str,
+) -> None:
+    """``--migrate`` applies the core schema before the app's factory runs (it installs the
+    simulated provider's table on top of it); the worker then starts and stops on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    tockwork = str(Path(sys.executable).with_name("tockwork"))
+    argv = [tockwork, "worker", "--app", "scheduler.delivery:simulated_app", "--migrate"]
+    lines: list[str] = []
+    with subprocess.Popen(
+        [*argv, "--queue", "reminders=1", "--database-url", empty_db],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    ) as proc:  # fmt: skip
+        assert proc.stderr is not None
+        try:
+            for line in proc.stderr:  # ends when the process does: nothing here can hang
+                lines.append(line)
+                if " started" in line and "worker " in line:
+                    proc.send_signal(signal.SIGTERM)
+                    break
+            code = proc.wait(timeout=60)
+            lines.append(proc.stderr.read())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert code == 0, "".join(lines)
+    assert _has_simulated_pushes(empty_db)
+    with psycopg.connect(empty_db) as conn:
+        assert pending_migrations(conn, COMPONENTS) == []
