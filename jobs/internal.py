@@ -6,9 +6,9 @@ application calls is in ``jobs.__all__`` (and in the public modules listed there
 building blocks the scheduler's services and CLI are made of: enqueue without validation (input
 checked earlier), the input validators, the one loader of named SQL, the array parameters'
 encoders (:mod:`jobs.arrays`: the delivery's batches), the logging set-up and the
-redaction of secrets (:mod:`jobs.redaction`), the
-connection settings the CLI reads, the drivers of operations written as steps (and the
-supersede of jobs as a step), the fields of a service's config (to build the CLI's options
+redaction of secrets (:mod:`jobs.redaction`), the connection settings the CLI reads (and the
+other names of UTC: the delivery's sessions), the drivers of operations written as steps (and
+the supersede of jobs as a step), the fields of a service's config (to build the CLI's options
 from) and what declares one (``setting``, ``merged``), the migration check, and the names of
 services and spans.
 ``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
@@ -21,7 +21,7 @@ from jobs.admin import _cancel as cancel_steps
 from jobs.admin import active_among_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
-from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
+from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, UTC_ALIASES, Pooler, listen_url
 from jobs.enqueue import JobColumns, enqueue_columns, existing_by_keys_steps
 from jobs.enqueue import _columns_steps as enqueue_columns_steps
 from jobs.listener import CHANNEL as JOBS_CHANNEL
@@ -38,6 +38,7 @@ __all__ = [
     "POOLERS",
     "POOLER_ENV",
     "UNSET",
+    "UTC_ALIASES",
     "JobColumns",
     "Many",
     "Pooler",

@@ -100,7 +100,7 @@ from jobs.batch import (
     single_effects,
 )
 from jobs.config import UNSET, Unset, merged, setting
-from jobs.connection import json_loads
+from jobs.connection import UTC_ALIASES, json_loads
 from jobs.errors import InvalidJob
 from jobs.listener import CHANNEL, POLICIES_CHANGED
 from jobs.maintenance import RescueConfig, rescue_leases
@@ -463,6 +463,13 @@ class Worker(Service[WorkerStats]):
             # transaction-mode pooler a SET would reach other clients' sessions, so it is
             # left to the server's setting there (docs/jobs.md, "PgBouncer").
             conn.execute(query("pg_session_jit_off"))
+            if conn.info.parameter_status("TimeZone") in UTC_ALIASES:
+                # The same zone by another name, which psycopg loads a timestamptz into
+                # through datetime.timezone.utc rather than a ZoneInfo: 0.17 against 0.40 us
+                # a value, two a claimed row (run_at, created_at). Nothing the SQL computes
+                # changes (one zone's rules); the handlers' and the effects' datetimes from
+                # this connection have the same instant and offset (tzinfo timezone.utc).
+                conn.execute(query("pg_session_time_zone_utc"))
         self._store = PgJobStore(conn)
 
     def _notified(self, payload: str) -> None:
