@@ -7,10 +7,10 @@ building blocks the scheduler's services and CLI are made of: enqueue without va
 checked earlier), the input validators, the one loader of named SQL, the array parameters'
 encoders (:mod:`jobs.arrays`: the delivery's batches), the logging set-up and the
 redaction of secrets (:mod:`jobs.redaction`), the connection settings the CLI reads (and the
-other names of UTC: the delivery's sessions), the drivers of operations written as steps (and
-the supersede of jobs as a step), the fields of a service's config (to build the CLI's options
-from) and what declares one (``setting``, ``merged``), the migration check, and the names of
-services and spans.
+other names of UTC: the delivery's sessions), the worker process's garbage collector, the
+drivers of operations written as steps (and the supersede of jobs as a step), the fields of a
+service's config (to build the CLI's options from) and what declares one (``setting``,
+``merged``), the migration check, and the names of services and spans.
 ``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
 and this module, that every name here is one ``scheduler`` uses (and none is also public), and
 that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
@@ -30,6 +30,7 @@ from jobs.service import default_name
 from jobs.steps import Many, Steps, forms
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from jobs.worker import collect_less
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -47,6 +48,7 @@ __all__ = [
     "active_among_steps",
     "arrays",
     "cancel_steps",
+    "collect_less",
     "config_settings",
     "default_name",
     "enqueue_columns",

@@ -69,6 +69,7 @@ nothing stays leased.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import queue as queue_module
@@ -138,6 +139,28 @@ MARK_AFTER_LEASE_SHARE = 0.1
 _CANCEL_WAIT = 5.0
 # Weight of the newest sample in the moving average of handler time per job.
 _EWMA_WEIGHT = 0.2
+
+
+# A worker process's cyclic garbage collector: its youngest generation collected after this
+# many new container objects, not Python's 700 (collect_less).
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def collect_less() -> None:
+    """Tune the process's cyclic garbage collector for a worker (``tockwork worker`` calls it;
+    the collector is the process's, so an application embedding a :class:`Worker` decides).
+
+    A batch keeps its jobs, payloads, messages and results alive while it runs: a few dozen
+    container objects a job, thousands a batch. Collected every 700 allocations, the youngest
+    generation was mostly those live objects, scanned, promoted, then scanned again in the
+    older generations: about a sixth of a worker's CPU a delivered reminder
+    (``bench.delivery_worker``, docs/performance.md). Every 10,000 most have been freed by
+    their reference counts first. Nothing else changes: cycles are still collected, later.
+    A threshold set higher already, or 0 (the collector disabled), is left as it is.
+    """
+    first, second, third = gc.get_threshold()
+    if first and first < GC_YOUNG_THRESHOLD:  # 0: the application disabled it
+        gc.set_threshold(GC_YOUNG_THRESHOLD, second, third)
 
 
 @dataclass
