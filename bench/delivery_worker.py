@@ -12,7 +12,9 @@ backends' CPU a delivery (``/proc``, when the server runs on this machine) and t
 
 This is the worker's side of ``bench.reminder_delivery`` without its processes, replicas and
 waiting: a figure to compare before and after a change of the worker's or the handler's
-Python, alternated run by run (docs/performance.md). ``--profile FILE`` writes a cProfile of
+Python, alternated run by run (docs/performance.md). The process's garbage collector is set as
+``tockwork worker`` sets it (:func:`jobs.worker.collect_less`; ``--default-gc``: Python's
+defaults, as before 2026-12-03). ``--profile FILE`` writes a cProfile of
 the event loop's thread (the handler) and of the dispatcher thread (claim and completion) of
 the last round, as FILE.loop and FILE.dispatcher.
 """
@@ -33,6 +35,7 @@ import psycopg
 
 import scheduler
 from jobs import Worker
+from jobs.worker import collect_less
 from scheduler import Scheduler, devdb
 from scheduler.delivery import DeliveryHandler, SubjectAsToken
 from scheduler.devdb import database_url
@@ -140,12 +143,14 @@ class Drained:
     delivered: int
 
 
-def drain(url: str, size: int, profile: str | None) -> Drained:
+def drain(url: str, size: int, profile: str | None, default_gc: bool = False) -> Drained:
     """Drain the herd of ``size`` reminders with one worker."""
     clock = FrozenClock(DUE)
     channel = SimulatedChannel(url)
     handler = DeliveryHandler(url, [channel], resolver=SubjectAsToken("simulated"), clock=clock)
     worker = Worker(url, {"reminder": handler}, {QUEUE: CONCURRENCY}, clock=clock, listen=False)
+    if not default_gc:
+        collect_less()  # as `tockwork worker` runs it (scheduler/cli/worker.py)
     profiles = ThreadProfiles() if profile else None
     ends: list[tuple[float, float, dict[int, float], float]] = []
     loop_cpu: list[float] = []
@@ -198,6 +203,11 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=20_000, help="reminders a round")
     parser.add_argument("--rounds", type=int, default=3, help="herds drained, one after another")
     parser.add_argument("--profile", default=None, help="cProfile files of the last round")
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="leave Python's garbage collector as it is (not as `tockwork worker` sets it)",
+    )
     args = parser.parse_args()
     name = f"tockwork_delivery_worker_{os.getpid()}"
     failed = False
@@ -209,7 +219,7 @@ def main() -> int:
             enqueue(url, args.size)
             load = os.getloadavg()[0]
             last = n == args.rounds - 1
-            d = drain(url, args.size, args.profile if last else None)
+            d = drain(url, args.size, args.profile if last else None, args.default_gc)
             n_ = max(d.delivered, 1)
             print(
                 f"round {n + 1}: load {load:.2f}, {d.delivered:,} delivered in {d.wall:.2f} s "

@@ -43,6 +43,14 @@ from jobs.errors import InvalidJob
 
 Pooler = Literal["session", "transaction"]
 POOLERS: tuple[Pooler, ...] = ("session", "transaction")
+# PostgreSQL's other names of the zone 'UTC' (tzdata links, the same rules). psycopg loads a
+# timestamptz into the session's zone, through datetime.timezone.utc for 'UTC' and a ZoneInfo
+# for these (0.17 against 0.40 us a value): the worker's and the delivery's own sessions in
+# one of them are set to 'UTC' (never through a transaction-mode pooler).
+UTC_ALIASES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"}
+)
+
 POOLER_ENV = "TOCKWORK_POOLER"
 LISTEN_URL_ENV = "TOCKWORK_LISTEN_URL"
 

@@ -6,11 +6,11 @@ application calls is in ``jobs.__all__`` (and in the public modules listed there
 building blocks the scheduler's services and CLI are made of: enqueue without validation (input
 checked earlier), the input validators, the one loader of named SQL, the array parameters'
 encoders (:mod:`jobs.arrays`: the delivery's batches), the logging set-up and the
-redaction of secrets (:mod:`jobs.redaction`), the
-connection settings the CLI reads, the drivers of operations written as steps (and the
-supersede of jobs as a step), the fields of a service's config (to build the CLI's options
-from) and what declares one (``setting``, ``merged``), the migration check, and the names of
-services and spans.
+redaction of secrets (:mod:`jobs.redaction`), the connection settings the CLI reads (and the
+other names of UTC: the delivery's sessions), the worker process's garbage collector, the
+drivers of operations written as steps (and the supersede of jobs as a step), the fields of a
+service's config (to build the CLI's options from) and what declares one (``setting``,
+``merged``), the migration check, and the names of services and spans.
 ``tests/unit/test_layering.py`` checks that ``scheduler`` imports of ``jobs`` only its public API
 and this module, that every name here is one ``scheduler`` uses (and none is also public), and
 that ``jobs``, ``timezones`` and the examples do not import it (tests and benches may).
@@ -21,7 +21,7 @@ from jobs.admin import _cancel as cancel_steps
 from jobs.admin import active_among_steps, supersede_steps
 from jobs.config import UNSET, Unset, merged, setting
 from jobs.config import settings as config_settings
-from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, Pooler, listen_url
+from jobs.connection import LISTEN_URL_ENV, POOLER_ENV, POOLERS, UTC_ALIASES, Pooler, listen_url
 from jobs.enqueue import JobColumns, enqueue_columns, existing_by_keys_steps
 from jobs.enqueue import _columns_steps as enqueue_columns_steps
 from jobs.listener import CHANNEL as JOBS_CHANNEL
@@ -30,6 +30,7 @@ from jobs.service import default_name
 from jobs.steps import Many, Steps, forms
 from jobs.tracing import service_span
 from jobs.validate import DEFAULT_MAX_ATTEMPTS
+from jobs.worker import collect_less
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -38,6 +39,7 @@ __all__ = [
     "POOLERS",
     "POOLER_ENV",
     "UNSET",
+    "UTC_ALIASES",
     "JobColumns",
     "Many",
     "Pooler",
@@ -46,6 +48,7 @@ __all__ = [
     "active_among_steps",
     "arrays",
     "cancel_steps",
+    "collect_less",
     "config_settings",
     "default_name",
     "enqueue_columns",

@@ -13,6 +13,11 @@ SELECT set_config('statement_timeout', %(timeout)s, true);
 -- jit_above_cost on a big table, and compiling would take longer than running it).
 SELECT set_config('jit', 'off', false);
 
+-- name: pg_session_time_zone_utc
+-- A worker's session whose zone is another name of UTC (jobs/worker.py,
+-- jobs.connection.UTC_ALIASES): 'UTC', the same rules, for which psycopg loads timestamps faster.
+SELECT set_config('TimeZone', 'UTC', false);
+
 -- name: pg_server_identity
 -- Which server this is and what its commits wait for (jobs/primary.py): the cluster's system
 -- identifier (shared by a primary and its physical standbys), the timeline of the WAL it writes

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import jobs
 from jobs import migrate
-from jobs.internal import logs, validate
+from jobs.internal import collect_less, logs, validate
 from scheduler import health
 from scheduler.cli.common import (
     MAX_CONCURRENCY,
@@ -120,6 +120,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         pooler=mode,
         listen_conninfo=listen_on,
     )
+    # The process is the worker's: its garbage collector set for batches (jobs.worker).
+    collect_less()
     server = None
     if args.metrics_port is not None:
         check = health.Health(

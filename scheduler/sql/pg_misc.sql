@@ -71,3 +71,11 @@ SELECT pg_is_in_recovery(),
 -- 127 calls, docs/performance.md).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('enable_seqscan', 'off', false);
+
+-- name: pg_session_generic_plans_utc
+-- The delivery's own connections, as pg_session_generic_plans, in a session whose zone is
+-- another name of UTC (scheduler/queries.py plan_once_async, jobs.connection.UTC_ALIASES):
+-- also 'UTC' by its own name, the same rules, whose timestamps psycopg loads faster.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('enable_seqscan', 'off', false),
+       set_config('TimeZone', 'UTC', false);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
@@ -77,3 +78,74 @@ def test_an_encoding_of_another_type_fails_instead_of_converting(
     mislabelled = arrays.Int8Array(bytes(arrays.int4_array([1])))
     with pytest.raises(psycopg.errors.DatatypeMismatch):
         conn.execute("SELECT %(i)b::bigint[]", {"i": mislabelled})
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["reminders"] * 3,  # one value throughout: encoded once, repeated
+        ["é ☃"] * 2,
+        [""] * 4,
+        [None, None, None],  # all NULL
+        ["a", "b", "a"],  # first and last equal, not all
+        ["a", None, "a"],
+        ["only"],
+    ],
+)
+def test_a_text_array_of_one_repeated_value_is_the_same_array(
+    conn: psycopg.Connection[Any], texts: list[str | None]
+) -> None:
+    arrays.register(conn)
+    one_by_one = b"".join(
+        [arrays._header(25, len(texts), None in texts)]
+        + [
+            arrays._NULL if t is None else arrays._LENGTH.pack(len(t.encode())) + t.encode()
+            for t in texts
+        ]
+    )
+    assert bytes(arrays.text_array(texts)) == one_by_one
+    assert bytes(arrays.text_array(texts, {})) == one_by_one
+    row = conn.execute(
+        "SELECT %(t)b::text[], %(c)b::text[]",
+        {"t": arrays.text_array(texts), "c": arrays.text_array(texts, {})},
+    ).fetchone()
+    assert row == (texts, texts)
+
+
+def test_a_uuid_array_of_nulls_only(conn: psycopg.Connection[Any]) -> None:
+    arrays.register(conn)
+    ids: list[UUID | None] = [None, None, None]
+    assert bytes(arrays.uuid_array(ids)) == arrays._header(2950, 3, True) + arrays._NULL * 3
+    row = conn.execute("SELECT %(u)b::uuid[]", {"u": arrays.uuid_array(ids)}).fetchone()
+    assert row == (ids,)
+
+
+@pytest.mark.parametrize(
+    ("ints", "floats"),
+    [
+        ([1, 1, 1], [2.5, 2.5, 2.5]),  # one value throughout: encoded once, repeated
+        ([1, 2, 1], [2.5, 1.0, 2.5]),
+        ([7], [0.25]),
+        ([0, 0], [0.0, -0.0]),  # equal, not the same bytes
+        ([-3, -3], [-0.0, 0.0]),
+        ([5, 5], [float("nan"), float("nan")]),
+    ],
+)
+def test_number_arrays_of_one_repeated_value_are_the_same_arrays(
+    conn: psycopg.Connection[Any], ints: list[int], floats: list[float]
+) -> None:
+    arrays.register(conn)
+    assert bytes(arrays.int4_array(ints)) == arrays._header(23, len(ints)) + b"".join(
+        arrays._LENGTH.pack(4) + arrays._LENGTH.pack(i) for i in ints
+    )
+    assert bytes(arrays.float8_array(floats)) == arrays._header(701, len(floats)) + b"".join(
+        arrays._LENGTH.pack(8) + struct.pack(">d", f) for f in floats
+    )
+    row = conn.execute(
+        "SELECT %(i)b::int[], %(f)b::float8[]",
+        {"i": arrays.int4_array(ints), "f": arrays.float8_array(floats)},
+    ).fetchone()
+    assert row is not None
+    assert row[0] == ints
+    # As bytes: a NaN equals nothing, and -0.0 equals 0.0.
+    assert [struct.pack(">d", f) for f in row[1]] == [struct.pack(">d", f) for f in floats]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -363,3 +364,39 @@ def test_a_running_worker_rides_out_a_lost_connection(
     restored = [r.getMessage() for r in caplog.records if "connection restored" in r.getMessage()]
     assert [m.split(":")[0] for m in lost] == ["worker w1"]
     assert len(restored) == 1
+
+
+@pytest.mark.parametrize(
+    ("zone", "tzinfo"),
+    [
+        ("Etc/UTC", UTC),  # another name of UTC: the session is set to 'UTC'
+        ("UTC", UTC),
+        ("Europe/Paris", ZoneInfo("Europe/Paris")),  # any other zone is left as it is
+    ],
+)
+def test_a_worker_session_in_utc_by_another_name_is_set_to_utc(
+    conn: psycopg.Connection[Any], db_url: str, zone: str, tzinfo: tzinfo
+) -> None:
+    seen: list[tuple[datetime, str]] = []
+
+    def handler(job: Job) -> None:
+        def effect(c: psycopg.Connection[Any]) -> None:
+            row = c.execute("SELECT current_setting('TimeZone')").fetchone()
+            assert row is not None
+            seen.append((job.run_at, row[0]))
+
+        jobs.in_completion(effect)
+
+    jobs.enqueue(conn, "t", {}, now=T0)
+    conn.commit()
+    worker = Worker(
+        db_url,
+        {"t": handler},
+        clock=FrozenClock(T0),
+        listen=False,
+        connect_kwargs={"options": f"-c TimeZone={zone}"},
+    )
+    assert worker.run_until_idle().outcomes == {"succeeded": 1}
+    [(run_at, setting)] = seen
+    assert run_at == T0 and run_at.tzinfo == tzinfo
+    assert setting == ("UTC" if zone == "Etc/UTC" else zone)

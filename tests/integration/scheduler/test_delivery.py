@@ -1174,3 +1174,28 @@ def test_the_database_computes_each_device_s_key_as_device_key_does(
             for t in tokens
         }  # fmt: skip
         assert {(token, key, seen) for _, _, token, key, seen in found[job.id]} == wanted
+
+
+@pytest.mark.parametrize(
+    ("zone", "expected"), [("Etc/UTC", "UTC"), ("UTC", "UTC"), ("Europe/Paris", "Europe/Paris")]
+)
+def test_a_delivery_session_in_utc_by_another_name_is_set_to_utc(
+    db_url: str, zone: str, expected: str
+) -> None:
+    """The delivery's own connections (plan_once_async): a zone that is UTC by another name
+    becomes 'UTC' (the same rules; psycopg loads its timestamps faster), any other stays."""
+    from scheduler.queries import plan_once_async
+
+    async def session() -> tuple[str, datetime]:
+        async with await psycopg.AsyncConnection.connect(
+            db_url, autocommit=True, options=f"-c TimeZone={zone}"
+        ) as conn:
+            await plan_once_async(conn)
+            cur = await conn.execute("SELECT current_setting('TimeZone'), %s::timestamptz", (T0,))
+            row = await cur.fetchone()
+            assert row is not None
+            return row[0], row[1]
+
+    setting, at = asyncio.run(session())
+    assert setting == expected
+    assert at == T0 and (at.tzinfo is UTC) == (expected == "UTC")

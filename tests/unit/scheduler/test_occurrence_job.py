@@ -71,3 +71,33 @@ def test_the_idempotency_key() -> None:
 )
 def test_a_payload_no_schedule_wrote_has_no_meta(payload: Any) -> None:
     assert OccurrenceMeta.from_payload(payload) is None
+
+
+def test_a_meta_read_is_an_occurrence_meta_in_every_respect() -> None:
+    """Read through the writable twin (scheduler.occurrence_job._WritableMeta): the result is
+    the meta the constructor builds, frozen, hashable, picklable, replaceable."""
+    import dataclasses
+    import pickle
+
+    from scheduler.occurrence_job import _WritableMeta
+
+    assert [f.name for f in dataclasses.fields(_WritableMeta)] == [
+        f.name for f in dataclasses.fields(OccurrenceMeta)
+    ]
+    assert _WritableMeta.__slots__ == OccurrenceMeta.__slots__
+    back = OccurrenceMeta.from_payload(json.loads(META.into_payload("{}")))
+    assert type(back) is OccurrenceMeta
+    assert back == META and hash(back) == hash(META)
+    assert repr(back) == repr(META)
+    assert pickle.loads(pickle.dumps(back)) == META
+    assert dataclasses.replace(back, version=4) == dataclasses.replace(META, version=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.version = 4  # type: ignore[misc]
+
+
+def test_a_subclass_reads_as_itself() -> None:
+    class Meta(OccurrenceMeta):
+        __slots__ = ()
+
+    back = Meta.from_payload(json.loads(META.into_payload("{}")))
+    assert type(back) is Meta and back.version == 3
