@@ -300,7 +300,10 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
   AND (%(app)s::text IS NULL OR application_name LIKE %(app)s::text)
 """
 # The server's clock and WAL insert position at one poll of a timed phase (no table read).
-SAMPLE: LiteralString = "SELECT clock_timestamp(), pg_current_wal_insert_lsn()::text"
+SAMPLE: LiteralString = """
+SELECT clock_timestamp(), pg_current_wal_insert_lsn()::text,
+       (SELECT redo_lsn::text FROM pg_control_checkpoint())
+"""
 # Client backends of the library's workers not idle outside a transaction (before they are
 # stopped for the raw pipeline's phase: none may hold a lock or a snapshot then).
 WORKERS_BUSY: LiteralString = """
@@ -308,6 +311,10 @@ SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND application_name LIKE 'tockwork-bench-worker%%'
   AND state <> 'idle'
 """
+# The redo position of the last checkpoint: changed between a phase's start and end when a
+# checkpoint (the server's, for any database's WAL) began during the phase, after which the
+# first change of each page logs a full-page image again (those FPIs are chance, not the phase's).
+REDO_LSN: LiteralString = "SELECT redo_lsn::text FROM pg_control_checkpoint()"
 WAL_DIFF: LiteralString = "SELECT pg_wal_lsn_diff(%(end)s::text::pg_lsn, %(start)s::text::pg_lsn)"
 TABLE_COUNTERS: LiteralString = """
 SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
@@ -387,6 +394,7 @@ class Sample:
     backends: dict[int, float]  # the phase's server backends, by pid
     workers: float  # the phase's client processes (the library's workers or the raw loops)
     probe: float  # the bench's own backends
+    redo: str = ""  # the last checkpoint's redo position
 
 
 @dataclass
@@ -395,6 +403,7 @@ class WriteMark:
 
     lsn: str
     tables: dict[str, tuple[int, int, int, int]]  # ins, upd, hot upd, del
+    redo: str = ""  # the last checkpoint's redo position (pg_control_checkpoint)
 
 
 @dataclass
@@ -415,6 +424,7 @@ class Writes:
     # CPU seconds of the bench's own backends over the phase (the progress poller's probes and
     # the meter's marks): the bench's, not the phase's, so not in server_cpu
     probe_cpu: float = math.nan
+    checkpointed: bool = False  # a checkpoint began during the phase (see REDO_LSN)
     notes: list[str] = field(default_factory=list)
 
     def per(self, value: float) -> float:
@@ -447,7 +457,12 @@ def write_mark(conn: psycopg.Connection[Any]) -> WriteMark:
     tables = _counters(conn)
     row = conn.execute(WAL_LSN).fetchone()
     assert row is not None
-    return WriteMark(str(row[0]), tables)
+    return WriteMark(str(row[0]), tables, redo_lsn(conn))
+
+
+def redo_lsn(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute(REDO_LSN).fetchone()
+    return "" if row is None else str(row[0])
 
 
 def start_wal_keeping(conn: psycopg.Connection[Any]) -> bool:
@@ -479,12 +494,19 @@ def writes_between(
     while True:
         tables = _counters(conn)
         upd = tables.get("jobs", (0, 0, 0, 0))[1] - start.tables.get("jobs", (0, 0, 0, 0))[1]
-        if upd >= expect_updates or time.monotonic() > deadline:
+        pushes = (
+            tables.get("simulated_pushes", (0, 0, 0, 0))[0]
+            - start.tables.get("simulated_pushes", (0, 0, 0, 0))[0]
+        )
+        if (upd >= expect_updates and pushes >= deliveries) or time.monotonic() > deadline:
             break
         time.sleep(0.05)  # waiting on the counters' flush (a condition, with a timeout)
     result = Writes(deliveries)
-    if upd < expect_updates:
-        result.notes.append(f"jobs counters short: {upd:,} updates of {expect_updates:,} seen")
+    if upd < expect_updates or pushes < deliveries:
+        result.notes.append(
+            f"counters short: jobs {upd:,} updates of {expect_updates:,}, simulated_pushes "
+            f"{pushes:,} inserts of {deliveries:,} seen"
+        )
     for name, now_counts in tables.items():
         before = start.tables.get(name, (0, 0, 0, 0))
         result.tables[name] = tuple(a - b for a, b in zip(now_counts, before, strict=True))  # type: ignore[assignment]
@@ -624,6 +646,7 @@ class Meter:
         self.probe_end = math.nan
         self.start: WriteMark | None = None
         self.end_lsn: str | None = None
+        self.end_redo = ""
         self.notes: list[str] = []
         self.cpu_start: dict[int, float] = {}
         self.cpu_end: dict[int, float] = {}
@@ -648,7 +671,9 @@ class Meter:
         bench's own, and ``workers`` (the phase's processes' CPU seconds), now."""
         row = self.conn.execute(SAMPLE).fetchone()
         assert row is not None
-        return Sample(row[0], str(row[1]), self.backend_cpu(), workers, self.probe_cpu())
+        return Sample(
+            row[0], str(row[1]), self.backend_cpu(), workers, self.probe_cpu(), str(row[2])
+        )
 
     def counters(self) -> dict[str, tuple[int, int, int, int]]:
         return _counters(self.conn)
@@ -672,6 +697,7 @@ class Meter:
         row = self.conn.execute(WAL_LSN).fetchone()
         assert row is not None
         self.end_lsn = str(row[0])
+        self.end_redo = redo_lsn(self.conn)
         self.cpu_end = self.backend_cpu()
         self.probe_end = self.probe_cpu()
 
@@ -681,6 +707,7 @@ class Meter:
         self.probe_start, self.probe_end = start.probe, end.probe
         self.worker_cpu = end.workers - start.workers
         self.end_lsn = end.lsn
+        self.end_redo = end.redo
 
     def server_cpu(self) -> float:
         """The phase's server CPU: what its backends alive at the end used since the start
@@ -704,6 +731,11 @@ class Meter:
             walinspect=self.walinspect,
         )
         result.notes[:0] = self.notes
+        if self.start.redo != self.end_redo:
+            result.checkpointed = True
+            result.notes.append(
+                "a checkpoint began during the phase: part of its full-page images are chance"
+            )
         result.server_cpu = self.server_cpu()
         result.worker_cpu = self.worker_cpu
         result.probe_cpu = self.probe_end - self.probe_start
@@ -1330,10 +1362,18 @@ def timed_phase(
         samples.append(meter.sample(workers_cpu()))
         done = finished(meter.conn)
     span = meter.conn.execute(DELIVERY_SPAN).fetchone()
-    last = span[2] if span is not None else None
-    end = next((x for x in samples if last is not None and x.clock >= last), samples[-1])
-    meter.between(samples[0], end)
+    meter.between(samples[0], phase_end(samples, span[2] if span is not None else None))
     return done
+
+
+def phase_end(samples: list[Sample], last_delivery: datetime | None) -> Sample:
+    """The first sample taken at or after the last delivery (the last sample if none was, or
+    nothing was delivered)."""
+    if last_delivery is not None:
+        for sample in samples:
+            if sample.clock >= last_delivery:
+                return sample
+    return samples[-1]
 
 
 def run_raw(url: str, n: int, processes: int, batch: int, due: datetime) -> HerdResult:
@@ -1470,9 +1510,10 @@ def describe_pairs(pairs: list[Pair]) -> list[str]:
         w = r.writes
         if w is None:
             return "-"
+        mark = "*" if w.checkpointed else ""
         if w.wal:
-            return f"{w.per(w.db_wal_bytes):,.0f} ({w.per(w.db_fpi_bytes):,.0f})"
-        return f"{w.per(w.wal_bytes):,.0f} (-)"
+            return f"{w.per(w.db_wal_bytes):,.0f} ({w.per(w.db_fpi_bytes):,.0f}){mark}"
+        return f"{w.per(w.wal_bytes):,.0f} (-){mark}"
 
     def probe(r: HerdResult) -> str:
         return "-" if r.writes is None else _f(r.writes.per(r.writes.probe_cpu * 1e6))
@@ -1506,6 +1547,13 @@ def describe_pairs(pairs: list[Pair]) -> list[str]:
         + f"; median CPU ratio {percent(median(cpu))} "
         f"({', '.join(percent(r) for r in cpu)}); target >= {percent(TARGET_RATIO)}"
     )
+    if any(
+        r.writes is not None and r.writes.checkpointed for p in pairs for r in (p.library, p.raw)
+    ):
+        lines.append(
+            "* a checkpoint (the server's, any database's WAL) began during the phase: the "
+            "first change of each page after it logs a full-page image again"
+        )
     return lines
 
 
