@@ -378,7 +378,16 @@ SELECT coalesce(pg_filenode_relation(
        count(*) FILTER (WHERE resource_manager = 'Heap'
                           AND record_type IN ('HOT_UPDATE', 'HOT_UPDATE+INIT')) AS hot_updates,
        count(*) FILTER (WHERE resource_manager = 'Heap' AND record_type = 'DELETE') AS deletes,
-       count(*) FILTER (WHERE resource_manager = 'Heap' AND record_type = 'LOCK') AS locks
+       count(*) FILTER (WHERE resource_manager = 'Heap' AND record_type = 'LOCK') AS locks,
+       -- full-page images by cause: a hint bit set by a read (data checksums), and pruning,
+       -- vacuum and the visibility map (autovacuum, or a read's page pruning)
+       coalesce(sum(fpi) FILTER (WHERE resource_manager = 'XLOG'
+                                   AND record_type = 'FPI_FOR_HINT'), 0)::bigint AS fpi_hint,
+       coalesce(sum(fpi) FILTER (WHERE resource_manager = 'Heap2'
+                                   AND record_type NOT LIKE 'MULTI_INSERT%%'
+                                   AND record_type NOT IN ('NEW_CID', 'LOCK_UPDATED',
+                                                           'REWRITE')), 0)::bigint
+           AS fpi_prune
 FROM records
 GROUP BY 1
 ORDER BY 3 DESC
@@ -415,7 +424,8 @@ class Writes:
     tables: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     indexes: dict[str, list[tuple[str, bool, str]]] = field(default_factory=dict)
     # this database's WAL by relation (pg_walinspect): records, bytes, fpi bytes, leaf index
-    # entries, heap inserts, multi inserts, updates, hot updates, deletes, locks
+    # entries, heap inserts, multi inserts, updates, hot updates, deletes, locks, fpi bytes of
+    # hint bits (FPI_FOR_HINT), fpi bytes of pruning and vacuum (Heap2)
     wal: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # CPU seconds of the phase's server backends (this database's, /proc: a local server only)
     server_cpu: float = math.nan
@@ -536,6 +546,11 @@ def _f(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:,.2f}"
 
 
+def _hint(w: Writes, v: tuple[int, ...]) -> str:
+    """A relation's full-page images of hint bits and of pruning/vacuum, a delivery."""
+    return f"{_f(w.per(v[10]))}, {_f(w.per(v[11]))}" if len(v) > 11 else "-"
+
+
 def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
     """The writes of the phases side by side, per delivered reminder."""
     names = [name for name, _ in phases]
@@ -564,6 +579,15 @@ def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
         )
         lines.append(
             ("  of which full-page images", [_f(w.per(w.db_fpi_bytes)) for _, w in phases])
+        )
+        lines.append(
+            (
+                "    of hint bits (a read's), of pruning/vacuum",
+                [
+                    _hint(w, (0,) * 10 + tuple(sum(v[k] for v in w.wal.values()) for k in (10, 11)))
+                    for _, w in phases
+                ],
+            )
         )
         lines.append(
             (
@@ -600,14 +624,14 @@ def describe_writes(phases: list[tuple[str, Writes]]) -> list[str]:
             key=lambda r: -max(w.wal.get(r, (0, 0))[1] for _, w in phases),
         )
         for rel in relations:
-            counts_ = [w.wal.get(rel, (0,) * 11) for _, w in phases]
+            counts_ = [w.wal.get(rel, (0,) * 12) for _, w in phases]
             if max(w.per(v[1]) for (_, w), v in zip(phases, counts_, strict=True)) < 1.0:
                 continue
             lines.append(
                 (
-                    f"WAL {rel}: bytes (fpi); leaf entries",
+                    f"WAL {rel}: bytes (fpi: hint, prune/vacuum); leaf entries",
                     [
-                        f"{_f(w.per(v[1]))} ({_f(w.per(v[2]))}); {_f(w.per(v[3]))}"
+                        f"{_f(w.per(v[1]))} ({_f(w.per(v[2]))}: {_hint(w, v)}); {_f(w.per(v[3]))}"
                         for (_, w), v in zip(phases, counts_, strict=True)
                     ],
                 )

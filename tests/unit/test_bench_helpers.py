@@ -11,6 +11,8 @@ from bench.queue import asyncpg_conninfo
 from bench.reminder_delivery import (
     ZONE_COUNT,
     Sample,
+    Writes,
+    describe_writes,
     herd_lead,
     herd_zones,
     median,
@@ -116,3 +118,13 @@ def test_the_median_of_the_pairs_leaves_out_a_pair_without_figures() -> None:
     assert median([0.9, 0.6, 0.7, 0.8]) == pytest.approx(0.75)
     assert median([0.9, float("nan"), 0.6]) == pytest.approx(0.75)
     assert math.isnan(median([]))
+
+
+def test_the_writes_table_splits_full_page_images_by_cause() -> None:
+    # records, bytes, fpi, leaf entries, inserts, multi, updates, hot, deletes, locks, fpi of
+    # hint bits, fpi of pruning/vacuum: per delivery over 10 deliveries.
+    w = Writes(10, wal={"simulated_pushes": (20, 3000, 900, 0, 10, 0, 0, 0, 0, 0, 600, 300)})
+    lines = describe_writes([("tockwork", w)])
+    assert any("of hint bits" in line and line.endswith("60.00, 30.00") for line in lines), lines
+    rel = [line for line in lines if "WAL simulated_pushes:" in line]
+    assert rel and rel[0].endswith("300.00 (90.00: 60.00, 30.00); 0.00"), rel
