@@ -108,12 +108,16 @@ PUSHES_INSERTED: LiteralString = (
 COUNT_JOBS: LiteralString = "SELECT count(*) FROM jobs_all"
 COUNT_DELIVERED: LiteralString = "SELECT count(*) FROM simulated_pushes"
 # Whether any job is unfinished: since jobs 0021 a finished job leaves jobs for job_history, so
-# only jobs is read, and through its partial indexes (jobs_ready_idx, jobs_leased_idx): a few
-# index pages, not a scan of every row (whose first read after a checkpoint sets hint bits and,
-# with data checksums, writes a full-page image the phase would be charged for).
+# only jobs is read, and through its partial indexes (jobs_ready_idx, jobs_leased_idx) as
+# index-only scans: not a scan of every row (whose first read after a checkpoint sets hint bits
+# and, with data checksums, writes a full-page image the phase would be charged for). Scalar
+# subqueries with ORDER BY ... LIMIT 1, not EXISTS: the planner drops an EXISTS's ORDER BY and,
+# with the statistics of the herd still pending, chose a sequential scan of jobs for it.
 UNFINISHED: LiteralString = """
-SELECT EXISTS (SELECT 1 FROM jobs WHERE queue = 'reminders' AND status IN ('pending', 'retrying'))
-    OR EXISTS (SELECT 1 FROM jobs WHERE status = 'leased')
+SELECT (SELECT id FROM jobs WHERE queue = 'reminders' AND status IN ('pending', 'retrying')
+        ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
+    OR (SELECT locked_until FROM jobs WHERE status = 'leased' ORDER BY locked_until LIMIT 1)
+       IS NOT NULL
 """
 STATUSES: LiteralString = "SELECT status, count(*) FROM jobs_all GROUP BY 1 ORDER BY 1"
 DELIVERY_SPAN: LiteralString = """
