@@ -30,7 +30,8 @@ BENCHES: list[tuple[str, list[str], set[int], str]] = [
     ("queue", ["--quick"], {0, 1}, "latency LISTEN on p50"),
     ("next_run", ["--n", "200"], {0, 1}, "rrule"),
     ("scheduler_herd", ["--quick"], {0, 1}, "occurrences/s (2 replicas)"),
-    ("reminder_delivery", ["--quick"], {0, 1}, "library / raw"),
+    # --quick runs 2 library/raw pairs (--repeat 2): the requeued pair and its medians.
+    ("reminder_delivery", ["--quick"], {0, 1}, "median library / raw"),
     ("outbox_hot", ["--events", "20", "--baseline-events", "2"], {0, 1}, "hot aggregate"),
     (
         "rate_limits",

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from bench.queue import asyncpg_conninfo
-from bench.reminder_delivery import ZONE_COUNT, herd_lead, herd_zones, schedule_items, timeline
+from bench.reminder_delivery import (
+    ZONE_COUNT,
+    Sample,
+    Writes,
+    describe_writes,
+    herd_lead,
+    herd_zones,
+    median,
+    phase_end,
+    schedule_items,
+    timeline,
+)
 from timezones import next_after, parse_rule
 
 
@@ -85,3 +97,34 @@ def test_the_timeline_dates_inserts_by_poll_and_counts_the_backlog() -> None:
 def test_the_herd_lead_covers_the_start_the_creation_and_the_enqueue() -> None:
     assert herd_lead(1000, 1000.0) == 15.0 + 2.0 + 60.0
     assert herd_lead(1_000_000, 5000.0) == 15.0 + 400.0 + 200.0
+
+
+def test_a_timed_phase_ends_at_the_first_sample_at_or_after_its_last_delivery() -> None:
+    t0 = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    samples = [
+        Sample(t0 + timedelta(seconds=k / 10), f"0/{k}", {}, float(k), 0.0) for k in range(6)
+    ]
+    # Between two samples: the next one (the phase is charged up to 0.1 s after its end).
+    assert phase_end(samples, t0 + timedelta(seconds=0.25)) is samples[3]
+    # On a sample: that one.
+    assert phase_end(samples, t0 + timedelta(seconds=0.2)) is samples[2]
+    # After the last sample (the bench stopped first), or nothing delivered: the last one.
+    assert phase_end(samples, t0 + timedelta(seconds=9)) is samples[-1]
+    assert phase_end(samples, None) is samples[-1]
+
+
+def test_the_median_of_the_pairs_leaves_out_a_pair_without_figures() -> None:
+    assert median([0.9, 0.6, 0.7]) == 0.7
+    assert median([0.9, 0.6, 0.7, 0.8]) == pytest.approx(0.75)
+    assert median([0.9, float("nan"), 0.6]) == pytest.approx(0.75)
+    assert math.isnan(median([]))
+
+
+def test_the_writes_table_splits_full_page_images_by_cause() -> None:
+    # records, bytes, fpi, leaf entries, inserts, multi, updates, hot, deletes, locks, fpi of
+    # hint bits, fpi of pruning/vacuum: per delivery over 10 deliveries.
+    w = Writes(10, wal={"simulated_pushes": (20, 3000, 900, 0, 10, 0, 0, 0, 0, 0, 600, 300)})
+    lines = describe_writes([("tockwork", w)])
+    assert any("of hint bits" in line and line.endswith("60.00, 30.00") for line in lines), lines
+    rel = [line for line in lines if "WAL simulated_pushes:" in line]
+    assert rel and rel[0].endswith("300.00 (90.00: 60.00, 30.00); 0.00"), rel
