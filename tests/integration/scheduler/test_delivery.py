@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import uuid
@@ -1174,3 +1175,76 @@ def test_the_database_computes_each_device_s_key_as_device_key_does(
             for t in tokens
         }  # fmt: skip
         assert {(token, key, seen) for _, _, token, key, seen in found[job.id]} == wanted
+
+
+def test_a_device_key_is_the_job_s_effect_key_then_the_device_and_parses_from_the_right(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
+    """The job's part first (a herd's keys go in side by side in job_effects' primary key),
+    the device last; the job's part is free text, the channel name has no '/': the key splits
+    at its last '/' into the two, so two different (job, device) pairs never share a key."""
+    create(conn, "ada")
+    job = claim(conn, db_url)[0]
+    odd = [
+        dataclasses.replace(job, idempotency_key=k)
+        for k in ("a/fake.0123456789abcdef", "a", "a/fake", "ü/:.", "x" * 300)
+    ]
+    pairs = [(j, Device(ch, tok)) for j in [job, *odd]
+             for ch in ("fake", "fcm", "a_1") for tok in ("t", "a/fake.t", "")]  # fmt: skip
+    keys = {device_key(j, d): (j, d) for j, d in pairs}
+    assert len(keys) == len(pairs)
+    for key, (j, d) in keys.items():
+        job_part, _, device_part = key.rpartition("/")
+        assert job_part == jobs.effects.effect_key(j, "push")
+        channel, _, digest = device_part.partition(".")
+        assert channel == d.channel and len(digest) == 16
+
+
+def _former_key(job: Job, channel: str, token: str) -> str:
+    """A device's key as the delivery wrote it before the job's part came first."""
+    digest = hashlib.sha256(token.encode()).hexdigest()[:16]
+    org = job.organization_id or "-"
+    return f"push.{channel}.{digest}:reminder:{org}:{job.idempotency_key}"
+
+
+@pytest.mark.parametrize("resolver", ["registry", "application"])
+def test_a_retry_after_an_upgrade_does_not_send_what_the_former_keys_recorded(
+    conn: psycopg.Connection[Any], db_url: str, handlers: Make, resolver: str
+) -> None:
+    """Effect-once across the key change: an attempt of the former code recorded its keys in
+    the former form, crashed before completing, and the job is retried by this code (its
+    attempt > 1): the recorded devices are not sent again, in the registry's one read and
+    with an application's resolver alike. A first attempt checks the current form only (a
+    herd pays one probe a device): the former form of a first attempt is not looked at."""
+    tokens = {s: [f"tok-{s}-{n}-0123456789" for n in range(2)] for s in ("ada", "bob")}
+    for subject, ts in tokens.items():
+        for t in ts:
+            registry.add_device(conn, subject, "fake", t)
+        create(conn, subject)
+    batch_jobs = claim(conn, db_url)
+    subjects = by_subject(batch_jobs)
+    # The former code delivered to each subject's first device, recorded it, then died.
+    jobs.effects.record_many(
+        conn, sorted(_former_key(subjects[s], "fake", ts[0]) for s, ts in tokens.items()),
+        now=SAT_0800,
+    )  # fmt: skip
+    conn.commit()
+    channel = ScriptedChannel()
+    kwargs: dict[str, Any] = {}
+    if resolver == "application":
+        devices = {s: [Device("fake", t) for t in ts] for s, ts in tokens.items()}
+        kwargs["resolver"] = FakeResolver(devices)
+    handler = handlers(channel, **kwargs)
+    # ada on its retry: only her second device; bob on a first attempt: both of his.
+    retried = next_attempt([subjects["ada"]])
+    batch = RecordingBatch([*retried, subjects["bob"]])
+    deliver(handler, batch)
+    assert [batch.outcome(j) for j in batch.jobs] == [("succeeded",)] * 2
+    assert sorted(channel.counts()) == sorted([tokens["ada"][1], *tokens["bob"]])
+    # Recorded in the current form now: run again, nothing is sent.
+    again = RecordingBatch(next_attempt(batch.jobs))
+    deliver(handler, again)
+    assert len(channel.sent) == 3
+    keys = [device_key(j, Device("fake", t)) for j in batch.jobs
+            for t in tokens[str(j.payload["subject"])]]  # fmt: skip
+    assert jobs.effects.recorded(conn, keys) == set(keys) - {keys[0]}
