@@ -148,12 +148,13 @@ WHERE b.subject IS NOT NULL
 -- jobs' fragment). The key is scheduler.delivery.device_key's: 'push' then the job's suffix
 -- (jobs.effects.effect_key after its effect name: the job's part first, so that a herd's keys
 -- go in side by side), '/', the channel, '.' and the first 16 hex digits of the token's
--- SHA-256. A job on a retry (attempt > 1) is checked under the key's former form too
--- (delivery._legacy_device_key: 'push.<channel>.<digest>' then the suffix), which its earlier
--- attempt may have recorded before an upgrade; a first attempt, a herd's, probes one key. With
--- registry the devices are the subject's valid rows of devices
--- (as device_valid_for_subjects reads them); without, each subject is its own token on the
--- channel parameter (SubjectAsToken). OFFSET 0 keeps the devices a probe of
+-- SHA-256. A job leased before (jobs.Job.leased_before: a retry, a rate-limited run, a
+-- requeue) is checked under the key's former form too ('push.<channel>.<digest>' then the
+-- suffix, delivery._legacy_device_key), which a run of the former code may have recorded
+-- before an upgrade: its legacy suffix is its suffix, NULL for a first claim (a herd's first
+-- claims probe one key a device). With registry the devices are the subject's valid rows of
+-- devices (as device_valid_for_subjects reads them); without, each subject is its own token on
+-- the channel parameter (SubjectAsToken). OFFSET 0 keeps the devices a probe of
 -- devices_subject_idx per job: pulled up into the join, the subquery was planned as a hash
 -- join over every valid device (a 50,000-device scan for a batch of 500, 44 ms against 4).
 -- variant: device_delivery_read_subject_tokens
@@ -165,17 +166,18 @@ SELECT b.job_id, coalesce(%(now)s::timestamptz, now()),
             WHEN t.legacy_key IS NULL THEN false
             ELSE {{jobs.job_effect_is_recorded key=t.legacy_key}} END
 FROM unnest(%(job_ids)b::bigint[], %(schedule_ids)b::bigint[], %(organization_ids)b::uuid[],
-            %(subjects)b::text[], %(suffixes)b::text[], %(attempts)b::int[])
-     WITH ORDINALITY AS b(job_id, schedule_id, organization_id, subject, suffix, attempt, ord)
+            %(subjects)b::text[], %(suffixes)b::text[], %(legacy_suffixes)b::text[])
+     WITH ORDINALITY
+     AS b(job_id, schedule_id, organization_id, subject, suffix, legacy_suffix, ord)
 LEFT JOIN schedules AS s ON s.id = b.schedule_id
 LEFT JOIN LATERAL (
     SELECT dv.id, dv.channel, dv.token,
            'push' || b.suffix || '/' || dv.channel || '.'
            || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16) AS key,
-           CASE WHEN b.attempt > 1
+           CASE WHEN b.legacy_suffix IS NOT NULL
                 THEN 'push.' || dv.channel || '.'
                      || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16)
-                     || b.suffix END AS legacy_key
+                     || b.legacy_suffix END AS legacy_key
     FROM {{device_delivery_targets}}
     OFFSET 0
 ) AS t ON true

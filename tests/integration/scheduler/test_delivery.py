@@ -855,6 +855,8 @@ def test_the_handler_refuses_a_bad_channel_list_or_ttl(db_url: str) -> None:
         DeliveryHandler(db_url, [])
     with pytest.raises(InvalidPushConfig, match="two channels have this name"):
         DeliveryHandler(db_url, [ScriptedChannel(), ScriptedChannel()])
+    with pytest.raises(InvalidPushConfig, match=r"channels.*'my/chan'"):
+        DeliveryHandler(db_url, [ScriptedChannel("my/chan")])  # it would end the effect keys
     with pytest.raises(InvalidPushConfig, match="ttl"):
         DeliveryHandler(db_url, [ScriptedChannel()], ttl=timedelta(seconds=-1))
     with pytest.raises(InvalidPushConfig, match="ttl"):
@@ -1211,19 +1213,19 @@ def _former_key(job: Job, channel: str, token: str) -> str:
 def test_a_retry_after_an_upgrade_does_not_send_what_the_former_keys_recorded(
     conn: psycopg.Connection[Any], db_url: str, handlers: Make, resolver: str
 ) -> None:
-    """Effect-once across the key change: an attempt of the former code recorded its keys in
-    the former form, crashed before completing, and the job is retried by this code (its
-    attempt > 1): the recorded devices are not sent again, in the registry's one read and
-    with an application's resolver alike. A first attempt checks the current form only (a
-    herd pays one probe a device): the former form of a first attempt is not looked at."""
-    tokens = {s: [f"tok-{s}-{n}-0123456789" for n in range(2)] for s in ("ada", "bob")}
+    """Effect-once across the key change: a run of the former code recorded its keys in the
+    former form, then died (or was rate limited, which gives its attempt back) before the
+    job completed, and this code runs the job again: the recorded devices are not sent
+    again, in the registry's one read and with an application's resolver alike. A first
+    claim checks the current form only (a herd pays one probe a device)."""
+    tokens = {s: [f"tok-{s}-{n}-0123456789" for n in range(2)] for s in ("ada", "bob", "cy")}
     for subject, ts in tokens.items():
         for t in ts:
             registry.add_device(conn, subject, "fake", t)
         create(conn, subject)
     batch_jobs = claim(conn, db_url)
     subjects = by_subject(batch_jobs)
-    # The former code delivered to each subject's first device, recorded it, then died.
+    # The former code delivered to each subject's first device, recorded it, then stopped.
     jobs.effects.record_many(
         conn, sorted(_former_key(subjects[s], "fake", ts[0]) for s, ts in tokens.items()),
         now=SAT_0800,
@@ -1235,16 +1237,20 @@ def test_a_retry_after_an_upgrade_does_not_send_what_the_former_keys_recorded(
         devices = {s: [Device("fake", t) for t in ts] for s, ts in tokens.items()}
         kwargs["resolver"] = FakeResolver(devices)
     handler = handlers(channel, **kwargs)
-    # ada on its retry: only her second device; bob on a first attempt: both of his.
-    retried = next_attempt([subjects["ada"]])
-    batch = RecordingBatch([*retried, subjects["bob"]])
+    # ada on a retry (attempt 2); cy after a rate-limited run (attempt 1 again, a later lease);
+    # bob on his first claim, which the former code cannot have run (not checked: sent).
+    (retried,) = next_attempt([subjects["ada"]])
+    limited = dataclasses.replace(subjects["cy"], lease_token=subjects["cy"].lease_token + 2)
+    assert (retried.leased_before, limited.leased_before) == (True, True)
+    assert not subjects["bob"].leased_before
+    batch = RecordingBatch([retried, limited, subjects["bob"]])
     deliver(handler, batch)
-    assert [batch.outcome(j) for j in batch.jobs] == [("succeeded",)] * 2
-    assert sorted(channel.counts()) == sorted([tokens["ada"][1], *tokens["bob"]])
+    assert [batch.outcome(j) for j in batch.jobs] == [("succeeded",)] * 3
+    assert sorted(channel.counts()) == sorted([tokens["ada"][1], tokens["cy"][1], *tokens["bob"]])
     # Recorded in the current form now: run again, nothing is sent.
     again = RecordingBatch(next_attempt(batch.jobs))
     deliver(handler, again)
-    assert len(channel.sent) == 3
+    assert len(channel.sent) == 4
     keys = [device_key(j, Device("fake", t)) for j in batch.jobs
             for t in tokens[str(j.payload["subject"])]]  # fmt: skip
-    assert jobs.effects.recorded(conn, keys) == set(keys) - {keys[0]}
+    assert jobs.effects.recorded(conn, keys) == set(keys) - {keys[0], keys[2]}
