@@ -118,6 +118,16 @@ class Job:
     # The instant after which the job must not start (its enqueue's max_lateness), or None.
     expires_at: datetime | None = None
 
+    @property
+    def leased_before(self) -> bool:
+        """Whether the job may have run before this lease: a retry, a rescue, a requeue, or a
+        rate-limited or snoozed run (those two give their attempt back, so ``attempt`` can be
+        1 again). A job's first claim on a server timeline gets the timeline's floor as its
+        fencing token (``job_lease_token_floor``: the low 32 bits zero), and every end of a
+        lease adds one; after a failover a job's first claim on the new timeline reads as a
+        first, so ``attempt > 1`` is checked too."""
+        return self.attempt > 1 or self.lease_token & 0xFFFF_FFFF != 0
+
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:

@@ -379,11 +379,30 @@ def device_key(job: Job, target: Target) -> str:
     """The effect-once key of ``job``'s notification of one device: stable across the job's
     attempts, different per device (a digest of the token, never the token itself).
 
-    ``push.<channel>.<digest>`` then the job's part of :func:`jobs.effects.effect_key`; the
-    digest is the first 16 hex digits of the token's SHA-256, which the delivery's one read
-    (``device_delivery_read`` in scheduler/sql/device.sql) computes in the database too."""
-    digest = hashlib.sha256(target.token.encode()).hexdigest()[:16]
-    return f"push.{target.channel}.{digest}{_key_suffix(job)}"
+    The job's effect key (:func:`jobs.effects.effect_key` of ``push``, e.g.
+    ``push:reminder:-:schedule:42:2026-06-01T08:00``), then ``/``, the channel, ``.`` and the
+    first 16 hex digits of the token's SHA-256, which the delivery's one read
+    (``device_delivery_read`` in scheduler/sql/device.sql) computes in the database too. The
+    job's part comes first so that a herd claimed in job order inserts its keys side by side
+    in ``job_effects``'s primary key, not on a random leaf each (the digest first did: a
+    full-page image per leaf touched after each checkpoint). One key per (job, device): the
+    job's part is free text, but a channel's name has no ``/`` (``[a-z][a-z0-9_]*``: the
+    handler refuses another channel, and sends nothing to a device of a channel it has not), so
+    the key splits at its last ``/``."""
+    return f"{effects.effect_key(job, 'push')}/{target.channel}.{_digest(target.token)}"
+
+
+def _legacy_device_key(job: Job, target: Target) -> str:
+    """:func:`device_key` as it was written before the job's part came first
+    (``push.<channel>.<digest>`` then ``:reminder:<org>:<key>``): checked too for a job leased
+    before (:attr:`jobs.Job.leased_before`: a retry, a rate-limited run, a requeue), whose
+    earlier run may have been the former code's and recorded it (docs/push.md, "Effect-once
+    keys", says until when)."""
+    return f"push.{target.channel}.{_digest(target.token)}{_key_suffix(job)}"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
 
 
 def _key_suffix(job: Job) -> str:
@@ -482,6 +501,12 @@ class DeliveryHandler(jobs.BatchHandler):
         for channel in channels:
             if channel.name in self.channels:
                 raise InvalidPushConfig("channels", channel.name, "two channels have this name")
+            if not isinstance(channel.name, str) or not registry.CHANNEL_NAME.match(channel.name):
+                # The device registry's rule, which the effect-once keys rely on (device_key).
+                raise InvalidPushConfig(
+                    "channels", channel.name, "a channel's name must be a lower-case letter, "
+                    "then up to 31 of a-z, 0-9 and '_'"
+                )  # fmt: skip
             self.channels[channel.name] = channel
         self.resolver: DeviceResolver = resolver if resolver is not None else RegistryResolver()
         self.clock = clock
@@ -591,6 +616,9 @@ class DeliveryHandler(jobs.BatchHandler):
                 [r[1] if r is not None else None for r in recipients.values()]
             ),
             "suffixes": arrays.text_array([_key_suffix(job) for job in todo]),
+            "legacy_suffixes": arrays.text_array(
+                [_key_suffix(job) if job.leased_before else None for job in todo]
+            ),
             "now": now,
         }
         if subject_tokens:
@@ -642,11 +670,22 @@ class DeliveryHandler(jobs.BatchHandler):
                     (t.id, t.channel, t.token, device_key(job, t), False)
                     for t in targets.get(recipient, ())
                 ]
+        # A job leased before is checked under the former key too (_legacy_device_key).
+        legacy = {
+            device_key(job, t): _legacy_device_key(job, t)
+            for job in todo
+            if job.leased_before and dues[job.id] and (r := _recipient(job)) is not None
+            for t in targets.get(r, ())
+        }
         keys = [device[3] for devices in found.values() for device in devices]
+        keys += legacy.values()
         before = await effects.recorded_async(conn, keys) if keys else set()
         if before:
             for devices in found.values():
-                devices[:] = [(i, ch, tok, key, key in before) for i, ch, tok, key, _ in devices]
+                devices[:] = [
+                    (i, ch, tok, key, key in before or legacy.get(key) in before)
+                    for i, ch, tok, key, _ in devices
+                ]
         return at, dues, zones, found
 
     async def _apply_cap(

@@ -312,7 +312,7 @@ def _report(
     rows = conn.execute(
         "SELECT extract(epoch FROM e.recorded_at - (j.payload->'tockwork_schedule'->>'at')"
         "::timestamptz), extract(epoch FROM e.recorded_at - j.run_at), j.attempts"
-        " FROM job_effects e JOIN jobs_all j ON j.id = e.job_id WHERE e.effect_key LIKE 'push.%'"
+        " FROM job_effects e JOIN jobs_all j ON j.id = e.job_id WHERE e.effect_key LIKE 'push:%'"
     ).fetchall()
     lateness = [float(r[0]) for r in rows]
     queue_delay = [float(r[1]) for r in rows if r[2] == 1]

@@ -145,26 +145,39 @@ WHERE b.subject IS NOT NULL
 -- row has the database clock (unless the now parameter pins it), the job's schedule as
 -- schedule_still_due_many reads it (NULL: deleted, or no schedule), a valid device of the
 -- job's subject, its effect-once key and whether that key is recorded (check-before-send,
--- jobs' fragment). The key is scheduler.delivery.device_key's: 'push.<channel>.' then the
--- first 16 hex digits of the token's SHA-256, then the job's suffix (jobs.effects.effect_key
--- after its effect name). With registry the devices are the subject's valid rows of devices
--- (as device_valid_for_subjects reads them); without, each subject is its own token on the
--- channel parameter (SubjectAsToken). OFFSET 0 keeps the devices a probe of
+-- jobs' fragment). The key is scheduler.delivery.device_key's: 'push' then the job's suffix
+-- (jobs.effects.effect_key after its effect name: the job's part first, so that a herd's keys
+-- go in side by side), '/', the channel, '.' and the first 16 hex digits of the token's
+-- SHA-256. A job leased before (jobs.Job.leased_before: a retry, a rate-limited run, a
+-- requeue) is checked under the key's former form too ('push.<channel>.<digest>' then the
+-- suffix, delivery._legacy_device_key), which a run of the former code may have recorded
+-- before an upgrade: its legacy suffix is its suffix, NULL for a first claim (a herd's first
+-- claims probe one key a device). With registry the devices are the subject's valid rows of
+-- devices (as device_valid_for_subjects reads them); without, each subject is its own token on
+-- the channel parameter (SubjectAsToken). OFFSET 0 keeps the devices a probe of
 -- devices_subject_idx per job: pulled up into the join, the subquery was planned as a hash
 -- join over every valid device (a 50,000-device scan for a batch of 500, 44 ms against 4).
 -- variant: device_delivery_read_subject_tokens
 -- variant: device_delivery_read   registry
 SELECT b.job_id, coalesce(%(now)s::timestamptz, now()),
        s.id, s.paused, s.version, s.quiet_start, s.quiet_end, s.quiet_action, s.zone,
-       t.id, t.channel, t.token, t.key, {{jobs.job_effect_is_recorded key=t.key}}
+       t.id, t.channel, t.token, t.key,
+       CASE WHEN {{jobs.job_effect_is_recorded key=t.key}} THEN true
+            WHEN t.legacy_key IS NULL THEN false
+            ELSE {{jobs.job_effect_is_recorded key=t.legacy_key}} END
 FROM unnest(%(job_ids)b::bigint[], %(schedule_ids)b::bigint[], %(organization_ids)b::uuid[],
-            %(subjects)b::text[], %(suffixes)b::text[])
-     WITH ORDINALITY AS b(job_id, schedule_id, organization_id, subject, suffix, ord)
+            %(subjects)b::text[], %(suffixes)b::text[], %(legacy_suffixes)b::text[])
+     WITH ORDINALITY
+     AS b(job_id, schedule_id, organization_id, subject, suffix, legacy_suffix, ord)
 LEFT JOIN schedules AS s ON s.id = b.schedule_id
 LEFT JOIN LATERAL (
     SELECT dv.id, dv.channel, dv.token,
-           'push.' || dv.channel || '.'
-           || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16) || b.suffix AS key
+           'push' || b.suffix || '/' || dv.channel || '.'
+           || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16) AS key,
+           CASE WHEN b.legacy_suffix IS NOT NULL
+                THEN 'push.' || dv.channel || '.'
+                     || left(encode(sha256(convert_to(dv.token, 'UTF8')), 'hex'), 16)
+                     || b.legacy_suffix END AS legacy_key
     FROM {{device_delivery_targets}}
     OFFSET 0
 ) AS t ON true

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -11,9 +12,9 @@ import psycopg
 import pytest
 
 import jobs
-from jobs import JobSpec
+from jobs import JobSpec, PermanentError, RateLimited
 from jobs.model import Job
-from jobs.retry import SUCCEEDED
+from jobs.retry import SUCCEEDED, RetryPolicy, decide
 from jobs.store import Finished, PgJobStore
 
 T0 = datetime(2026, 11, 1, 5, 0, tzinfo=UTC)
@@ -121,6 +122,32 @@ def test_stale_worker_completion_is_fenced(
         (2, "worker-b", "succeeded"),
         (2, "worker-b", "fenced"),
     ]
+
+
+def test_leased_before_tells_a_first_claim_from_every_later_one(
+    conn: psycopg.Connection[Any], stores: Callable[[], PgJobStore]
+) -> None:
+    """A rate-limited run gives its attempt back and a requeue starts the attempts afresh: the
+    job is at attempt 1 again, but it may have run (and had effects). ``leased_before`` says
+    so from the lease token, which only grows; a first claim's is the timeline's floor."""
+    job_id = jobs.enqueue(conn, "t", {}, now=T0).id
+    conn.commit()
+    s = stores()
+    (first,) = s.claim({"default": 1}, "w", LEASE, T0)
+    assert (first.attempt, first.leased_before) == (1, False)
+    limited = Finished(first, decide(first, RateLimited(1.0), RetryPolicy()), T0, 1.0)
+    assert s.complete([limited], "w", T0) == {job_id: "rate_limited"}
+    later = T0 + timedelta(seconds=2)
+    (second,) = s.claim({"default": 1}, "w", LEASE, later)
+    assert (second.attempt, second.leased_before) == (1, True)
+    dead = Finished(second, decide(second, PermanentError("no"), RetryPolicy()), later, 1.0)
+    assert s.complete([dead], "w", later) == {job_id: "dead"}
+    assert list(jobs.requeue(conn, ids=[job_id], now=later)) == [job_id]
+    conn.commit()
+    (third,) = s.claim({"default": 1}, "w", LEASE, later)
+    assert (third.attempt, third.leased_before) == (1, True)
+    # A retry counts its attempt: the other half of the rule.
+    assert dataclasses.replace(first, attempt=2).leased_before
 
 
 def test_heartbeat_extends_the_lease(

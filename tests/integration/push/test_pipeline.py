@@ -174,7 +174,7 @@ def fcm_counts(fcm: FcmFake) -> dict[tuple[str, str | None], int]:
 
 
 def effects_recorded(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT count(*) FROM job_effects WHERE effect_key LIKE 'push.%'").fetchone()
+    row = conn.execute("SELECT count(*) FROM job_effects WHERE effect_key LIKE 'push:%'").fetchone()
     assert row is not None
     return int(row[0])
 
