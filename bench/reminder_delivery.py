@@ -55,6 +55,7 @@ import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -1524,11 +1525,9 @@ class Pair:
 
 
 def median(values: list[float]) -> float:
-    ordered = sorted(v for v in values if not math.isnan(v))
-    if not ordered:
-        return math.nan
-    k = len(ordered) // 2
-    return ordered[k] if len(ordered) % 2 else (ordered[k - 1] + ordered[k]) / 2
+    """The median of the values that are numbers (NaN: a figure a phase could not take)."""
+    numbers = [v for v in values if not math.isnan(v)]
+    return statistics.median(numbers) if numbers else math.nan
 
 
 def describe_pairs(pairs: list[Pair]) -> list[str]:

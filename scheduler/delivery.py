@@ -604,6 +604,7 @@ class DeliveryHandler(jobs.BatchHandler):
         """The read of :meth:`_read` in one statement (``device_delivery_read``), for the
         registry and :class:`SubjectAsToken`: one round trip, no transaction."""
         subject_tokens = isinstance(self.resolver, SubjectAsToken)
+        suffixes = [_key_suffix(job) for job in todo]
         # The columns encoded by jobs.arrays (registered on the connection): psycopg's list
         # dumpers scan and encode each element in Python, a tenth of the handler's time.
         params: dict[str, Any] = {
@@ -615,9 +616,9 @@ class DeliveryHandler(jobs.BatchHandler):
             "subjects": arrays.text_array(
                 [r[1] if r is not None else None for r in recipients.values()]
             ),
-            "suffixes": arrays.text_array([_key_suffix(job) for job in todo]),
+            "suffixes": arrays.text_array(suffixes),
             "legacy_suffixes": arrays.text_array(
-                [_key_suffix(job) if job.leased_before else None for job in todo]
+                [s if job.leased_before else None for job, s in zip(todo, suffixes, strict=True)]
             ),
             "now": now,
         }

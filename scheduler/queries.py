@@ -27,10 +27,8 @@ async def plan_once_async(conn: psycopg.AsyncConnection[Any]) -> None:
     if conn.prepare_threshold is None:
         return
     conn.prepare_threshold = 0
-    # A zone named otherwise is set to 'UTC' by its own name in the same statement: the same
-    # zone, whose timestamps psycopg loads faster (jobs.connection.UTC_ALIASES).
     utc = conn.info.parameter_status("TimeZone") in UTC_ALIASES
-    await conn.execute(query("pg_session_generic_plans_utc" if utc else "pg_session_generic_plans"))
+    await conn.execute(query("pg_session_generic_plans"), {"utc": utc})
 
 
 def database_now(conn: psycopg.Connection[Any], now: datetime | None = None) -> datetime:

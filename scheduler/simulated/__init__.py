@@ -68,6 +68,7 @@ def install(url: str) -> bool:
     if url in _INSTALLED:
         return True
     with psycopg.connect(url) as conn:
+        # scheduler.migrations.COMPONENTS, which imports this module (no cycle: named here)
         if pending_migrations(conn, ("jobs", "scheduler")):
             return False
         migrate(conn, (COMPONENT,))

@@ -69,13 +69,9 @@ SELECT pg_is_in_recovery(),
 -- empty (the server's CPU a delivery doubled). Without sequential scans the one plan is the
 -- probe. A custom plan per execution cost 0.2-0.4 ms of the server's CPU (99-109 plans for
 -- 127 calls, docs/performance.md).
-SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
-       set_config('enable_seqscan', 'off', false);
-
--- name: pg_session_generic_plans_utc
--- The delivery's own connections, as pg_session_generic_plans, in a session whose zone is
--- another name of UTC (scheduler/queries.py plan_once_async, jobs.connection.UTC_ALIASES):
--- also 'UTC' by its own name, the same rules, whose timestamps psycopg loads faster.
+-- A session whose zone is another name of UTC (utc: jobs.connection.UTC_ALIASES) is also set
+-- to 'UTC' by its own name in the same round trip: the same rules, whose timestamps psycopg
+-- loads faster.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('enable_seqscan', 'off', false),
-       set_config('TimeZone', 'UTC', false);
+       CASE WHEN %(utc)s::boolean THEN set_config('TimeZone', 'UTC', false) END;

@@ -143,6 +143,7 @@ def test_a_worker_with_migrate_starts_the_simulated_app_on_an_empty_database(
     import signal
     import subprocess
     import sys
+    import threading
 
     tockwork = str(Path(sys.executable).with_name("tockwork"))
     argv = [tockwork, "worker", "--app", "scheduler.delivery:simulated_app", "--migrate"]
@@ -152,8 +153,10 @@ def test_a_worker_with_migrate_starts_the_simulated_app_on_an_empty_database(
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     ) as proc:  # fmt: skip
         assert proc.stderr is not None
+        watchdog = threading.Timer(60, proc.kill)  # a worker that never starts ends the read
+        watchdog.start()
         try:
-            for line in proc.stderr:  # ends when the process does: nothing here can hang
+            for line in proc.stderr:  # ends when the process does
                 lines.append(line)
                 if " started" in line and "worker " in line:
                     proc.send_signal(signal.SIGTERM)
@@ -161,6 +164,7 @@ def test_a_worker_with_migrate_starts_the_simulated_app_on_an_empty_database(
             code = proc.wait(timeout=60)
             lines.append(proc.stderr.read())
         finally:
+            watchdog.cancel()
             if proc.poll() is None:
                 proc.kill()
     assert code == 0, "".join(lines)
